@@ -1,0 +1,162 @@
+package journal
+
+import (
+	"fmt"
+	"sync"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/crijournal/crijournal/migrations"
+)
+
+// committer is the single writer of the file. Writes are queued in index order; its loop
+// takes everything queued, commits it in one transaction, and starts again at once
+// (group commit without a delay: a lone creation never waits for company).
+type committer struct {
+	db *bolt.DB
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []write
+	waiters []*pending
+	closing bool
+	broken  error
+	done    chan struct{}
+
+	nCommits, nWrites int64
+}
+
+// write is one record put or delete, with the matching names/ change.
+type write struct {
+	id    string
+	value []byte
+	del   bool
+	name  nameOp
+}
+
+type nameOp struct {
+	key      []byte
+	id       string
+	put, del bool
+}
+
+// pending is a durable write's promise: done is closed once its commit has finished.
+type pending struct {
+	done chan struct{}
+	err  error
+}
+
+func newCommitter(db *bolt.DB) *committer {
+	c := &committer{db: db, done: make(chan struct{})}
+	c.cond = sync.NewCond(&c.mu)
+	go c.loop()
+	return c
+}
+
+// enqueue queues w; when durable, the returned pending is resolved by the commit that
+// carries it (lazy writes ride on the next commit and return nil).
+func (c *committer) enqueue(w write, durable bool) *pending {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var p *pending
+	if durable {
+		p = &pending{done: make(chan struct{})}
+		if c.broken != nil || c.closing {
+			p.err = c.brokenErr()
+			close(p.done)
+			return p
+		}
+		c.waiters = append(c.waiters, p)
+	}
+	c.queue = append(c.queue, w)
+	c.cond.Signal()
+	return p
+}
+
+func (c *committer) brokenErr() error {
+	if c.broken != nil {
+		return c.broken
+	}
+	return ErrClosed
+}
+
+func (c *committer) loop() {
+	defer close(c.done)
+	for {
+		c.mu.Lock()
+		for len(c.queue) == 0 && !c.closing {
+			c.cond.Wait()
+		}
+		if len(c.queue) == 0 && c.closing {
+			c.mu.Unlock()
+			return
+		}
+		batch, waiters := c.queue, c.waiters
+		c.queue, c.waiters = nil, nil
+		broken := c.broken
+		c.mu.Unlock()
+
+		err := broken
+		if err == nil {
+			err = c.db.Update(func(tx *bolt.Tx) error { return apply(tx, batch) })
+		}
+		c.mu.Lock()
+		if err != nil && c.broken == nil {
+			// The index is now ahead of the file; refuse every later write rather
+			// than pretend they are durable.
+			c.broken = fmt.Errorf("journal commit failed, journal is read-only until restart: %w", err)
+		}
+		if err == nil {
+			c.nCommits++
+			c.nWrites += int64(len(batch))
+		}
+		c.mu.Unlock()
+		for _, p := range waiters {
+			p.err = err
+			close(p.done)
+		}
+	}
+}
+
+func apply(tx *bolt.Tx, batch []write) error {
+	records := tx.Bucket(migrations.BucketRecords)
+	names := tx.Bucket(migrations.BucketNames)
+	for _, w := range batch {
+		var err error
+		if w.del {
+			err = records.Delete([]byte(w.id))
+		} else {
+			err = records.Put([]byte(w.id), w.value)
+		}
+		if err != nil {
+			return fmt.Errorf("write record %s: %w", w.id, err)
+		}
+		switch {
+		case w.name.put:
+			err = names.Put(w.name.key, []byte(w.name.id))
+		case w.name.del:
+			// Only remove the name if it still points at this record.
+			if string(names.Get(w.name.key)) == w.name.id {
+				err = names.Delete(w.name.key)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("write name %q: %w", w.name.key, err)
+		}
+	}
+	return nil
+}
+
+func (c *committer) close() {
+	c.mu.Lock()
+	c.closing = true
+	c.cond.Signal()
+	c.mu.Unlock()
+	<-c.done
+}
+
+func (c *committer) stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Commits: c.nCommits, Writes: c.nWrites}
+}

@@ -1,0 +1,319 @@
+package journal
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"time"
+)
+
+// BeginRequest describes a creation about to start.
+type BeginRequest struct {
+	ID          string // optional; a fresh ID is made when empty
+	Kind        Kind
+	Name        string
+	Parent      string
+	Fingerprint string
+	Deadline    time.Time // the request's deadline, zero if none
+	Stage       string
+}
+
+// Begin reserves req.Name for a new record in state creating and makes it durable. When a
+// record already holds the name it returns a *HeldError (errors.Is ErrNameHeld) carrying
+// that record, so the caller can wait on it, claim it, or refuse.
+func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
+	if req.Kind != KindSandbox && req.Kind != KindContainer {
+		return Record{}, fmt.Errorf("begin: unknown kind %q", req.Kind)
+	}
+	if req.Name == "" {
+		return Record{}, fmt.Errorf("begin %s: empty name", req.Kind)
+	}
+	if req.ID == "" {
+		req.ID = newID()
+	} else if !ValidID(req.ID) {
+		return Record{}, fmt.Errorf("begin %s %q: id %q is not 64 lowercase hex", req.Kind, req.Name, req.ID)
+	}
+	j.mu.Lock()
+	if holder, ok := j.byName[string(nameKey(req.Kind, req.Name))]; ok {
+		err := &HeldError{Holder: holder.rec.Clone()}
+		j.mu.Unlock()
+		return Record{}, err
+	}
+	if _, dup := j.byID[req.ID]; dup {
+		j.mu.Unlock()
+		return Record{}, fmt.Errorf("begin %s %q: id %s already in use", req.Kind, req.Name, req.ID)
+	}
+	now := j.opts.Now()
+	e := &entry{changed: make(chan struct{}), rec: Record{
+		ID: req.ID, Kind: req.Kind, Name: req.Name, Parent: req.Parent,
+		Fingerprint: req.Fingerprint, State: StateCreating, Stage: req.Stage,
+		Deadline: req.Deadline, Created: now, HoldsName: true,
+	}}
+	if j.closed {
+		j.mu.Unlock()
+		return Record{}, ErrClosed
+	}
+	j.byID[req.ID] = e
+	j.byName[string(nameKey(req.Kind, req.Name))] = e
+	p, err := j.change(e, true, func(*Record) {})
+	rec := e.rec.Clone()
+	j.mu.Unlock()
+	if err != nil {
+		return Record{}, err
+	}
+	if err := wait(p); err != nil {
+		return Record{}, fmt.Errorf("begin %s %q: %w", req.Kind, req.Name, err)
+	}
+	return rec, nil
+}
+
+// Intent appends a step in status intent and returns once it is durable: only then may the
+// caller act. stage becomes the record's current stage. It returns the step's sequence
+// number, for Done.
+func (j *Journal) Intent(ctx context.Context, id, stage string, kind StepKind, args map[string]string) (int, error) {
+	j.mu.Lock()
+	e, err := j.lookup(id)
+	if err == nil && e.rec.State != StateCreating && e.rec.State != StateCreated {
+		err = fmt.Errorf("intent %s on record %s: state %s: %w", kind, id, e.rec.State, ErrWrongState)
+	}
+	if err != nil {
+		j.mu.Unlock()
+		return 0, err
+	}
+	seq := len(e.rec.Steps)
+	p, err := j.change(e, true, func(r *Record) {
+		r.Stage = stage
+		r.Steps = append(r.Steps, Step{Seq: seq, Kind: kind, Stage: stage, Args: maps.Clone(args), Status: StepIntent, Started: j.opts.Now()})
+	})
+	j.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	if err := wait(p); err != nil {
+		return 0, fmt.Errorf("intent %s on record %s: %w", kind, id, err)
+	}
+	return seq, nil
+}
+
+// Done marks step seq as completed. The mark rides on the next commit: if it is lost in a
+// crash the step is undone as if it had not finished, which undo's idempotence makes safe.
+func (j *Journal) Done(id string, seq int) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, err := j.lookup(id)
+	if err != nil {
+		return err
+	}
+	if seq < 0 || seq >= len(e.rec.Steps) || e.rec.Steps[seq].Status != StepIntent {
+		return fmt.Errorf("done: record %s has no step %d in intent: %w", id, seq, ErrWrongState)
+	}
+	_, err = j.change(e, false, func(r *Record) {
+		r.Steps[seq].Status = StepDone
+		r.Steps[seq].Finished = j.opts.Now()
+	})
+	return err
+}
+
+// Ready stores the finished object of a creation whose steps are all done (state ready).
+// Like Done it rides on the next commit; Answer makes it durable.
+func (j *Journal) Ready(id string, object any) error {
+	raw, err := json.Marshal(object)
+	if err != nil {
+		return fmt.Errorf("ready %s: encode object: %w", id, err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, err := j.lookup(id)
+	if err != nil {
+		return err
+	}
+	if e.rec.State != StateCreating {
+		return fmt.Errorf("ready %s: state %s: %w", id, e.rec.State, ErrWrongState)
+	}
+	if !e.rec.AllDone() {
+		return fmt.Errorf("ready %s: not every step is done: %w", id, ErrWrongState)
+	}
+	_, err = j.change(e, false, func(r *Record) {
+		r.State = StateReady
+		r.Stage = ""
+		r.Object = raw
+	})
+	return err
+}
+
+// Answer settles a ready record: created when the request that made it is still live (the
+// caller will hand it over), cached with an expiry when it is not (the retry claims it). It
+// returns the record as committed.
+func (j *Journal) Answer(ctx context.Context, id string, live bool) (Record, error) {
+	j.mu.Lock()
+	e, err := j.lookup(id)
+	if err == nil && e.rec.State != StateReady {
+		err = fmt.Errorf("answer %s: state %s: %w", id, e.rec.State, ErrWrongState)
+	}
+	if err != nil {
+		j.mu.Unlock()
+		return Record{}, err
+	}
+	p, err := j.change(e, true, func(r *Record) {
+		if live {
+			r.State = StateCreated
+			r.Expiry = time.Time{}
+		} else {
+			r.State = StateCached
+			r.Expiry = j.opts.Now().Add(j.opts.CacheTTL)
+		}
+	})
+	rec := e.rec.Clone()
+	j.mu.Unlock()
+	if err != nil {
+		return Record{}, err
+	}
+	return rec, wait(p)
+}
+
+// Cache turns a ready record into a cached one with a fresh expiry, for recovery: its
+// request was never answered, so only a retry may have it.
+func (j *Journal) Cache(ctx context.Context, id string) (Record, error) {
+	return j.Answer(ctx, id, false)
+}
+
+// Claim hands a cached record to the retry that asks for it: same kind, name and
+// fingerprint. It atomically becomes created.
+func (j *Journal) Claim(ctx context.Context, kind Kind, name, fingerprint string) (Record, error) {
+	j.mu.Lock()
+	e, ok := j.byName[string(nameKey(kind, name))]
+	var err error
+	switch {
+	case !ok:
+		err = fmt.Errorf("claim %s %q: %w", kind, name, ErrNotFound)
+	case e.rec.State != StateCached:
+		err = fmt.Errorf("claim %s %q: state %s: %w", kind, name, e.rec.State, ErrWrongState)
+	case e.rec.Fingerprint != fingerprint:
+		err = fmt.Errorf("claim %s %q: %w", kind, name, ErrFingerprint)
+	}
+	if err != nil {
+		j.mu.Unlock()
+		return Record{}, err
+	}
+	p, err := j.change(e, true, func(r *Record) {
+		r.State = StateCreated
+		r.Expiry = time.Time{}
+	})
+	rec := e.rec.Clone()
+	j.mu.Unlock()
+	if err != nil {
+		return Record{}, err
+	}
+	return rec, wait(p)
+}
+
+// Touch pushes the expiry of the cached record holding a name to a full TTL from now, and
+// records the toucher's deadline; a waiting retry calls it so the resource it waits for
+// cannot expire under it. It reports whether a cached record was touched.
+func (j *Journal) Touch(kind Kind, name string, deadline time.Time) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.byName[string(nameKey(kind, name))]
+	if !ok || e.rec.State != StateCached {
+		return false
+	}
+	expiry := j.opts.Now().Add(j.opts.CacheTTL)
+	if dl := deadline.Add(j.opts.CacheTTL); deadline.After(time.Time{}) && dl.After(expiry) {
+		expiry = dl
+	}
+	if !expiry.After(e.rec.Expiry) {
+		return true
+	}
+	_, err := j.change(e, false, func(r *Record) { r.Expiry = expiry })
+	return err == nil
+}
+
+// SetObject replaces the object of a created record, durably.
+func (j *Journal) SetObject(ctx context.Context, id string, object any) error {
+	raw, err := json.Marshal(object)
+	if err != nil {
+		return fmt.Errorf("set object %s: %w", id, err)
+	}
+	return j.update(id, func(r *Record) { r.Object = raw })
+}
+
+// SetMarker sets (value non-nil) or clears (nil) a marker, durably.
+func (j *Journal) SetMarker(ctx context.Context, id, key string, value *string) error {
+	return j.update(id, func(r *Record) {
+		if value == nil {
+			delete(r.Markers, key)
+			return
+		}
+		if r.Markers == nil {
+			r.Markers = map[string]string{}
+		}
+		r.Markers[key] = *value
+	})
+}
+
+func (j *Journal) update(id string, mutate func(r *Record)) error {
+	j.mu.Lock()
+	e, err := j.lookup(id)
+	if err != nil {
+		j.mu.Unlock()
+		return err
+	}
+	p, err := j.change(e, true, mutate)
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return wait(p)
+}
+
+// Get returns a copy of the record with this ID.
+func (j *Journal) Get(id string) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, err := j.lookup(id)
+	if err != nil {
+		return Record{}, err
+	}
+	return e.rec.Clone(), nil
+}
+
+// GetByName returns a copy of the record holding a name.
+func (j *Journal) GetByName(kind Kind, name string) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.byName[string(nameKey(kind, name))]
+	if !ok {
+		return Record{}, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
+	}
+	return e.rec.Clone(), nil
+}
+
+// List returns copies of the records for which keep returns true (all when keep is nil),
+// oldest first.
+func (j *Journal) List(keep func(*Record) bool) []Record {
+	j.mu.Lock()
+	out := make([]Record, 0, len(j.byID))
+	for _, e := range j.byID {
+		if keep == nil || keep(&e.rec) {
+			out = append(out, e.rec.Clone())
+		}
+	}
+	j.mu.Unlock()
+	sortRecords(out)
+	return out
+}
+
+// Watch returns the record holding a name (found false when the name is free) and a
+// channel closed at the next change of that record (or, when free, of any record). The
+// snapshot and the channel are taken together, so no change is ever missed between a
+// look and a wait.
+func (j *Journal) Watch(kind Kind, name string) (rec Record, found bool, changed <-chan struct{}) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.byName[string(nameKey(kind, name))]
+	if !ok {
+		return Record{}, false, j.wake
+	}
+	return e.rec.Clone(), true, e.changed
+}

@@ -1,0 +1,46 @@
+// Package journal is crijournal's durable record of every creation and removal: one bbolt
+// file holding a record per pod sandbox or container, its name reservation, the ordered
+// steps taken to build it (each committed as an intent before it acts, with the arguments
+// its undo needs), its state, and its markers.
+//
+// # On-disk schema (version 1, see package migrations)
+//
+//	meta/
+//	  schema_version -> uint64, big endian
+//	records/
+//	  <id> -> Record, JSON (ID is 64 lowercase hex)
+//	names/
+//	  <kind>/<name> -> <id>   the live holder of a name; absent once the name is released
+//
+// A record whose name was released while one of its undos kept failing stays in records/
+// (state undoing) without an entry in names/: it no longer pins the name, and its failed
+// undos are retried with capped exponential backoff, across restarts.
+//
+// # States
+//
+//	Begin ─> creating ─(Intent/Done)*─> Ready ─> ready ─Answer─┬─ request live ──> created
+//	                                                           └─ deadline passed ─> cached
+//	creating|ready|cached ─Rollback─> undoing ─> (gone, name free)
+//	cached ─Claim (same name, same fingerprint)─> created
+//	created ─Remove─> removing ─> (gone)
+//
+// # Concurrency and durability
+//
+// The in-memory index (by ID and by kind/name) is authoritative while the process runs and
+// is rebuilt from the file at Open. Every change is applied to the index under one mutex and
+// queued, in that same order, to a single committer goroutine that writes everything queued
+// so far in one bbolt transaction (group commit): it commits as soon as the previous commit
+// finishes, never waiting for more work. Calls that must be durable (Begin, Intent, Answer,
+// Claim, Remove, ...) wait for their commit; Done and Ready ride on the next commit, which is
+// safe because every undo is idempotent.
+//
+// Watch returns a record's snapshot together with a channel that is closed at its next
+// change, both taken under the index lock, so a change can never slip between a caller's
+// look and its wait.
+//
+// # Undo
+//
+// A step's undo is data: its StepKind and Args. Packages that own resources register an
+// UndoFunc per kind in a Registry; Rollback runs the undos of a record LIFO, runs all of them
+// even when one fails, marks each step, and releases the name.
+package journal

@@ -1,0 +1,397 @@
+package journal
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/crijournal/crijournal/migrations"
+)
+
+// Options configure Open. The zero value is usable: every field documents its default.
+type Options struct {
+	// LockTimeout is how long Open waits for the file lock held by another process before
+	// failing with ErrInUse. Default 1s.
+	LockTimeout time.Duration
+	// ReadOnly opens the file for inspection: a shared lock, no migrations, no writes.
+	ReadOnly bool
+	// NoSync turns off fsync of every commit. THIS IS UNSAFE: a crash can lose or corrupt
+	// the journal. For benchmarks only, to measure what durability costs.
+	NoSync bool
+	// CacheTTL is how long a cached record is kept after the last request that touched
+	// its name. Default 2m.
+	CacheTTL time.Duration
+	// UndoRetryMin and UndoRetryMax bound the exponential backoff between retries of a
+	// failed undo. Defaults 1s and 5m.
+	UndoRetryMin, UndoRetryMax time.Duration
+	// Registry holds the undo functions; nil means an empty registry (every undo fails
+	// with "no undo registered" and is retried later).
+	Registry *Registry
+	// Logger receives the journal's logs; nil means slog.Default().
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now. Tests set it.
+	Now func() time.Time
+}
+
+func (o *Options) setDefaults() {
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = time.Second
+	}
+	if o.CacheTTL <= 0 {
+		o.CacheTTL = 2 * time.Minute
+	}
+	if o.UndoRetryMin <= 0 {
+		o.UndoRetryMin = time.Second
+	}
+	if o.UndoRetryMax < o.UndoRetryMin {
+		o.UndoRetryMax = 5 * time.Minute
+		if o.UndoRetryMax < o.UndoRetryMin {
+			o.UndoRetryMax = o.UndoRetryMin
+		}
+	}
+	if o.Registry == nil {
+		o.Registry = NewRegistry()
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Journal is an open journal file and its in-memory index. It is safe for concurrent use.
+type Journal struct {
+	path string
+	db   *bolt.DB
+	opts Options
+	log  *slog.Logger
+
+	mu      sync.Mutex
+	byID    map[string]*entry
+	byName  map[string]*entry // nameKey -> entry holding the name
+	undoing map[string]chan struct{}
+	closed  bool
+	// wake is closed and replaced whenever expiry or retry times may have moved earlier.
+	wake chan struct{}
+
+	commits *committer
+}
+
+// entry is a record in the index plus the channel closed at its next change.
+type entry struct {
+	rec     Record
+	changed chan struct{}
+}
+
+// Open opens (creating if needed) the journal at path, runs migrations and rebuilds the
+// index. A file that is locked, damaged or written by a newer schema is refused with an
+// error that names the file and says what to do; Open never panics on a bad file.
+func Open(path string, opts Options) (*Journal, error) {
+	opts.setDefaults()
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, fmt.Errorf("open journal: %w", err)
+		}
+	} else if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	db, err := openBolt(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	j := &Journal{
+		path:    path,
+		db:      db,
+		opts:    opts,
+		log:     opts.Logger,
+		byID:    map[string]*entry{},
+		byName:  map[string]*entry{},
+		undoing: map[string]chan struct{}{},
+		wake:    make(chan struct{}),
+	}
+	if err := j.load(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		j.commits = newCommitter(db)
+	}
+	return j, nil
+}
+
+func openBolt(path string, opts Options) (db *bolt.DB, err error) {
+	if err := preflight(path, opts); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if db != nil {
+				db.Close()
+			}
+			db, err = nil, corruptError(path, fmt.Errorf("%v", p))
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        opts.LockTimeout,
+		NoFreelistSync: true,
+		NoSync:         opts.NoSync,
+		ReadOnly:       opts.ReadOnly,
+	})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("open journal %s: %w (another crijournal holds it; stop it or use its socket)", path, ErrInUse)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
+		return nil, corruptError(path, err)
+	case err != nil:
+		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	return db, nil
+}
+
+func corruptError(path string, cause error) error {
+	return fmt.Errorf("open journal %s: %w: %v; the daemon will not touch it: move it aside "+
+		"(keep it for inspection) and start again with an empty journal, or restore a backup", path, ErrCorrupt, cause)
+}
+
+// load checks the file, runs migrations and fills the index; a panic inside bbolt on a
+// damaged page is turned into ErrCorrupt.
+func (j *Journal) load() (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = corruptError(j.path, fmt.Errorf("%v", p))
+		}
+	}()
+	migrate := func(tx *bolt.Tx) error {
+		from, to, err := migrations.Run(tx)
+		if err != nil {
+			if errors.Is(err, migrations.ErrNewerSchema) {
+				return fmt.Errorf("open journal %s: %w; upgrade crijournal, or move the file aside to start afresh", j.path, err)
+			}
+			return fmt.Errorf("open journal %s: %w", j.path, err)
+		}
+		if from != to {
+			j.log.Info("journal schema migrated", "path", j.path, "from", from, "to", to)
+		}
+		return j.loadRecords(tx)
+	}
+	if j.opts.ReadOnly {
+		return j.db.View(migrate)
+	}
+	return j.db.Update(migrate)
+}
+
+func (j *Journal) loadRecords(tx *bolt.Tx) error {
+	records := tx.Bucket(migrations.BucketRecords)
+	if records == nil {
+		return corruptError(j.path, errors.New("records bucket missing"))
+	}
+	if err := records.ForEach(func(k, v []byte) error {
+		rec, err := DecodeRecord(v)
+		if err != nil {
+			return corruptError(j.path, fmt.Errorf("record %q: %w", k, err))
+		}
+		if rec.ID != string(k) {
+			return corruptError(j.path, fmt.Errorf("record stored under %q has id %q", k, rec.ID))
+		}
+		j.byID[rec.ID] = &entry{rec: rec, changed: make(chan struct{})}
+		return nil
+	}); err != nil {
+		return err
+	}
+	names := tx.Bucket(migrations.BucketNames)
+	if names == nil {
+		return corruptError(j.path, errors.New("names bucket missing"))
+	}
+	return names.ForEach(func(k, v []byte) error {
+		e, ok := j.byID[string(v)]
+		if !ok {
+			return corruptError(j.path, fmt.Errorf("name %q points to missing record %q", k, v))
+		}
+		if string(nameKey(e.rec.Kind, e.rec.Name)) != string(k) {
+			return corruptError(j.path, fmt.Errorf("name %q points to record %s named %q", k, v, e.rec.Name))
+		}
+		j.byName[string(k)] = e
+		return nil
+	})
+}
+
+// Path returns the file's path.
+func (j *Journal) Path() string { return j.path }
+
+// Close stops the committer after writing everything queued, and closes the file.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.closed {
+		j.mu.Unlock()
+		return nil
+	}
+	j.closed = true
+	j.mu.Unlock()
+	if j.commits != nil {
+		j.commits.close()
+	}
+	return j.db.Close()
+}
+
+// Check runs bbolt's consistency check and the journal's own invariants on the file.
+func (j *Journal) Check() []error {
+	var problems []error
+	err := j.db.View(func(tx *bolt.Tx) error {
+		for cerr := range tx.Check() {
+			problems = append(problems, cerr)
+		}
+		return checkInvariants(tx, &problems)
+	})
+	if err != nil {
+		problems = append(problems, err)
+	}
+	return problems
+}
+
+func checkInvariants(tx *bolt.Tx, problems *[]error) error {
+	records := tx.Bucket(migrations.BucketRecords)
+	names := tx.Bucket(migrations.BucketNames)
+	if records == nil || names == nil {
+		*problems = append(*problems, errors.New("records or names bucket missing"))
+		return nil
+	}
+	holders := map[string]string{}
+	byID := map[string]Record{}
+	records.ForEach(func(k, v []byte) error {
+		rec, err := DecodeRecord(v)
+		if err != nil {
+			*problems = append(*problems, fmt.Errorf("record %q: %w", k, err))
+			return nil
+		}
+		byID[string(k)] = rec
+		if rec.HoldsName {
+			key := string(nameKey(rec.Kind, rec.Name))
+			if other, dup := holders[key]; dup {
+				*problems = append(*problems, fmt.Errorf("name %q held by two records: %s and %s", key, other, rec.ID))
+			}
+			holders[key] = rec.ID
+		}
+		return nil
+	})
+	names.ForEach(func(k, v []byte) error {
+		rec, ok := byID[string(v)]
+		switch {
+		case !ok:
+			*problems = append(*problems, fmt.Errorf("name %q points to missing record %s", k, v))
+		case !rec.HoldsName:
+			*problems = append(*problems, fmt.Errorf("name %q points to record %s that released it", k, v))
+		}
+		delete(holders, string(k))
+		return nil
+	})
+	for key, id := range holders {
+		*problems = append(*problems, fmt.Errorf("record %s holds name %q but the names index lacks it", id, key))
+	}
+	return nil
+}
+
+// Stats are counters of the committer, for benchmarks and metrics.
+type Stats struct {
+	Commits int64 // bbolt transactions committed
+	Writes  int64 // record writes and deletes committed
+}
+
+// Stats returns the committer's counters.
+func (j *Journal) Stats() Stats {
+	if j.commits == nil {
+		return Stats{}
+	}
+	return j.commits.stats()
+}
+
+func newID() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// NewID returns a fresh record ID: 64 random lowercase hex digits.
+func NewID() string { return newID() }
+
+// --- index helpers; callers hold j.mu ---
+
+// change applies mutate to the record of e, refreshes its timestamp, wakes its watchers and
+// queues the write. It returns the queued commit to wait on (nil when lazy).
+func (j *Journal) change(e *entry, durable bool, mutate func(r *Record)) (*pending, error) {
+	if j.closed {
+		return nil, ErrClosed
+	}
+	if j.commits == nil {
+		return nil, fmt.Errorf("journal %s is read-only", j.path)
+	}
+	mutate(&e.rec)
+	e.rec.Updated = j.opts.Now()
+	j.notify(e)
+	b, err := encodeRecord(&e.rec)
+	if err != nil {
+		return nil, err
+	}
+	w := write{id: e.rec.ID, value: b}
+	key := nameKey(e.rec.Kind, e.rec.Name)
+	if e.rec.HoldsName {
+		w.name = nameOp{key: key, id: e.rec.ID, put: true}
+	} else if j.byName[string(key)] == e {
+		delete(j.byName, string(key))
+		w.name = nameOp{key: key, id: e.rec.ID, del: true}
+	}
+	return j.commits.enqueue(w, durable), nil
+}
+
+// forget deletes a record and its name from index and file.
+func (j *Journal) forget(e *entry) (*pending, error) {
+	if j.closed {
+		return nil, ErrClosed
+	}
+	delete(j.byID, e.rec.ID)
+	key := nameKey(e.rec.Kind, e.rec.Name)
+	w := write{id: e.rec.ID, del: true}
+	if j.byName[string(key)] == e {
+		delete(j.byName, string(key))
+		w.name = nameOp{key: key, id: e.rec.ID, del: true}
+	}
+	j.notify(e)
+	return j.commits.enqueue(w, true), nil
+}
+
+func (j *Journal) notify(e *entry) {
+	close(e.changed)
+	e.changed = make(chan struct{})
+	close(j.wake)
+	j.wake = make(chan struct{})
+}
+
+func (j *Journal) lookup(id string) (*entry, error) {
+	e, ok := j.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("record %s: %w", id, ErrNotFound)
+	}
+	return e, nil
+}
+
+// wait blocks until p is committed. It does not give up when ctx ends: the change is
+// already in the index, and returning before it is durable would break the journal's
+// promise. A nil p is a lazy write.
+func wait(p *pending) error {
+	if p == nil {
+		return nil
+	}
+	<-p.done
+	return p.err
+}

@@ -1,0 +1,751 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/crijournal/crijournal/migrations"
+)
+
+// fakeClock is a settable clock for expiry and backoff tests.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// undoLog is a registry whose undos record the order they ran in and fail on demand.
+type undoLog struct {
+	mu   sync.Mutex
+	ran  []string
+	fail map[StepKind]error
+}
+
+func (u *undoLog) registry(kinds ...StepKind) *Registry {
+	reg := NewRegistry()
+	for _, k := range kinds {
+		reg.Register(k, func(ctx context.Context, rec Record, step Step) error {
+			u.mu.Lock()
+			defer u.mu.Unlock()
+			u.ran = append(u.ran, fmt.Sprintf("%s:%s", step.Kind, step.Args["n"]))
+			return u.fail[step.Kind]
+		})
+	}
+	return reg
+}
+
+func (u *undoLog) setFail(k StepKind, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.fail == nil {
+		u.fail = map[StepKind]error{}
+	}
+	if err == nil {
+		delete(u.fail, k)
+		return
+	}
+	u.fail[k] = err
+}
+
+func (u *undoLog) order() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.ran)
+}
+
+const (
+	kindA StepKind = "test-a"
+	kindB StepKind = "test-b"
+	kindC StepKind = "test-c"
+)
+
+// testJournal opens a journal in a temp dir; at cleanup it closes it and checks the file
+// with bbolt's Check and the journal's invariants.
+func testJournal(t testing.TB, opts Options) (*Journal, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		j.Close()
+		checkFile(t, path)
+	})
+	return j, path
+}
+
+var ctx = context.Background()
+
+// checkFile runs bbolt's Check and the journal's invariants on a closed journal file.
+func checkFile(t testing.TB, path string) {
+	t.Helper()
+	j, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Errorf("reopen for check: %v", err)
+		return
+	}
+	defer j.Close()
+	if problems := j.Check(); len(problems) > 0 {
+		t.Errorf("journal check of %s: %v", path, problems)
+	}
+}
+
+func begin(t testing.TB, j *Journal, name string, deadline time.Time) Record {
+	t.Helper()
+	rec, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: name, Fingerprint: "fp-" + name, Deadline: deadline, Stage: "start"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func step(t testing.TB, j *Journal, id string, kind StepKind, n string) {
+	t.Helper()
+	seq, err := j.Intent(ctx, id, "stage "+n, kind, map[string]string{"n": n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Done(id, seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCreateLiveBecomesCreated(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	rec := begin(t, j, "pod", time.Now().Add(time.Minute))
+	if rec.State != StateCreating || !ValidID(rec.ID) {
+		t.Fatalf("Begin = %+v", rec)
+	}
+	step(t, j, rec.ID, kindA, "1")
+	step(t, j, rec.ID, kindB, "2")
+	if err := j.Ready(rec.ID, map[string]string{"ip": "10.0.0.2"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := j.Answer(ctx, rec.ID, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateCreated || !got.Expiry.IsZero() || string(got.Object) != `{"ip":"10.0.0.2"}` || len(got.Steps) != 2 {
+		t.Fatalf("after Answer(live) = %+v", got)
+	}
+	byName, err := j.GetByName(KindSandbox, "pod")
+	if err != nil || byName.ID != rec.ID {
+		t.Fatalf("GetByName = %v, %v", byName.ID, err)
+	}
+}
+
+func TestCreateAfterDeadlineBecomesCachedAndClaimable(t *testing.T) {
+	clock := newFakeClock()
+	j, _ := testJournal(t, Options{Now: clock.Now, CacheTTL: time.Minute})
+	rec := begin(t, j, "pod", clock.Now())
+	step(t, j, rec.ID, kindA, "1")
+	if err := j.Ready(rec.ID, "obj"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := j.Answer(ctx, rec.ID, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != StateCached || !got.Expiry.Equal(clock.Now().Add(time.Minute)) {
+		t.Fatalf("after Answer(not live) = state %s expiry %v", got.State, got.Expiry)
+	}
+	if _, err := j.Claim(ctx, KindSandbox, "pod", "other"); !errors.Is(err, ErrFingerprint) {
+		t.Fatalf("Claim with another fingerprint = %v, want ErrFingerprint", err)
+	}
+	claimed, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if claimed.ID != rec.ID || claimed.State != StateCreated || !claimed.Expiry.IsZero() {
+		t.Fatalf("Claim = %+v", claimed)
+	}
+	if _, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod"); !errors.Is(err, ErrWrongState) {
+		t.Fatalf("second Claim = %v, want ErrWrongState", err)
+	}
+}
+
+func TestBeginReportsHolder(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	rec := begin(t, j, "pod", time.Time{})
+	_, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "x"})
+	var held *HeldError
+	if !errors.As(err, &held) || !errors.Is(err, ErrNameHeld) {
+		t.Fatalf("Begin on a held name = %v, want *HeldError", err)
+	}
+	if held.Holder.ID != rec.ID || held.Holder.State != StateCreating {
+		t.Fatalf("holder = %+v", held.Holder)
+	}
+	// The same name of another kind is a different name.
+	if _, err := j.Begin(ctx, BeginRequest{Kind: KindContainer, Name: "pod"}); err != nil {
+		t.Fatalf("container with a sandbox's name: %v", err)
+	}
+}
+
+func TestIllegalTransitions(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(j *Journal, id string) error
+		// setup brings the record to a state first.
+		setup func(t *testing.T, j *Journal, id string)
+		want  error
+	}{
+		{name: "Ready with a step in intent", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Intent(ctx, id, "s", kindA, nil) },
+			run:   func(j *Journal, id string) error { return j.Ready(id, 1) }},
+		{name: "Answer before Ready", want: ErrWrongState,
+			run: func(j *Journal, id string) error { _, err := j.Answer(ctx, id, true); return err }},
+		{name: "Done of a missing step", want: ErrWrongState,
+			run: func(j *Journal, id string) error { return j.Done(id, 3) }},
+		{name: "Done twice", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { step(t, j, id, kindA, "1") },
+			run:   func(j *Journal, id string) error { return j.Done(id, 0) }},
+		{name: "Remove while creating", want: ErrWrongState,
+			run: func(j *Journal, id string) error { return j.Remove(ctx, id) }},
+		{name: "Claim while creating", want: ErrWrongState,
+			run: func(j *Journal, id string) error { _, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod"); return err }},
+		{name: "Rollback of a created record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, true) },
+			run:   func(j *Journal, id string) error { return j.Rollback(ctx, id) }},
+		{name: "Intent on a cached record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) },
+			run:   func(j *Journal, id string) error { _, err := j.Intent(ctx, id, "s", kindA, nil); return err }},
+		{name: "Intent on an unknown ID", want: ErrNotFound,
+			run: func(j *Journal, id string) error { _, err := j.Intent(ctx, NewID(), "s", kindA, nil); return err }},
+		{name: "Remove of an unknown ID", want: ErrNotFound,
+			run: func(j *Journal, id string) error { return j.Remove(ctx, NewID()) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j, _ := testJournal(t, Options{})
+			rec := begin(t, j, "pod", time.Time{})
+			if tt.setup != nil {
+				tt.setup(t, j, rec.ID)
+			}
+			before, _ := j.Get(rec.ID)
+			if err := tt.run(j, rec.ID); !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			after, _ := j.Get(rec.ID)
+			if diff := cmp.Diff(before, after); diff != "" {
+				t.Errorf("a refused call changed the record (-before +after):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRollbackRunsUndosLIFOAndFreesName(t *testing.T) {
+	var u undoLog
+	j, _ := testJournal(t, Options{Registry: u.registry(kindA, kindB, kindC)})
+	rec := begin(t, j, "pod", time.Time{})
+	step(t, j, rec.ID, kindA, "1")
+	step(t, j, rec.ID, kindB, "2")
+	if _, err := j.Intent(ctx, rec.ID, "s", kindC, map[string]string{"n": "3"}); err != nil { // never done
+		t.Fatal(err)
+	}
+	if err := j.Rollback(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undo order (-want +got):\n%s", diff)
+	}
+	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("record still there after a clean rollback: %v", err)
+	}
+	begin(t, j, "pod", time.Time{}) // the name is free
+}
+
+func TestFailedUndoReleasesNameAndIsRetried(t *testing.T) {
+	clock := newFakeClock()
+	var u undoLog
+	j, path := testJournal(t, Options{Now: clock.Now, Registry: u.registry(kindA, kindB, kindC), UndoRetryMin: time.Second, UndoRetryMax: 4 * time.Second})
+	rec := begin(t, j, "pod", time.Time{})
+	step(t, j, rec.ID, kindA, "1")
+	step(t, j, rec.ID, kindB, "2")
+	step(t, j, rec.ID, kindC, "3")
+	u.setFail(kindB, errors.New("plugin broken"))
+
+	err := j.Rollback(ctx, rec.ID)
+	var uerr *UndoError
+	if !errors.As(err, &uerr) || len(uerr.Failures) != 1 || uerr.Failures[0].Step.Kind != kindB {
+		t.Fatalf("Rollback = %v, want one UndoError for %s", err, kindB)
+	}
+	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
+		t.Errorf("a failed undo stopped the others (-want +got):\n%s", diff)
+	}
+	got, _ := j.Get(rec.ID)
+	if got.State != StateUndoing || got.HoldsName || got.Steps[1].Status != StepUndoFailed ||
+		got.Steps[0].Status != StepUndone || !got.Steps[1].NextRetry.Equal(clock.Now().Add(time.Second)) {
+		t.Fatalf("after a failed undo: %+v", got)
+	}
+	second := begin(t, j, "pod", time.Time{}) // the name is not pinned
+	if second.ID == rec.ID {
+		t.Fatal("same ID reused")
+	}
+
+	// Not due yet: nothing runs.
+	if n, _ := j.RetryUndos(ctx); n != 0 {
+		t.Fatalf("RetryUndos before due ran %d", n)
+	}
+	// Due, still failing: the backoff doubles.
+	clock.Advance(time.Second)
+	if n, err := j.RetryUndos(ctx); n != 1 || err == nil {
+		t.Fatalf("RetryUndos = %d, %v", n, err)
+	}
+	got, _ = j.Get(rec.ID)
+	if got.Steps[1].UndoAttempts != 2 || !got.Steps[1].NextRetry.Equal(clock.Now().Add(2*time.Second)) {
+		t.Fatalf("after a second failure: attempts %d next %v", got.Steps[1].UndoAttempts, got.Steps[1].NextRetry)
+	}
+	// The retry survives a restart, then succeeds once the undo works.
+	j.Close()
+	j2, err := Open(path, Options{Now: clock.Now, Registry: u.registry(kindA, kindB, kindC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j2.Close() })
+	if got2, err := j2.Get(rec.ID); err != nil || got2.Steps[1].Status != StepUndoFailed {
+		t.Fatalf("after reopen: %+v, %v", got2, err)
+	}
+	if h, _ := j2.GetByName(KindSandbox, "pod"); h.ID != second.ID {
+		t.Fatalf("after reopen the name is held by %s, want %s", h.ID, second.ID)
+	}
+	u.setFail(kindB, nil)
+	clock.Advance(time.Hour)
+	if n, err := j2.RetryUndos(ctx); n != 1 || err != nil {
+		t.Fatalf("RetryUndos after the fix = %d, %v", n, err)
+	}
+	if _, err := j2.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("record still there after a successful retry: %v", err)
+	}
+	if problems := j2.Check(); len(problems) > 0 {
+		t.Fatal(problems)
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	j := &Journal{opts: Options{UndoRetryMin: time.Second, UndoRetryMax: 10 * time.Second}}
+	for attempts, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second, 4: 8 * time.Second, 5: 10 * time.Second, 50: 10 * time.Second} {
+		if got := j.backoff(attempts); got != want {
+			t.Errorf("backoff(%d) = %v, want %v", attempts, got, want)
+		}
+	}
+}
+
+func TestRemove(t *testing.T) {
+	var u undoLog
+	j, _ := testJournal(t, Options{Registry: u.registry(kindA, kindB)})
+	rec := begin(t, j, "pod", time.Time{})
+	step(t, j, rec.ID, kindA, "1")
+	step(t, j, rec.ID, kindB, "2")
+	j.Ready(rec.ID, 1)
+	j.Answer(ctx, rec.ID, true)
+	if err := j.UndoSteps(ctx, rec.ID, kindB); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	// kindB was undone by UndoSteps, so Remove undoes only kindA.
+	if diff := cmp.Diff([]string{"test-b:2", "test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undos (-want +got):\n%s", diff)
+	}
+	if err := j.Remove(ctx, rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("second Remove = %v, want ErrNotFound", err)
+	}
+}
+
+func TestMarkersAndObject(t *testing.T) {
+	j, path := testJournal(t, Options{})
+	rec := begin(t, j, "pod", time.Time{})
+	v := "2026-01-01"
+	if err := j.SetMarker(ctx, rec.ID, "network-stopped", &v); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.SetObject(ctx, rec.ID, map[string]int{"a": 1}); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j2, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	got, _ := j2.Get(rec.ID)
+	if m, ok := got.Marker("network-stopped"); !ok || m != v || string(got.Object) != `{"a":1}` {
+		t.Fatalf("after reopen: markers %v object %s", got.Markers, got.Object)
+	}
+	if err := j2.SetMarker(ctx, rec.ID, "network-stopped", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := j2.Get(rec.ID); len(got.Markers) != 0 {
+		t.Fatalf("marker not cleared: %v", got.Markers)
+	}
+}
+
+func TestTouchAndExpiry(t *testing.T) {
+	clock := newFakeClock()
+	var u undoLog
+	j, _ := testJournal(t, Options{Now: clock.Now, CacheTTL: time.Minute, Registry: u.registry(kindA)})
+	rec := begin(t, j, "pod", clock.Now())
+	step(t, j, rec.ID, kindA, "1")
+	j.Ready(rec.ID, 1)
+	j.Answer(ctx, rec.ID, false)
+
+	clock.Advance(50 * time.Second)
+	if !j.Touch(KindSandbox, "pod", clock.Now().Add(3*time.Second)) {
+		t.Fatal("Touch found no cached record")
+	}
+	got, _ := j.Get(rec.ID)
+	if want := clock.Now().Add(3 * time.Second).Add(time.Minute); !got.Expiry.Equal(want) {
+		t.Fatalf("expiry after Touch = %v, want %v", got.Expiry, want)
+	}
+	clock.Advance(time.Minute)
+	if n, err := j.ExpireCached(ctx); n != 0 || err != nil {
+		t.Fatalf("ExpireCached before expiry = %d, %v", n, err)
+	}
+	clock.Advance(4 * time.Second)
+	if n, err := j.ExpireCached(ctx); n != 1 || err != nil {
+		t.Fatalf("ExpireCached after expiry = %d, %v", n, err)
+	}
+	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatal("expired record not rolled back")
+	}
+	if diff := cmp.Diff([]string{"test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undos (-want +got):\n%s", diff)
+	}
+}
+
+// TestReopenEveryState closes and reopens the file with a record in every state: nothing is
+// lost and the index is identical.
+func TestReopenEveryState(t *testing.T) {
+	var u undoLog
+	u.setFail(kindB, errors.New("broken"))
+	reg := u.registry(kindA, kindB)
+	j, path := testJournal(t, Options{Registry: reg})
+	mk := func(name string) Record {
+		rec := begin(t, j, name, time.Time{})
+		step(t, j, rec.ID, kindA, "1")
+		return rec
+	}
+	mk("creating")
+	ready := mk("ready")
+	j.Ready(ready.ID, "r")
+	cached := mk("cached")
+	j.Ready(cached.ID, "c")
+	j.Answer(ctx, cached.ID, false)
+	created := mk("created")
+	j.Ready(created.ID, "c")
+	j.Answer(ctx, created.ID, true)
+	undoing := mk("undoing")
+	step(t, j, undoing.ID, kindB, "2")
+	j.Rollback(ctx, undoing.ID)
+	before := j.List(nil)
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j2, err := Open(path, Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	after := j2.List(nil)
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Fatalf("records changed across reopen (-before +after):\n%s", diff)
+	}
+	states := map[State]bool{}
+	for _, r := range after {
+		states[r.State] = true
+		if r.HoldsName {
+			if h, err := j2.GetByName(r.Kind, r.Name); err != nil || h.ID != r.ID {
+				t.Errorf("name %q index after reopen: %v %v", r.Name, h.ID, err)
+			}
+		}
+	}
+	for _, s := range []State{StateCreating, StateReady, StateCached, StateCreated, StateUndoing} {
+		if !states[s] {
+			t.Errorf("no record in state %s after reopen", s)
+		}
+	}
+}
+
+func TestWatchSeesEveryChange(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	rec := begin(t, j, "pod", time.Time{})
+	got, found, changed := j.Watch(KindSandbox, "pod")
+	if !found || got.ID != rec.ID {
+		t.Fatal("Watch did not find the record")
+	}
+	step(t, j, rec.ID, kindA, "1")
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a change after Watch did not close its channel")
+	}
+	_, found, changed = j.Watch(KindSandbox, "other")
+	if found {
+		t.Fatal("Watch found a free name")
+	}
+	begin(t, j, "other", time.Time{})
+	select {
+	case <-changed:
+	default:
+		t.Fatal("the name's reservation did not wake a watcher of the free name")
+	}
+}
+
+// TestConcurrentWaiters races creators and waiters on a few names: each name has exactly
+// one winner, every waiter sees the final state, and nobody waits forever.
+func TestConcurrentWaiters(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	const names, contenders = 8, 16
+	var wg sync.WaitGroup
+	winners := make([]int, names)
+	var mu sync.Mutex
+	for n := range names {
+		name := fmt.Sprintf("pod-%d", n)
+		for range contenders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rec, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: name, Fingerprint: "fp"})
+				if err == nil {
+					mu.Lock()
+					winners[n]++
+					mu.Unlock()
+					for i := range 3 {
+						seq, err := j.Intent(ctx, rec.ID, "s", kindA, map[string]string{"i": fmt.Sprint(i)})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						j.Done(rec.ID, seq)
+					}
+					j.Ready(rec.ID, 1)
+					if _, err := j.Answer(ctx, rec.ID, true); err != nil {
+						t.Error(err)
+					}
+					return
+				}
+				if !errors.Is(err, ErrNameHeld) {
+					t.Error(err)
+					return
+				}
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				for {
+					rec, found, changed := j.Watch(KindSandbox, name)
+					if found && rec.State == StateCreated {
+						return
+					}
+					select {
+					case <-changed:
+					case <-wctx.Done():
+						t.Errorf("waiter on %s never saw created (state %s)", name, rec.State)
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for n, w := range winners {
+		if w != 1 {
+			t.Errorf("name %d had %d winners", n, w)
+		}
+	}
+}
+
+func TestGroupCommitSharesCommits(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	const creators, steps = 16, 10
+	ids := make([]string, creators)
+	for i := range ids {
+		ids[i] = begin(t, j, fmt.Sprintf("pod-%d", i), time.Time{}).ID
+	}
+	before := j.Stats()
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range steps {
+				if _, err := j.Intent(ctx, id, "s", kindA, nil); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	after := j.Stats()
+	commits, writes := after.Commits-before.Commits, after.Writes-before.Writes
+	if writes != creators*steps {
+		t.Fatalf("%d writes, want %d", writes, creators*steps)
+	}
+	if commits >= writes {
+		t.Errorf("%d commits for %d concurrent intents: no commit was shared", commits, writes)
+	}
+}
+
+func TestOpenInUse(t *testing.T) {
+	_, path := testJournal(t, Options{})
+	start := time.Now()
+	_, err := Open(path, Options{LockTimeout: 100 * time.Millisecond})
+	if !errors.Is(err, ErrInUse) {
+		t.Fatalf("second Open = %v, want ErrInUse", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("second Open hung")
+	}
+	if _, err := Open(path, Options{ReadOnly: true, LockTimeout: 100 * time.Millisecond}); !errors.Is(err, ErrInUse) {
+		t.Fatalf("read-only Open of a locked file = %v, want ErrInUse", err)
+	}
+}
+
+func TestOpenReadOnly(t *testing.T) {
+	j, path := testJournal(t, Options{})
+	rec := begin(t, j, "pod", time.Time{})
+	j.Close()
+	ro, err := Open(path, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ro.Close()
+	if got, err := ro.Get(rec.ID); err != nil || got.Name != "pod" {
+		t.Fatalf("read-only Get = %+v, %v", got, err)
+	}
+	if _, err := ro.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: "x"}); err == nil {
+		t.Fatal("Begin on a read-only journal succeeded")
+	}
+	if _, err := Open(filepath.Join(t.TempDir(), "missing.db"), Options{ReadOnly: true}); err == nil {
+		t.Fatal("read-only Open of a missing file succeeded")
+	}
+}
+
+// TestOpenRefusesDamagedFiles: a damaged or newer file is refused with a message naming the
+// file, never a panic, and the file is left as it was.
+func TestOpenRefusesDamagedFiles(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(t *testing.T, path string)
+		want   error
+	}{
+		{"truncated", func(t *testing.T, path string) {
+			if err := os.Truncate(path, 4096+100); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrCorrupt},
+		{"random bytes in the meta pages", func(t *testing.T, path string) { scribble(t, path, 16, 8000) }, ErrCorrupt},
+		{"random bytes in a data page", func(t *testing.T, path string) { scribble(t, path, 4*4096, 4096) }, ErrCorrupt},
+		{"not a bbolt file", func(t *testing.T, path string) {
+			os.WriteFile(path, []byte("hello, this is not a database\n"), 0o600)
+		}, ErrCorrupt},
+		{"newer schema", func(t *testing.T, path string) {
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.Update(func(tx *bolt.Tx) error { return migrations.SetVersionForTest(tx, migrations.Latest()+1) })
+			db.Close()
+		}, migrations.ErrNewerSchema},
+		{"record that is not JSON", func(t *testing.T, path string) {
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket(migrations.BucketRecords).Put([]byte(NewID()), []byte("{garbage"))
+			})
+			db.Close()
+		}, ErrCorrupt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "journal.db")
+			j, err := Open(path, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 50 {
+				begin(t, j, fmt.Sprintf("pod-%d", i), time.Time{})
+			}
+			j.Close()
+			tt.damage(t, path)
+			before, _ := os.ReadFile(path)
+			_, err = Open(path, Options{})
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Open = %v, want %v", err, tt.want)
+			}
+			if !strings.Contains(err.Error(), path) {
+				t.Errorf("error %q does not name the file", err)
+			}
+			after, _ := os.ReadFile(path)
+			if string(before) != string(after) {
+				t.Error("Open changed a file it refused")
+			}
+		})
+	}
+}
+
+func scribble(t *testing.T, path string, off, n int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	junk := make([]byte, n)
+	for i := range junk {
+		junk[i] = byte(i*131 + 7)
+	}
+	if _, err := f.WriteAt(junk, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzDecodeRecord(f *testing.F) {
+	good, _ := encodeRecord(&Record{ID: NewID(), Kind: KindSandbox, Name: "n", State: StateCreating,
+		Steps: []Step{{Seq: 0, Kind: kindA, Status: StepIntent, Args: map[string]string{"a": "b"}}}})
+	f.Add(good)
+	f.Add([]byte("{}"))
+	f.Add([]byte(`{"id":"x","steps":[{"seq":5}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, err := DecodeRecord(b)
+		if err != nil {
+			return
+		}
+		if err := rec.Validate(); err != nil {
+			t.Fatalf("DecodeRecord accepted an invalid record: %v", err)
+		}
+		again, err := encodeRecord(&rec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := DecodeRecord(again); err != nil {
+			t.Fatalf("a decoded record does not decode again: %v", err)
+		}
+	})
+}
