@@ -1,0 +1,446 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+)
+
+// DefaultFile is the configuration file read when no other path is given.
+const DefaultFile = "/etc/crijournal/crijournal.toml"
+
+// EnvPrefix starts the name of every environment variable that sets a key.
+const EnvPrefix = "CRIJOURNAL"
+
+// ErrUnknownKey is returned (inside a *KeyError) when the configuration file
+// has a key that crijournal does not know.
+var ErrUnknownKey = errors.New("unknown configuration key")
+
+// A KeyError reports an unknown key or an invalid value of one key.
+type KeyError struct {
+	Key    string // the TOML key, such as "cache_ttl" or "runtimes.runc.path"
+	Source string // where the value came from, such as "flag --cache-ttl"; "" when not known
+	Err    error
+}
+
+func (e *KeyError) Error() string {
+	if e.Source == "" {
+		return fmt.Sprintf("%s: %v", e.Key, e.Err)
+	}
+	return fmt.Sprintf("%s: %v (from %s)", e.Key, e.Err, e.Source)
+}
+
+func (e *KeyError) Unwrap() error { return e.Err }
+
+// Config is the whole configuration of the daemon. The `toml` tag of each
+// field is its key; `help` is the one-line text of its flag and of its
+// comment in the output of TOML.
+type Config struct {
+	// Root is the state directory, kept across reboots: the journal and the
+	// storage live under it unless configured elsewhere.
+	// Default: /var/lib/crijournal.
+	Root string `toml:"root" help:"state directory (journal, storage)"`
+
+	// RunRoot is the directory of state that does not outlive a reboot.
+	// Default: /run/crijournal.
+	RunRoot string `toml:"run_root" help:"directory of state that does not outlive a reboot"`
+
+	// JournalPath is the bbolt journal file. Default: "", meaning
+	// <root>/journal.db; JournalFile returns the effective path.
+	JournalPath string `toml:"journal_path" help:"journal database file (empty: <root>/journal.db)"`
+
+	// Socket is the unix socket the CRI gRPC services listen on. It must be
+	// shorter than 108 bytes (the limit of a unix socket address).
+	// Default: /run/crijournal/crijournal.sock.
+	Socket string `toml:"socket" help:"unix socket of the CRI services"`
+
+	// NamespaceDir is where pinned namespaces (net, ipc, uts) are
+	// bind-mounted. Default: /var/run/crijournal/ns.
+	NamespaceDir string `toml:"namespace_dir" help:"directory of pinned namespaces"`
+
+	// CNIConfDir is the directory of CNI network configurations; the first
+	// one in lexical order is the pod network. Default: /etc/cni/net.d.
+	CNIConfDir string `toml:"cni_conf_dir" help:"directory of CNI network configurations"`
+
+	// CNIPluginDirs are the directories searched for CNI plugin binaries, in
+	// order. Default: ["/opt/cni/bin", "/usr/lib/cni"] (the standard
+	// directory, then Debian's).
+	CNIPluginDirs []string `toml:"cni_plugin_dirs" help:"directories of CNI plugin binaries"`
+
+	// CNICacheDir is libcni's cache of ADD results (needed for DEL). Default:
+	// "", meaning libcni's own default, /var/lib/cni.
+	CNICacheDir string `toml:"cni_cache_dir" help:"libcni result cache (empty: libcni's default, /var/lib/cni)"`
+
+	// NetworkTimeout bounds a CNI ADD. The ADD runs detached from the CRI
+	// request under this timeout, so that a network that is slower than the
+	// kubelet's deadline still finishes and is cached for the retry.
+	// It should exceed the kubelet's RunPodSandbox deadline (4m by default).
+	// Default: 5m.
+	NetworkTimeout time.Duration `toml:"network_timeout" help:"timeout of a CNI ADD, which runs detached from the request"`
+
+	// CacheTTL is how long a creation that finished after its request's
+	// deadline is kept for the kubelet's retry, counted from the last request
+	// for the name. Default: 2m.
+	CacheTTL time.Duration `toml:"cache_ttl" help:"how long a creation that finished after its request timed out is kept for the retry"`
+
+	// CacheSweepInterval is how often expired cached creations are looked
+	// for and undone. Default: 10s.
+	CacheSweepInterval time.Duration `toml:"cache_sweep_interval" help:"how often expired cached creations are undone"`
+
+	// UndoRetryMin is the first delay before an undo that failed is retried;
+	// the delay doubles on each failure up to UndoRetryMax. Default: 1s.
+	UndoRetryMin time.Duration `toml:"undo_retry_min" help:"first delay before a failed undo is retried"`
+
+	// UndoRetryMax caps the delay between retries of a failed undo. It must
+	// not be below UndoRetryMin. Default: 5m.
+	UndoRetryMax time.Duration `toml:"undo_retry_max" help:"longest delay between retries of a failed undo"`
+
+	// JournalLockTimeout is how long opening the journal waits for the file
+	// lock held by another process (such as a daemon that is still running)
+	// before it fails. Default: 1s.
+	JournalLockTimeout time.Duration `toml:"journal_lock_timeout" help:"how long opening the journal waits for its file lock"`
+
+	// JournalNoSync turns off the fsync of every journal commit.
+	// THIS IS UNSAFE: a crash or power loss can lose or corrupt the journal
+	// and leak what it recorded. For benchmarks only. Default: false.
+	JournalNoSync bool `toml:"journal_no_sync" help:"THIS IS UNSAFE, for benchmarks only: do not fsync journal commits"`
+
+	// LogLevel is the least severe level logged: debug, info, warn or error.
+	// Default: info.
+	LogLevel string `toml:"log_level" help:"log level: debug, info, warn or error"`
+
+	// LogFormat is the log format: text or json (log/slog's handlers).
+	// Default: text.
+	LogFormat string `toml:"log_format" help:"log format: text or json"`
+
+	// MetricsAddress is the host:port of the Prometheus metrics endpoint.
+	// Default: "", meaning no metrics endpoint.
+	MetricsAddress string `toml:"metrics_address" help:"host:port of the metrics endpoint (empty: off)"`
+
+	// StorageDriver is the containers/storage graph driver: "overlay",
+	// "vfs", or "" to choose overlay when the kernel supports it and vfs
+	// otherwise. Default: "".
+	StorageDriver string `toml:"storage_driver" help:"storage driver: overlay, vfs, or empty to choose"`
+
+	// StorageRoot is the directory of images and container root
+	// filesystems. Default: "", meaning <root>/storage; see StorageRootDir.
+	StorageRoot string `toml:"storage_root" help:"storage directory (empty: <root>/storage)"`
+
+	// StorageRunRoot is the storage's directory of state that does not
+	// outlive a reboot. Default: "", meaning <run_root>/storage; see
+	// StorageRunRootDir.
+	StorageRunRoot string `toml:"storage_run_root" help:"storage run directory (empty: <run_root>/storage)"`
+
+	// DefaultRuntime is the runtime handler used when a pod names none; it
+	// must be a key of Runtimes. Default: runc.
+	DefaultRuntime string `toml:"default_runtime" help:"runtime handler of pods that name none"`
+
+	// Runtimes maps a runtime handler name (the RuntimeClass handler, a
+	// lower-case DNS label) to its OCI runtime. In the file each is a table
+	// [runtimes.<name>] with keys path and root; tables in the file are
+	// merged with the defaults. Default: {"runc": {Path: "", Root:
+	// "/run/crijournal/runc"}}.
+	Runtimes map[string]Runtime `toml:"runtimes"`
+
+	// ConmonPath is the conmon binary. Default: "", meaning "conmon" looked
+	// up in PATH.
+	ConmonPath string `toml:"conmon_path" help:"conmon binary (empty: look up in PATH)"`
+
+	// StreamAddress is the address the streaming server (exec, attach,
+	// port-forward) listens on. Default: 127.0.0.1.
+	StreamAddress string `toml:"stream_address" help:"address of the streaming server"`
+
+	// StreamPort is the port of the streaming server, as a string; "0"
+	// picks a free port. Default: "0".
+	StreamPort string `toml:"stream_port" help:"port of the streaming server (0: any free port)"`
+}
+
+// Runtime is one OCI runtime handler.
+type Runtime struct {
+	// Path is the runtime binary (runc, crun, ...). Default: "", meaning the
+	// handler's name looked up in PATH.
+	Path string `toml:"path"`
+	// Root is the runtime's state directory (its --root). Default: "",
+	// meaning <run_root>/<handler>; see Config.RuntimeRoot.
+	Root string `toml:"root"`
+}
+
+// Default returns the default configuration.
+func Default() Config {
+	return Config{
+		Root:               "/var/lib/crijournal",
+		RunRoot:            "/run/crijournal",
+		Socket:             "/run/crijournal/crijournal.sock",
+		NamespaceDir:       "/var/run/crijournal/ns",
+		CNIConfDir:         "/etc/cni/net.d",
+		CNIPluginDirs:      []string{"/opt/cni/bin", "/usr/lib/cni"},
+		NetworkTimeout:     5 * time.Minute,
+		CacheTTL:           2 * time.Minute,
+		CacheSweepInterval: 10 * time.Second,
+		UndoRetryMin:       time.Second,
+		UndoRetryMax:       5 * time.Minute,
+		JournalLockTimeout: time.Second,
+		LogLevel:           "info",
+		LogFormat:          "text",
+		DefaultRuntime:     "runc",
+		Runtimes: map[string]Runtime{
+			"runc": {Root: "/run/crijournal/runc"},
+		},
+		StreamAddress: "127.0.0.1",
+		StreamPort:    "0",
+	}
+}
+
+// JournalFile returns the path of the journal database: JournalPath, or
+// <root>/journal.db when it is empty.
+func (c Config) JournalFile() string {
+	if c.JournalPath != "" {
+		return c.JournalPath
+	}
+	return filepath.Join(c.Root, "journal.db")
+}
+
+// StorageRootDir returns the storage directory: StorageRoot, or
+// <root>/storage when it is empty.
+func (c Config) StorageRootDir() string {
+	if c.StorageRoot != "" {
+		return c.StorageRoot
+	}
+	return filepath.Join(c.Root, "storage")
+}
+
+// StorageRunRootDir returns the storage run directory: StorageRunRoot, or
+// <run_root>/storage when it is empty.
+func (c Config) StorageRunRootDir() string {
+	if c.StorageRunRoot != "" {
+		return c.StorageRunRoot
+	}
+	return filepath.Join(c.RunRoot, "storage")
+}
+
+// RuntimeRoot returns the state directory of the runtime handler: its Root,
+// or <run_root>/<handler> when that is empty. The handler need not exist.
+func (c Config) RuntimeRoot(handler string) string {
+	if r := c.Runtimes[handler].Root; r != "" {
+		return r
+	}
+	return filepath.Join(c.RunRoot, handler)
+}
+
+// SlogLevel returns LogLevel as a slog.Level; a LogLevel that Validate
+// rejects gives slog.LevelInfo.
+func (c Config) SlogLevel() slog.Level {
+	switch c.LogLevel {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+var (
+	logLevels      = []string{"debug", "info", "warn", "error"}
+	logFormats     = []string{"text", "json"}
+	storageDrivers = []string{"", "overlay", "vfs"}
+
+	// handlerName is a DNS-1123 label, what Kubernetes allows as a
+	// RuntimeClass handler.
+	handlerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+)
+
+// maxSocketPath is the longest path a unix socket address can hold
+// (sun_path is 108 bytes, with a terminating NUL).
+const maxSocketPath = 107
+
+// Validate reports every invalid value in c, each as a *KeyError, joined
+// with errors.Join; it returns nil when c is valid.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &KeyError{Key: key, Err: fmt.Errorf(format, args...)})
+	}
+	absolute := func(key, path string, required bool) {
+		switch {
+		case path == "" && required:
+			bad(key, "must be set to an absolute path")
+		case path != "" && !filepath.IsAbs(path):
+			bad(key, "must be an absolute path, got %q", path)
+		}
+	}
+	positive := func(key string, d time.Duration) {
+		if d <= 0 {
+			bad(key, "must be a positive duration, got %v", d)
+		}
+	}
+	oneOf := func(key, value string, allowed []string) {
+		if !slices.Contains(allowed, value) {
+			bad(key, "must be one of %s, got %q", quoteList(allowed), value)
+		}
+	}
+
+	absolute("root", c.Root, true)
+	absolute("run_root", c.RunRoot, true)
+	absolute("journal_path", c.JournalPath, false)
+	absolute("socket", c.Socket, true)
+	if len(c.Socket) > maxSocketPath {
+		bad("socket", "is %d bytes long, a unix socket path can have at most %d", len(c.Socket), maxSocketPath)
+	}
+	absolute("namespace_dir", c.NamespaceDir, true)
+	absolute("cni_conf_dir", c.CNIConfDir, true)
+	if len(c.CNIPluginDirs) == 0 {
+		bad("cni_plugin_dirs", "must list at least one directory")
+	}
+	for _, dir := range c.CNIPluginDirs {
+		absolute("cni_plugin_dirs", dir, true)
+	}
+	absolute("cni_cache_dir", c.CNICacheDir, false)
+
+	positive("network_timeout", c.NetworkTimeout)
+	positive("cache_ttl", c.CacheTTL)
+	positive("cache_sweep_interval", c.CacheSweepInterval)
+	positive("undo_retry_min", c.UndoRetryMin)
+	positive("undo_retry_max", c.UndoRetryMax)
+	if c.UndoRetryMin > 0 && c.UndoRetryMax > 0 && c.UndoRetryMax < c.UndoRetryMin {
+		bad("undo_retry_max", "must not be below undo_retry_min (%v), got %v", c.UndoRetryMin, c.UndoRetryMax)
+	}
+	positive("journal_lock_timeout", c.JournalLockTimeout)
+
+	oneOf("log_level", c.LogLevel, logLevels)
+	oneOf("log_format", c.LogFormat, logFormats)
+	if c.MetricsAddress != "" {
+		if _, port, err := net.SplitHostPort(c.MetricsAddress); err != nil {
+			bad("metrics_address", "must be host:port or empty: %v", err)
+		} else if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			bad("metrics_address", "has an invalid port %q", port)
+		}
+	}
+
+	oneOf("storage_driver", c.StorageDriver, storageDrivers)
+	absolute("storage_root", c.StorageRoot, false)
+	absolute("storage_run_root", c.StorageRunRoot, false)
+
+	for _, name := range sortedKeys(c.Runtimes) {
+		rt := c.Runtimes[name]
+		if !handlerName.MatchString(name) {
+			bad("runtimes."+name, "handler name must be a lower-case DNS label (a-z, 0-9, '-'), got %q", name)
+			continue
+		}
+		absolute("runtimes."+name+".path", rt.Path, false)
+		absolute("runtimes."+name+".root", rt.Root, false)
+	}
+	if _, ok := c.Runtimes[c.DefaultRuntime]; !ok {
+		bad("default_runtime", "must name a handler of runtimes (%s), got %q", quoteList(sortedKeys(c.Runtimes)), c.DefaultRuntime)
+	}
+	absolute("conmon_path", c.ConmonPath, false)
+
+	if c.StreamAddress != "" && strings.ContainsAny(c.StreamAddress, " /") {
+		bad("stream_address", "must be a host name or IP address, got %q", c.StreamAddress)
+	}
+	if _, err := strconv.ParseUint(c.StreamPort, 10, 16); err != nil {
+		bad("stream_port", "must be a port number (0 to 65535), got %q", c.StreamPort)
+	}
+	return errors.Join(errs...)
+}
+
+// TOML renders c as a complete TOML configuration file: every key, each
+// after a comment with its meaning, environment variable and flag. Load
+// reads the result back to a Config equal to c.
+func (c Config) TOML() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.WriteString("# crijournal configuration. Every key is listed; a key left out of the file\n")
+	buf.WriteString("# keeps its default. Keys set by CRIJOURNAL_<KEY> or a flag override the file.\n")
+	v := reflect.ValueOf(c)
+	for _, f := range scalarFields {
+		value := v.Field(f.index).Interface()
+		if d, ok := value.(time.Duration); ok {
+			value = d.String()
+		}
+		line, err := toml.Marshal(map[string]any{f.key: value})
+		if err != nil {
+			return nil, fmt.Errorf("render %s: %w", f.key, err)
+		}
+		fmt.Fprintf(&buf, "\n# %s.\n# Env %s, flag --%s.\n", f.help, f.env, f.flag)
+		buf.Write(line)
+	}
+	buf.WriteString("\n# OCI runtime handlers: [runtimes.<handler>] with path (empty: the handler's\n")
+	buf.WriteString("# name in PATH) and root (empty: <run_root>/<handler>).\n")
+	buf.WriteString("# Env CRIJOURNAL_RUNTIMES_<HANDLER>_PATH and _ROOT.\n")
+	runtimes := c.Runtimes
+	if runtimes == nil {
+		runtimes = map[string]Runtime{}
+	}
+	tables, err := toml.Marshal(map[string]any{"runtimes": runtimes})
+	if err != nil {
+		return nil, fmt.Errorf("render runtimes: %w", err)
+	}
+	buf.Write(tables)
+	return buf.Bytes(), nil
+}
+
+// A field is one scalar key of Config: any field but Runtimes.
+type field struct {
+	key   string // TOML key: cache_ttl
+	flag  string // flag name: cache-ttl
+	env   string // environment variable: CRIJOURNAL_CACHE_TTL
+	help  string
+	index int // index of the field in Config
+}
+
+// scalarFields lists the scalar keys of Config in declaration order.
+var scalarFields = func() []field {
+	var fields []field
+	t := reflect.TypeFor[Config]()
+	for i := range t.NumField() {
+		sf := t.Field(i)
+		key := sf.Tag.Get("toml")
+		if key == "runtimes" {
+			continue
+		}
+		fields = append(fields, field{
+			key:   key,
+			flag:  strings.ReplaceAll(key, "_", "-"),
+			env:   envName(key),
+			help:  sf.Tag.Get("help"),
+			index: i,
+		})
+	}
+	return fields
+}()
+
+// envName returns the environment variable of a (possibly nested) key.
+func envName(key string) string {
+	return EnvPrefix + "_" + strings.ToUpper(envReplacer.Replace(key))
+}
+
+var envReplacer = strings.NewReplacer(".", "_", "-", "_")
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func quoteList(values []string) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = strconv.Quote(v)
+	}
+	return strings.Join(quoted, ", ")
+}

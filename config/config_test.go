@@ -1,0 +1,438 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/pflag"
+)
+
+// clearEnv removes every CRIJOURNAL_* variable for the duration of the test,
+// so the developer's environment cannot change the results.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, EnvPrefix+"_") {
+			t.Setenv(name, "") // restores the old value after the test
+			os.Unsetenv(name)
+		}
+	}
+}
+
+// writeFile writes a configuration file in a temporary directory and
+// returns its path.
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "crijournal.toml")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// parseFlags returns a flag set from BindFlags after parsing args.
+func parseFlags(t *testing.T, args ...string) *pflag.FlagSet {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
+// source is one layered input of a test: a file, environment and flags.
+type source struct {
+	file  string            // contents of the configuration file; "" means no file
+	env   map[string]string // environment variables
+	flags []string          // command-line arguments
+}
+
+// loadSource loads the configuration described by s. With no file, it loads
+// as from a default path that does not exist.
+func loadSource(t *testing.T, s source) (Config, error) {
+	t.Helper()
+	clearEnv(t)
+	for k, v := range s.env {
+		t.Setenv(k, v)
+	}
+	path, mustExist := filepath.Join(t.TempDir(), "missing.toml"), false
+	if s.file != "" {
+		path, mustExist = writeFile(t, s.file), true
+	}
+	return load(path, mustExist, parseFlags(t, s.flags...))
+}
+
+func TestDefault(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Default().Validate() = %v", err)
+	}
+	for _, tc := range []struct{ name, got, want string }{
+		{"JournalFile", c.JournalFile(), "/var/lib/crijournal/journal.db"},
+		{"StorageRootDir", c.StorageRootDir(), "/var/lib/crijournal/storage"},
+		{"StorageRunRootDir", c.StorageRunRootDir(), "/run/crijournal/storage"},
+		{"RuntimeRoot(runc)", c.RuntimeRoot("runc"), "/run/crijournal/runc"},
+		{"RuntimeRoot(crun)", c.RuntimeRoot("crun"), "/run/crijournal/crun"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %q, want %q", tc.name, tc.got, tc.want)
+		}
+	}
+	c.JournalPath, c.StorageRoot, c.StorageRunRoot = "/j.db", "/s", "/sr"
+	if c.JournalFile() != "/j.db" || c.StorageRootDir() != "/s" || c.StorageRunRootDir() != "/sr" {
+		t.Errorf("explicit paths not returned: %q %q %q", c.JournalFile(), c.StorageRootDir(), c.StorageRunRootDir())
+	}
+
+	// Default() must return a fresh value each time.
+	a, b := Default(), Default()
+	a.CNIPluginDirs[0] = "/changed"
+	a.Runtimes["runc"] = Runtime{Path: "/changed"}
+	if diff := cmp.Diff(Default(), b); diff != "" {
+		t.Errorf("Default() shares state between calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestLoadDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  source
+	}{
+		{"missing default file", source{}},
+		{"empty file", source{file: "# nothing\n"}},
+		{"unrelated env", source{env: map[string]string{"CRIJOURNAL_BIN": "/x", "OTHER": "y"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := loadSource(t, tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(Default(), got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadMissingExplicitFile(t *testing.T) {
+	clearEnv(t)
+	path := filepath.Join(t.TempDir(), "nope.toml")
+	_, err := Load(path, nil)
+	if !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Load(%q) = %v, want a not-exist error naming the file", path, err)
+	}
+}
+
+func TestLoadLayers(t *testing.T) {
+	const file = `
+root = "/srv/cj"
+cache_ttl = "3m"
+log_level = "debug"
+cni_plugin_dirs = ["/a"]
+journal_no_sync = true
+
+[runtimes.runc]
+path = "/usr/sbin/runc"
+
+[runtimes.crun]
+path = "/usr/bin/crun"
+`
+	for _, tc := range []struct {
+		name string
+		src  source
+		want func(*Config)
+	}{
+		{
+			name: "file overrides default",
+			src:  source{file: file},
+			want: func(c *Config) {
+				c.Root = "/srv/cj"
+				c.CacheTTL = 3 * time.Minute
+				c.LogLevel = "debug"
+				c.CNIPluginDirs = []string{"/a"}
+				c.JournalNoSync = true
+				c.Runtimes = map[string]Runtime{
+					"runc": {Path: "/usr/sbin/runc", Root: "/run/crijournal/runc"},
+					"crun": {Path: "/usr/bin/crun"},
+				}
+			},
+		},
+		{
+			name: "env overrides file",
+			src: source{file: file, env: map[string]string{
+				"CRIJOURNAL_CACHE_TTL":          "4m",
+				"CRIJOURNAL_CNI_PLUGIN_DIRS":    "/b, /c",
+				"CRIJOURNAL_JOURNAL_NO_SYNC":    "false",
+				"CRIJOURNAL_RUNTIMES_CRUN_ROOT": "/run/crun",
+				"CRIJOURNAL_RUNTIMES_RUNC_PATH": "/opt/runc",
+			}},
+			want: func(c *Config) {
+				c.Root = "/srv/cj"
+				c.CacheTTL = 4 * time.Minute
+				c.LogLevel = "debug"
+				c.CNIPluginDirs = []string{"/b", "/c"}
+				c.Runtimes = map[string]Runtime{
+					"runc": {Path: "/opt/runc", Root: "/run/crijournal/runc"},
+					"crun": {Path: "/usr/bin/crun", Root: "/run/crun"},
+				}
+			},
+		},
+		{
+			name: "flag overrides env",
+			src: source{
+				file:  file,
+				env:   map[string]string{"CRIJOURNAL_CACHE_TTL": "4m", "CRIJOURNAL_LOG_LEVEL": "warn"},
+				flags: []string{"--cache-ttl=5m", "--cni-plugin-dirs=/d,/e", "--journal-no-sync=false", "--socket", "/tmp/cj.sock"},
+			},
+			want: func(c *Config) {
+				c.Root = "/srv/cj"
+				c.CacheTTL = 5 * time.Minute
+				c.LogLevel = "warn"
+				c.CNIPluginDirs = []string{"/d", "/e"}
+				c.Socket = "/tmp/cj.sock"
+				c.Runtimes = map[string]Runtime{
+					"runc": {Path: "/usr/sbin/runc", Root: "/run/crijournal/runc"},
+					"crun": {Path: "/usr/bin/crun"},
+				}
+			},
+		},
+		{
+			name: "env without file",
+			src: source{env: map[string]string{
+				"CRIJOURNAL_METRICS_ADDRESS": "127.0.0.1:9090",
+				"CRIJOURNAL_STORAGE_DRIVER":  "vfs",
+			}},
+			want: func(c *Config) {
+				c.MetricsAddress = "127.0.0.1:9090"
+				c.StorageDriver = "vfs"
+			},
+		},
+		{
+			name: "empty env value sets empty",
+			src: source{
+				file: `metrics_address = "127.0.0.1:9090"`,
+				env:  map[string]string{"CRIJOURNAL_METRICS_ADDRESS": ""},
+			},
+			want: func(*Config) {},
+		},
+		{
+			name: "unset flags do not override",
+			src:  source{file: `socket = "/run/x.sock"`},
+			want: func(c *Config) { c.Socket = "/run/x.sock" },
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := loadSource(t, tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Default()
+			tc.want(&want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLoadUnknownKey(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, key string
+	}{
+		{"top level typo", "cache_tll = \"1m\"\n", "cache_tll"},
+		{"table", "[storage]\ndriver = \"vfs\"\n", "storage"},
+		{"wrong case", "Root = \"/x\"\n", "Root"},
+		{"runtime key", "[runtimes.runc]\nbinary = \"/x\"\n", "runtimes.runc.binary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, tc.file)
+			clearEnv(t)
+			_, err := Load(path, nil)
+			if !errors.Is(err, ErrUnknownKey) {
+				t.Fatalf("Load = %v, want ErrUnknownKey", err)
+			}
+			var ke *KeyError
+			if !errors.As(err, &ke) || ke.Key != tc.key || ke.Source != path {
+				t.Fatalf("Load = %#v, want a KeyError for %q from %q", err, tc.key, path)
+			}
+			if msg := err.Error(); !strings.Contains(msg, tc.key) || !strings.Contains(msg, path) {
+				t.Errorf("error %q does not name the key %q and the file", msg, tc.key)
+			}
+		})
+	}
+}
+
+func TestLoadInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		src    source
+		key    string // the key the error must name; "" for errors about the whole file
+		substr string // more text the error must hold
+	}{
+		{"bad duration in file", source{file: `cache_ttl = "2 minutes"`}, "cache_ttl", "invalid duration"},
+		{"bad duration in env", source{env: map[string]string{"CRIJOURNAL_NETWORK_TIMEOUT": "5"}}, "network_timeout", "CRIJOURNAL_NETWORK_TIMEOUT"},
+		{"integer duration", source{file: `cache_ttl = 120`}, "cache_ttl", "integer 120"},
+		{"negative ttl", source{file: `cache_ttl = "-1m"`}, "cache_ttl", "positive"},
+		{"zero sweep interval", source{env: map[string]string{"CRIJOURNAL_CACHE_SWEEP_INTERVAL": "0s"}}, "cache_sweep_interval", "positive"},
+		{"negative ttl flag", source{flags: []string{"--cache-ttl=-5s"}}, "cache_ttl", "flag --cache-ttl"},
+		{"undo max below min", source{file: "undo_retry_min = \"10m\"\nundo_retry_max = \"1m\""}, "undo_retry_max", "undo_retry_min"},
+		{"relative root", source{file: `root = "var/lib/cj"`}, "root", "absolute"},
+		{"empty socket", source{file: `socket = ""`}, "socket", "absolute"},
+		{"long socket", source{file: `socket = "/` + strings.Repeat("s", 120) + `"`}, "socket", "at most"},
+		{"relative journal path", source{env: map[string]string{"CRIJOURNAL_JOURNAL_PATH": "journal.db"}}, "journal_path", "absolute"},
+		{"relative plugin dir", source{file: `cni_plugin_dirs = ["/opt/cni/bin", "bin"]`}, "cni_plugin_dirs", `"bin"`},
+		{"no plugin dirs", source{file: `cni_plugin_dirs = []`}, "cni_plugin_dirs", "at least one"},
+		{"plugin dirs not strings", source{file: `cni_plugin_dirs = [1]`}, "cni_plugin_dirs", "array of strings"},
+		{"relative runtime path", source{file: "[runtimes.runc]\npath = \"runc\""}, "runtimes.runc.path", "absolute"},
+		{"unknown log level", source{file: `log_level = "verbose"`}, "log_level", `"verbose"`},
+		{"unknown log format", source{env: map[string]string{"CRIJOURNAL_LOG_FORMAT": "xml"}}, "log_format", "text"},
+		{"unknown storage driver", source{file: `storage_driver = "btrfs"`}, "storage_driver", "overlay"},
+		{"bad metrics address", source{file: `metrics_address = "9090"`}, "metrics_address", "host:port"},
+		{"bad stream port", source{file: `stream_port = "http"`}, "stream_port", "port"},
+		{"integer stream port", source{file: `stream_port = 10010`}, "stream_port", "want a string"},
+		{"bad bool env", source{env: map[string]string{"CRIJOURNAL_JOURNAL_NO_SYNC": "maybe"}}, "journal_no_sync", "true or false"},
+		{"unknown default runtime", source{file: `default_runtime = "kata"`}, "default_runtime", `"runc"`},
+		{"bad handler name", source{file: "[runtimes.Kata_QEMU]\npath = \"/usr/bin/kata\""}, "runtimes.Kata_QEMU", "DNS label"},
+		{"runtime not a table", source{file: "[runtimes]\nrunc = \"/usr/sbin/runc\""}, "runtimes.runc", "table"},
+		{"syntax error", source{file: "root = /var/lib\n"}, "", ":1:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadSource(t, tc.src)
+			if err == nil {
+				t.Fatal("Load succeeded, want an error")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tc.substr) {
+				t.Errorf("error %q does not contain %q", msg, tc.substr)
+			}
+			if tc.key == "" {
+				return
+			}
+			var ke *KeyError
+			if !errors.As(err, &ke) || ke.Key != tc.key {
+				t.Errorf("error %q is not a KeyError for %q", msg, tc.key)
+			}
+			if !strings.HasPrefix(msg, tc.key+": ") {
+				t.Errorf("error %q does not start with the key %q", msg, tc.key)
+			}
+		})
+	}
+}
+
+func TestLoadReportsEveryError(t *testing.T) {
+	_, err := loadSource(t, source{file: "log_level = \"loud\"\nlog_format = \"xml\"\nroot = \"rel\"\n"})
+	for _, key := range []string{"log_level", "log_format", "root"} {
+		if err == nil || !strings.Contains(err.Error(), key+": ") {
+			t.Errorf("error %v does not report %s", err, key)
+		}
+	}
+}
+
+func TestTOMLRoundTrip(t *testing.T) {
+	custom := Config{
+		Root:               "/srv/crijournal",
+		RunRoot:            "/run/cj",
+		JournalPath:        "/srv/journal \"quoted\".db",
+		Socket:             "/run/cj/cj.sock",
+		NamespaceDir:       "/run/cj/ns",
+		CNIConfDir:         "/etc/cni/conf",
+		CNIPluginDirs:      []string{"/opt/cni/bin"},
+		CNICacheDir:        "/var/cache/cni",
+		NetworkTimeout:     7*time.Minute + 30*time.Second,
+		CacheTTL:           90 * time.Second,
+		CacheSweepInterval: 1500 * time.Millisecond,
+		UndoRetryMin:       250 * time.Millisecond,
+		UndoRetryMax:       time.Hour,
+		JournalLockTimeout: 3 * time.Second,
+		JournalNoSync:      true,
+		LogLevel:           "debug",
+		LogFormat:          "json",
+		MetricsAddress:     "[::1]:9090",
+		StorageDriver:      "vfs",
+		StorageRoot:        "/srv/storage",
+		StorageRunRoot:     "/run/storage",
+		DefaultRuntime:     "crun",
+		Runtimes: map[string]Runtime{
+			"runc": {Path: "/usr/sbin/runc", Root: "/run/runc"},
+			"crun": {Path: "/usr/bin/crun"},
+		},
+		ConmonPath:    "/usr/bin/conmon",
+		StreamAddress: "0.0.0.0",
+		StreamPort:    "10010",
+	}
+	// custom must set every field to a non-default value, or the test
+	// would not show that the field round-trips.
+	def, cv := reflect.ValueOf(Default()), reflect.ValueOf(custom)
+	for i := range def.NumField() {
+		if reflect.DeepEqual(def.Field(i).Interface(), cv.Field(i).Interface()) {
+			t.Errorf("custom config leaves %s at its default", def.Type().Field(i).Name)
+		}
+	}
+
+	for _, tc := range []struct {
+		name string
+		c    Config
+	}{
+		{"default", Default()},
+		{"custom", custom},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data, err := tc.c.TOML()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range scalarFields {
+				if !strings.Contains(string(data), "\n"+f.key+" = ") {
+					t.Errorf("TOML() has no key %s:\n%s", f.key, data)
+				}
+			}
+			got, err := loadSource(t, source{file: string(data)})
+			if err != nil {
+				t.Fatalf("Load(TOML()) = %v\n%s", err, data)
+			}
+			if diff := cmp.Diff(tc.c, got); diff != "" {
+				t.Errorf("Load(TOML()) differs (-want +got):\n%s\n%s", diff, data)
+			}
+		})
+	}
+}
+
+func TestBindFlags(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	BindFlags(fs)
+	for _, f := range scalarFields {
+		fl := fs.Lookup(f.flag)
+		if fl == nil {
+			t.Errorf("no flag --%s for key %s", f.flag, f.key)
+			continue
+		}
+		if !strings.Contains(fl.Usage, f.env) {
+			t.Errorf("usage of --%s does not name %s: %q", f.flag, f.env, fl.Usage)
+		}
+	}
+	for _, name := range []string{"cache-ttl", "socket", "log-level", "journal-no-sync", "cni-plugin-dirs"} {
+		if fs.Lookup(name) == nil {
+			t.Errorf("no flag --%s", name)
+		}
+	}
+	if err := fs.Parse([]string{"--cache-ttl=soon"}); err == nil {
+		t.Error("--cache-ttl=soon parsed without error")
+	}
+}
+
+func TestSlogLevel(t *testing.T) {
+	for _, level := range logLevels {
+		c := Config{LogLevel: level}
+		if got := c.SlogLevel().String(); !strings.EqualFold(got, level) {
+			t.Errorf("SlogLevel(%q) = %s", level, got)
+		}
+	}
+}
