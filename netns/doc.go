@@ -1,0 +1,52 @@
+// Package netns owns the network plumbing of a pod sandbox: the pinned
+// namespaces a sandbox's containers join, and the attachment of the sandbox's
+// network namespace to the pod network through CNI.
+//
+// # Pinned namespaces
+//
+// [Pin] creates new network, IPC and UTS namespaces ([Net], [IPC], [UTS]) and
+// keeps each alive without any process in it by bind-mounting it onto an
+// empty file:
+//
+//	<dir>/netns/<sandboxID>
+//	<dir>/ipcns/<sandboxID>
+//	<dir>/utsns/<sandboxID>
+//
+// The path of a pin is a pure function of (dir, kind, sandboxID), see
+// [PinPath], so an undo step only needs to remember those. [Unpin] removes a
+// pin and is idempotent: a pin that is not mounted, or not there at all, is
+// success ("not found is success"). [IsPinned] reports whether a path is a
+// live pin (an nsfs mount).
+//
+// Namespaces belong to OS threads. Pin enters the new namespaces on a locked
+// thread that the Go runtime then destroys, and never on the main thread,
+// which the runtime cannot destroy: a tainted main thread would keep a
+// sandbox's network namespace alive for the life of the daemon and make
+// /proc/<pid>/ns/* and /proc/net describe the sandbox instead of the host.
+//
+// # CNI
+//
+// [LoadNetwork] reads the first network configuration of a CNI configuration
+// directory, the way CRI-O and containerd pick their default network, and
+// returns a [Network]. [Network.Attach] runs CNI ADD for a sandbox (libcni
+// AddNetworkList), [Network.Detach] runs CNI DEL (DelNetworkList). Detach is
+// idempotent and also works after the network namespace is gone, so that IPAM
+// still releases the sandbox's addresses; it is the undo of Attach. Attach
+// does not undo a failed ADD itself: the caller records the intent before
+// calling Attach and runs Detach as the undo whatever Attach returned.
+//
+// CNI plugins are started with a parent-death signal (SIGKILL) from a locked
+// OS thread, so a plugin cannot outlive a daemon killed during ADD and finish
+// an allocation nobody will ever account for.
+//
+// # Conventions
+//
+// Functions that can block take a [context.Context] first; the caller chooses
+// the timeout (this package adds none). Nothing is logged: every failure is
+// returned, wrapped with what was being done. Identifiers that end up in
+// paths (sandbox IDs, interface names, network names) are validated before any
+// path is built from them; invalid ones give [ErrInvalid].
+//
+// This package must not import any other crijournal package: the journal wraps
+// these functions as undo steps, not the other way round.
+package netns

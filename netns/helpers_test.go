@@ -1,0 +1,133 @@
+package netns
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// need fails the test under CI (CI=true), where every prerequisite must be
+// present, and skips it elsewhere.
+func need(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// requireRoot stops the test unless it runs as root.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		need(t, "netns tests need root; CI must run as root")
+	}
+}
+
+// requirePlugins stops the test unless it runs as root and the reference CNI
+// plugins (bridge, host-local) and the tools the tests use (nsenter, ip) are
+// installed. It returns the plugin directory.
+func requirePlugins(t *testing.T) string {
+	t.Helper()
+	requireRoot(t)
+	for _, tool := range []string{"nsenter", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			need(t, "netns tests need "+tool+" (util-linux, iproute2); CI must install it")
+		}
+	}
+	for _, dir := range []string{"/usr/lib/cni", "/opt/cni/bin"} {
+		if isExecutable(filepath.Join(dir, "bridge")) && isExecutable(filepath.Join(dir, "host-local")) {
+			return dir
+		}
+	}
+	need(t, "netns CNI tests need the bridge and host-local plugins in /usr/lib/cni or /opt/cni/bin (Debian: containernetworking-plugins); CI must install them")
+	return ""
+}
+
+func isExecutable(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// newSandboxID returns a random sandbox ID shaped like the real ones.
+func newSandboxID(t *testing.T) string { return randomHex(t, 32) }
+
+// mounted reports whether path is a mount point in this process's mount
+// namespace, from /proc/self/mountinfo.
+func mounted(t *testing.T, path string) bool {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && fields[4] == path {
+			return true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return false
+}
+
+// inode returns the inode number of the file at path (following links, so a
+// /proc/*/ns/* link gives the namespace's inode).
+func inode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	return st.Ino
+}
+
+// run runs a command and returns its trimmed output, failing the test on
+// error.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.CommandContext(context.Background(), name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// pinTestNet pins a network namespace for a new sandbox under a temp dir and
+// unpins it when the test ends.
+func pinTestNet(t *testing.T) (sandboxID, path string) {
+	t.Helper()
+	sandboxID = newSandboxID(t)
+	paths, err := Pin(context.Background(), t.TempDir(), sandboxID, []Kind{Net}, "")
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := Unpin(context.Background(), paths[Net]); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return sandboxID, paths[Net]
+}
