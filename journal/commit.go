@@ -3,15 +3,18 @@ package journal
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/crijournal/crijournal/migrations"
 )
 
-// committer is the single writer of the file. Writes are queued in index order; its loop
-// takes everything queued, commits it in one transaction, and starts again at once
-// (group commit without a delay: a lone creation never waits for company).
+// committer is the single writer of the file. Writes are queued in index order; as soon as
+// a durable write is queued, its loop takes everything queued, commits it in one
+// transaction, and starts again at once (group commit without a delay: a lone creation
+// never waits for company). Lazy writes alone do not start a commit: they ride on the next
+// durable one, or are flushed after lazyFlushDelay.
 type committer struct {
 	db *bolt.DB
 
@@ -21,7 +24,10 @@ type committer struct {
 	waiters []*pending
 	closing bool
 	broken  error
-	done    chan struct{}
+	// lazyDue is set by the flush timer started when a lazy write finds nothing queued.
+	lazyDue   bool
+	lazyTimer *time.Timer
+	done      chan struct{}
 
 	nCommits, nWrites int64
 }
@@ -46,6 +52,9 @@ type pending struct {
 	err  error
 }
 
+// lazyFlushDelay bounds how long a lazy write waits for a durable one to ride on.
+const lazyFlushDelay = 50 * time.Millisecond
+
 func newCommitter(db *bolt.DB) *committer {
 	c := &committer{db: db, done: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
@@ -68,6 +77,14 @@ func (c *committer) enqueue(w write, durable bool) *pending {
 		}
 		c.waiters = append(c.waiters, p)
 	}
+	if !durable && len(c.queue) == 0 && c.lazyTimer == nil {
+		c.lazyTimer = time.AfterFunc(lazyFlushDelay, func() {
+			c.mu.Lock()
+			c.lazyDue = true
+			c.cond.Signal()
+			c.mu.Unlock()
+		})
+	}
 	c.queue = append(c.queue, w)
 	c.cond.Signal()
 	return p
@@ -84,7 +101,7 @@ func (c *committer) loop() {
 	defer close(c.done)
 	for {
 		c.mu.Lock()
-		for len(c.queue) == 0 && !c.closing {
+		for len(c.waiters) == 0 && !c.closing && !(c.lazyDue && len(c.queue) > 0) {
 			c.cond.Wait()
 		}
 		if len(c.queue) == 0 && c.closing {
@@ -93,6 +110,11 @@ func (c *committer) loop() {
 		}
 		batch, waiters := c.queue, c.waiters
 		c.queue, c.waiters = nil, nil
+		c.lazyDue = false
+		if c.lazyTimer != nil {
+			c.lazyTimer.Stop()
+			c.lazyTimer = nil
+		}
 		broken := c.broken
 		c.mu.Unlock()
 

@@ -19,7 +19,8 @@ type BeginRequest struct {
 	Stage       string
 }
 
-// Begin reserves req.Name for a new record in state creating and makes it durable. When a
+// Begin reserves req.Name for a new record in state creating; the reservation becomes
+// durable with the record's first intent (or lazyFlushDelay later). When a
 // record already holds the name it returns a *HeldError (errors.Is ErrNameHeld) carrying
 // that record, so the caller can wait on it, claim it, or refuse.
 func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
@@ -56,13 +57,12 @@ func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
 	}
 	j.byID[req.ID] = e
 	j.byName[string(nameKey(req.Kind, req.Name))] = e
-	p, err := j.change(e, true, func(*Record) {})
+	// Lazy: until the first intent nothing exists outside the journal, so losing the
+	// reservation in a crash loses nothing; it rides on that intent's commit.
+	_, err := j.change(e, false, func(*Record) {})
 	rec := e.rec.Clone()
 	j.mu.Unlock()
 	if err != nil {
-		return Record{}, err
-	}
-	if err := wait(p); err != nil {
 		return Record{}, fmt.Errorf("begin %s %q: %w", req.Kind, req.Name, err)
 	}
 	return rec, nil

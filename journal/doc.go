@@ -30,9 +30,10 @@
 // is rebuilt from the file at Open. Every change is applied to the index under one mutex and
 // queued, in that same order, to a single committer goroutine that writes everything queued
 // so far in one bbolt transaction (group commit): it commits as soon as the previous commit
-// finishes, never waiting for more work. Calls that must be durable (Begin, Intent, Answer,
+// finishes, never waiting for more work. Calls that must be durable (Intent, Answer,
 // Claim, Remove, ...) wait for their commit; Done and Ready ride on the next commit, which is
-// safe because every undo is idempotent.
+// safe because every undo is idempotent; Begin rides too, since nothing exists outside the
+// journal before the first intent.
 //
 // Watch returns a record's snapshot together with a channel that is closed at its next
 // change, both taken under the index lock, so a change can never slip between a caller's
