@@ -1,0 +1,133 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/recovery"
+	"github.com/crijournal/crijournal/server"
+)
+
+func init() {
+	subcommands = append(subcommands, func() *cobra.Command {
+		return &cobra.Command{
+			Use:   "serve",
+			Short: "Serve the CRI on the configured unix socket (the default command)",
+			Args:  cobra.NoArgs,
+			RunE:  runServe,
+		}
+	})
+}
+
+// gracefulStopTimeout bounds how long a stopping daemon waits for requests in flight
+// before it cuts them off; anything they left half done is the next start's to recover.
+const gracefulStopTimeout = 5 * time.Second
+
+// runServe opens the journal, recovers it, and serves the CRI until SIGINT or SIGTERM.
+func runServe(cmd *cobra.Command, args []string) error {
+	cfg, err := loadConfig(cmd)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	slog.SetDefault(log)
+
+	registry := journal.NewRegistry()
+	networks := &netns.Networks{ConfDir: cfg.CNIConfDir, PluginDirs: cfg.CNIPluginDirs, CacheDir: cfg.CNICacheDir}
+	netns.RegisterUndos(registry, networks)
+
+	j, err := journal.Open(cfg.JournalFile(), journal.Options{
+		LockTimeout:  cfg.JournalLockTimeout,
+		NoSync:       cfg.JournalNoSync,
+		CacheTTL:     cfg.CacheTTL,
+		UndoRetryMin: cfg.UndoRetryMin,
+		UndoRetryMax: cfg.UndoRetryMax,
+		Registry:     registry,
+		Logger:       log,
+	})
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	if cfg.JournalNoSync {
+		log.Warn("journal_no_sync is on: commits are not fsynced; THIS IS UNSAFE, a crash can lose or corrupt the journal; for benchmarks only")
+	}
+	if _, err := networks.Network(); err != nil {
+		log.Warn("no CNI network yet; pods that need one will fail until a configuration appears", "err", err)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	srv := server.New(cfg, j, networks, version, log)
+	start := time.Now()
+	recovery.Run(ctx, j, log, srv.Reconcile)
+	log.Debug("recovery took", "duration", time.Since(start))
+
+	maintained := make(chan struct{})
+	go func() {
+		defer close(maintained)
+		j.Maintain(ctx, cfg.CacheSweepInterval)
+	}()
+
+	lis, err := server.Listen(cfg.Socket)
+	if err != nil {
+		stop()
+		<-maintained
+		return err
+	}
+	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor))
+	srv.Register(g)
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(lis) }()
+	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.JournalFile(), "version", version)
+
+	select {
+	case <-ctx.Done():
+		log.Info("stopping")
+	case err := <-served:
+		stop()
+		<-maintained
+		return fmt.Errorf("serve: %w", err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(gracefulStopTimeout):
+		log.Warn("requests still running after the graceful stop timeout: cutting them off; the next start recovers what they left", "timeout", gracefulStopTimeout)
+		g.Stop()
+	}
+	<-maintained
+	os.Remove(cfg.Socket)
+	return nil
+}
+
+// newLogger builds the daemon's logger from the configured level and format.
+func newLogger(cfg config.Config) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: cfg.SlogLevel()}
+	switch cfg.LogFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("log_format %q: want text or json", cfg.LogFormat)
+}

@@ -1,0 +1,102 @@
+// Package recovery replays the journal at startup, before the socket is served, so that a
+// crash never leaks and never loses: half-done creations are rolled back, finished but
+// unanswered ones are cached for the kubelet's retry, interrupted removals are finished,
+// and created resources are reconciled with the world. Failed undos are left to the
+// journal's background retries: recovery never stops the daemon from starting.
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// Reconciler checks a created record against the world and repairs what it can; it reports
+// whether anything changed.
+type Reconciler func(ctx context.Context, rec journal.Record) (bool, error)
+
+// Summary counts what recovery did.
+type Summary struct {
+	RolledBack int // creations interrupted part way, undone
+	Cached     int // finished but never answered: kept for the retry
+	Kept       int // cached records kept with their stored expiry
+	Resumed    int // removals or undos interrupted, finished
+	Reconciled int // created records repaired
+	Retrying   int // records with an undo that failed and will be retried
+}
+
+// Run replays every record of j once. It logs per record at info level and returns the
+// summary (also logged in one line).
+func Run(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile Reconciler) Summary {
+	var sum Summary
+	for _, rec := range j.List(nil) {
+		log := log.With("kind", rec.Kind, "id", rec.ID, "name", rec.Name, "state", rec.State)
+		var err error
+		switch rec.State {
+		case journal.StateCreating:
+			err = j.Rollback(ctx, rec.ID)
+			if err == nil {
+				sum.RolledBack++
+				log.Info("recovery: interrupted creation rolled back", "steps", len(rec.Steps))
+			}
+		case journal.StateReady:
+			var cached journal.Record
+			cached, err = j.Cache(ctx, rec.ID)
+			if err == nil {
+				sum.Cached++
+				log.Info("recovery: finished but unanswered creation cached for the retry", "expiry", cached.Expiry)
+			}
+		case journal.StateCached:
+			sum.Kept++
+			log.Info("recovery: cached creation kept", "expiry", rec.Expiry)
+		case journal.StateRemoving:
+			err = j.Remove(ctx, rec.ID)
+			if err == nil {
+				sum.Resumed++
+				log.Info("recovery: interrupted removal finished")
+			}
+		case journal.StateUndoing:
+			if len(rec.FailedUndos()) > 0 {
+				sum.Retrying++
+				log.Info("recovery: undo still failing, retried in the background", "failed", len(rec.FailedUndos()))
+				continue
+			}
+			err = j.Rollback(ctx, rec.ID)
+			if err == nil {
+				sum.Resumed++
+				log.Info("recovery: interrupted rollback finished")
+			}
+		case journal.StateCreated:
+			if reconcile == nil {
+				continue
+			}
+			var changed bool
+			changed, err = reconcile(ctx, rec)
+			if changed && err == nil {
+				sum.Reconciled++
+				log.Info("recovery: created record reconciled with the node")
+			}
+		}
+		if err != nil {
+			var uerr *journal.UndoError
+			if errors.As(err, &uerr) {
+				sum.Retrying++
+				log.Warn("recovery: undo failed, will be retried in the background", "err", err)
+			} else {
+				log.Error("recovery: could not recover record, continuing", "err", err)
+			}
+		}
+	}
+	if n, err := j.ExpireCached(ctx); n > 0 {
+		sum.Kept -= n
+		sum.RolledBack += n
+		if err != nil {
+			log.Warn("recovery: expired cached creation could not be undone, will be retried", "err", err)
+		}
+	}
+	log.Info("recovery done", "rolled_back", sum.RolledBack, "cached", sum.Cached, "kept", sum.Kept,
+		"resumed", sum.Resumed, "reconciled", sum.Reconciled, "retrying", sum.Retrying)
+	return sum
+}

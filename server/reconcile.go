@@ -1,0 +1,47 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/netns"
+)
+
+// Reconcile brings a created record in line with the world at startup. A sandbox whose
+// network namespace pin is gone (a reboot empties /run) can never be ready again: it gets
+// CNI DEL anyway, so host-local frees its addresses, and is marked stopped; its record
+// stays until the kubelet removes it. It reports whether anything changed.
+func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error) {
+	if rec.Kind != journal.KindSandbox {
+		return false, nil
+	}
+	sb, err := decodeSandbox(rec)
+	if err != nil {
+		return false, err
+	}
+	if _, stopped := rec.Marker(markerStopped); stopped {
+		return false, nil
+	}
+	lost := false
+	for _, path := range sb.obj.Namespaces {
+		if !netns.IsPinned(path) {
+			lost = true
+		}
+	}
+	if !lost {
+		return false, nil
+	}
+	if _, done := rec.Marker(markerNetworkStopped); !done {
+		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
+		err := s.journal.UndoSteps(nctx, rec.ID, netns.StepAttach)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("sandbox %s lost its namespaces: cni detach: %w", rec.ID, err)
+		}
+		if err := s.journal.SetMarker(ctx, rec.ID, markerNetworkStopped, now()); err != nil {
+			return false, err
+		}
+	}
+	return true, s.journal.SetMarker(ctx, rec.ID, markerStopped, now())
+}

@@ -1,0 +1,179 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// reservation is the outcome of reserve: either a new record to build, or the ID of an
+// existing one to answer with.
+type reservation struct {
+	record     journal.Record // valid when existingID is empty
+	existingID string
+}
+
+// reserve begins a creation under req.Name, or settles the request from the record that
+// holds the name:
+//   - created from the same request: its ID (a true duplicate);
+//   - cached from the same request: claimed, its ID;
+//   - still being made from the same request: wait for it on the journal's watcher. If it
+//     is created normally meanwhile, its ID; if it becomes cached while we wait, this
+//     request still fails at its own deadline (the next retry gets it: handing it to a
+//     client that may have given up could leak it);
+//   - cached from a different request: rolled back, and the name is taken afresh;
+//   - anything else from a different request: AlreadyExists.
+func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reservation, error) {
+	what := string(req.Kind)
+	waitedOn := "" // the ID of the in-progress creation this request has waited for
+	for {
+		rec, err := s.journal.Begin(ctx, req)
+		var held *journal.HeldError
+		if !errors.As(err, &held) {
+			return reservation{record: rec}, err
+		}
+		h := held.Holder
+		if h.Fingerprint != req.Fingerprint {
+			if h.State == journal.StateCached {
+				s.log.Info("name reused by a different request: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name)
+				if err := s.rollback(ctx, h.ID); err != nil && !errors.As(err, new(*journal.UndoError)) {
+					return reservation{}, err
+				}
+				continue
+			}
+			return reservation{}, status.Errorf(codes.AlreadyExists,
+				"%s name %q is already used by %s %s (%s), made from a different request; remove it first or change the attempt",
+				what, req.Name, what, h.ID, h.State)
+		}
+		switch h.State {
+		case journal.StateCreated:
+			return reservation{existingID: h.ID}, nil
+		case journal.StateCached:
+			if h.ID == waitedOn {
+				// It finished after its own request's deadline while we waited: keep it
+				// for the next retry and fail at our deadline.
+				deadline, _ := ctx.Deadline()
+				s.journal.Touch(req.Kind, req.Name, deadline)
+				wctx, cancel := answerBefore(ctx)
+				<-wctx.Done()
+				cancel()
+				return reservation{}, status.Errorf(codes.DeadlineExceeded,
+					"%s %s (%q) is ready but was finished after its request timed out; it will be returned on the next retry",
+					what, h.ID, req.Name)
+			}
+			claimed, err := s.journal.Claim(ctx, req.Kind, req.Name, req.Fingerprint)
+			if errors.Is(err, journal.ErrWrongState) || errors.Is(err, journal.ErrNotFound) {
+				continue // it changed under us: look again
+			}
+			if err != nil {
+				return reservation{}, err
+			}
+			s.log.Info("cached creation claimed by its retry", "kind", h.Kind, "id", h.ID, "name", h.Name)
+			return reservation{existingID: claimed.ID}, nil
+		}
+		// creating, ready, undoing or removing: wait for the next change of the holder.
+		if waitedOn != h.ID {
+			waitedOn = h.ID
+			deadline, _ := ctx.Deadline()
+			s.log.Info("name in progress: waiting", "kind", h.Kind, "id", h.ID, "name", h.Name, "state", h.State,
+				"stage", h.Stage, "for", time.Until(deadline).Round(time.Millisecond))
+		}
+		if err := s.waitForChange(ctx, req.Kind, req.Name, h); err != nil {
+			return reservation{}, err
+		}
+	}
+}
+
+// waitForChange blocks until the record holding name is no longer h in h's state, or ctx
+// ends.
+func (s *Server) waitForChange(ctx context.Context, kind journal.Kind, name string, h journal.Record) error {
+	ctx, cancel := answerBefore(ctx)
+	defer cancel()
+	for {
+		cur, found, changed := s.journal.Watch(kind, name)
+		if !found || cur.ID != h.ID || cur.State != h.State {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return status.Errorf(codes.DeadlineExceeded,
+				"%s %q is still being created by an earlier request (%s, stage %q); it is kept and will be returned on a later retry",
+				kind, name, cur.ID, cur.Stage)
+		}
+	}
+}
+
+// answerMargin is how long before its deadline a waiting request gives up, so that its
+// explanation reaches the client before the client's own deadline cuts the call off.
+const answerMargin = 200 * time.Millisecond
+
+// answerBefore returns ctx shortened by answerMargin (or by a tenth of what is left, when
+// less than two margins are left).
+func answerBefore(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := answerMargin
+	if left := time.Until(deadline); left < 2*answerMargin {
+		margin = left / 10
+	}
+	return context.WithDeadline(ctx, deadline.Add(-margin))
+}
+
+// detached returns a context for work that must finish whatever happens to the request:
+// undos, and steps whose result is kept for the retry.
+func detached(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
+}
+
+// undoTimeout bounds one rollback run on behalf of a request.
+const undoTimeout = 2 * time.Minute
+
+// rollback undoes a record's steps on behalf of a request. An undo that fails leaves the
+// record to the journal's background retries and is logged, not returned as the request's
+// failure: the caller's own error says what went wrong.
+func (s *Server) rollback(ctx context.Context, id string) error {
+	uctx, cancel := detached(ctx, undoTimeout)
+	defer cancel()
+	err := s.journal.Rollback(uctx, id)
+	var uerr *journal.UndoError
+	if errors.As(err, &uerr) {
+		s.log.Warn("undo failed; the name is released and the undo will be retried", "id", id, "err", err)
+	}
+	return err
+}
+
+// finish settles a creation whose steps are all done: created if the request is still
+// live, cached if not, in which case the request fails with DeadlineExceeded.
+func (s *Server) finish(ctx context.Context, id string, object any) (journal.Record, error) {
+	if err := s.journal.Ready(id, object); err != nil {
+		return journal.Record{}, err
+	}
+	live := ctx.Err() == nil
+	rec, err := s.journal.Answer(ctx, id, live)
+	if err != nil {
+		return rec, err
+	}
+	if !live {
+		s.log.Info("creation finished after its request ended: cached for the retry", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "expiry", rec.Expiry)
+		return rec, status.Errorf(codes.DeadlineExceeded,
+			"%s %s (%q) finished after the request's deadline; it is kept until %s and will be returned on the next retry",
+			rec.Kind, rec.ID, rec.Name, rec.Expiry.Format(time.RFC3339))
+	}
+	return rec, nil
+}
+
+// fail rolls back a creation that could not be finished and returns the step's error.
+func (s *Server) fail(ctx context.Context, rec journal.Record, stage string, err error) error {
+	s.log.Info("creation failed: rolling back", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "stage", stage, "err", err)
+	s.rollback(ctx, rec.ID)
+	return fmt.Errorf("%s %s: %s: %w", rec.Kind, rec.Name, stage, err)
+}

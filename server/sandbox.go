@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/netns"
+)
+
+// Markers of a sandbox record. They are stored on disk.
+const (
+	markerNetworkStopped = "network_stopped"
+	markerStopped        = "stopped"
+)
+
+// sandboxObject is what the journal keeps of a created sandbox (Record.Object).
+type sandboxObject struct {
+	Config         []byte            `json:"config"` // PodSandboxConfig, protobuf
+	RuntimeHandler string            `json:"runtime_handler,omitempty"`
+	HostNetwork    bool              `json:"host_network,omitempty"`
+	Namespaces     map[string]string `json:"namespaces,omitempty"` // kind -> pinned path
+	IPs            []string          `json:"ips,omitempty"`
+	CreatedAt      time.Time         `json:"created_at"`
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", m, err))
+	}
+	return b
+}
+
+// sandbox is a created sandbox as the server sees it.
+type sandbox struct {
+	rec    journal.Record
+	obj    sandboxObject
+	config *runtimeapi.PodSandboxConfig
+}
+
+func decodeSandbox(rec journal.Record) (sandbox, error) {
+	sb := sandbox{rec: rec, config: &runtimeapi.PodSandboxConfig{}}
+	if err := json.Unmarshal(rec.Object, &sb.obj); err != nil {
+		return sb, fmt.Errorf("sandbox %s: decode journal object: %w", rec.ID, err)
+	}
+	if err := proto.Unmarshal(sb.obj.Config, sb.config); err != nil {
+		return sb, fmt.Errorf("sandbox %s: decode config: %w", rec.ID, err)
+	}
+	return sb, nil
+}
+
+func (sb sandbox) state() runtimeapi.PodSandboxState {
+	if _, stopped := sb.rec.Marker(markerStopped); stopped {
+		return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	}
+	return runtimeapi.PodSandboxState_SANDBOX_READY
+}
+
+// errNotYetCreated is the answer for a sandbox that exists in the journal but was never
+// handed to a client: hidden, exactly as CRI-O hides it.
+func errNotYetCreated(kind journal.Kind, id string) error {
+	return status.Errorf(codes.NotFound, "%s %s is not yet created", kind, id)
+}
+
+// findRecord returns the created record of kind whose ID is id or starts with it.
+func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error) {
+	if id == "" {
+		return journal.Record{}, invalidf("%s ID is required", kind)
+	}
+	matches := s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == kind && r.HoldsName && strings.HasPrefix(r.ID, id)
+	})
+	for _, m := range matches {
+		if m.ID == id {
+			matches = []journal.Record{m}
+			break
+		}
+	}
+	switch {
+	case len(matches) == 0:
+		return journal.Record{}, status.Errorf(codes.NotFound, "%s %s not found", kind, id)
+	case len(matches) > 1:
+		return journal.Record{}, invalidf("%s ID prefix %q is ambiguous (%d matches)", kind, id, len(matches))
+	}
+	rec := matches[0]
+	if rec.State != journal.StateCreated {
+		return journal.Record{}, errNotYetCreated(kind, rec.ID)
+	}
+	return rec, nil
+}
+
+func (s *Server) findSandbox(id string) (sandbox, error) {
+	rec, err := s.findRecord(journal.KindSandbox, id)
+	if err != nil {
+		return sandbox{}, err
+	}
+	return decodeSandbox(rec)
+}
+
+// StopPodSandbox tears the pod's network down (CNI DEL, journaled as the undo of the
+// attach step) and marks the sandbox stopped in its record. It is idempotent, and an
+// unknown ID is success, as in CRI-O.
+func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	sb, err := s.findSandbox(req.GetPodSandboxId())
+	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+		s.log.Info("stop of an unknown sandbox: nothing to do", "id", req.GetPodSandboxId())
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, done := sb.rec.Marker(markerNetworkStopped); !done {
+		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
+		err := s.journal.UndoSteps(nctx, sb.rec.ID, netns.StepAttach)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
+		}
+		if err := s.journal.SetMarker(ctx, sb.rec.ID, markerNetworkStopped, now()); err != nil {
+			return nil, err
+		}
+	}
+	if _, done := sb.rec.Marker(markerStopped); !done {
+		if err := s.journal.SetMarker(ctx, sb.rec.ID, markerStopped, now()); err != nil {
+			return nil, err
+		}
+		s.log.Info("pod sandbox stopped", "id", sb.rec.ID, "name", sb.rec.Name)
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func now() *string {
+	t := time.Now().UTC().Format(time.RFC3339Nano)
+	return &t
+}
+
+func isNotYetCreated(err error) bool {
+	return strings.Contains(status.Convert(err).Message(), "not yet created")
+}
+
+// RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
+// DEL unless stopped, then the namespace pins), last first, and deletes the record. The
+// record is marked removing before anything is undone, so a crash part way is finished at
+// the next start. An unknown ID is success, per the CRI.
+func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	rec, err := s.findRecord(journal.KindSandbox, req.GetPodSandboxId())
+	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
+	defer cancel()
+	err = s.journal.Remove(rctx, rec.ID)
+	var uerr *journal.UndoError
+	switch {
+	case errors.As(err, &uerr):
+		// The sandbox is gone for the kubelet; what could not be cleaned is the journal's
+		// to retry.
+		s.log.Warn("pod sandbox removed, but an undo failed and will be retried", "id", rec.ID, "name", rec.Name, "err", err)
+	case errors.Is(err, journal.ErrNotFound):
+	case err != nil:
+		return nil, fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
+	default:
+		s.log.Info("pod sandbox removed", "id", rec.ID, "name", rec.Name)
+	}
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// PodSandboxStatus reports a created sandbox; verbose adds the journal's view of it.
+func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
+	sb, err := s.findSandbox(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	st := &runtimeapi.PodSandboxStatus{
+		Id:             sb.rec.ID,
+		Metadata:       sb.config.GetMetadata(),
+		State:          sb.state(),
+		CreatedAt:      sb.obj.CreatedAt.UnixNano(),
+		Labels:         sb.config.GetLabels(),
+		Annotations:    sb.config.GetAnnotations(),
+		RuntimeHandler: sb.obj.RuntimeHandler,
+		Linux: &runtimeapi.LinuxPodSandboxStatus{Namespaces: &runtimeapi.Namespace{
+			Options: sb.config.GetLinux().GetSecurityContext().GetNamespaceOptions(),
+		}},
+	}
+	if _, stopped := sb.rec.Marker(markerNetworkStopped); !stopped && len(sb.obj.IPs) > 0 {
+		st.Network = &runtimeapi.PodSandboxNetworkStatus{Ip: sb.obj.IPs[0]}
+		for _, ip := range sb.obj.IPs[1:] {
+			st.Network.AdditionalIps = append(st.Network.AdditionalIps, &runtimeapi.PodIP{Ip: ip})
+		}
+	}
+	resp := &runtimeapi.PodSandboxStatusResponse{Status: st}
+	if req.GetVerbose() {
+		info, _ := json.Marshal(map[string]any{
+			"namespaces": sb.obj.Namespaces, "host_network": sb.obj.HostNetwork,
+			"journal": map[string]any{"state": sb.rec.State, "steps": sb.rec.Steps, "markers": sb.rec.Markers},
+		})
+		resp.Info = map[string]string{"info": string(info)}
+	}
+	return resp, nil
+}
+
+// ListPodSandbox lists created sandboxes; cached and in-progress ones are hidden.
+func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	f := req.GetFilter()
+	recs := s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated &&
+			strings.HasPrefix(r.ID, f.GetId())
+	})
+	resp := &runtimeapi.ListPodSandboxResponse{}
+	for _, rec := range recs {
+		sb, err := decodeSandbox(rec)
+		if err != nil {
+			s.log.Warn("skipping undecodable sandbox", "id", rec.ID, "err", err)
+			continue
+		}
+		if f.GetState() != nil && f.GetState().GetState() != sb.state() {
+			continue
+		}
+		if !labelsMatch(sb.config.GetLabels(), f.GetLabelSelector()) {
+			continue
+		}
+		resp.Items = append(resp.Items, &runtimeapi.PodSandbox{
+			Id: rec.ID, Metadata: sb.config.GetMetadata(), State: sb.state(),
+			CreatedAt: sb.obj.CreatedAt.UnixNano(), Labels: sb.config.GetLabels(),
+			Annotations: sb.config.GetAnnotations(), RuntimeHandler: sb.obj.RuntimeHandler,
+		})
+	}
+	return resp, nil
+}
+
+func labelsMatch(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,119 @@
+// Package server implements the CRI runtime.v1 RuntimeService and ImageService of
+// crijournal on top of the journal: request validation, the create, claim, wait and remove
+// flows, and the mapping of errors to gRPC status codes.
+//
+// Every creation follows one straight line (see RunPodSandbox): validate, reserve the name
+// in the journal (or settle the request from the record that already holds it), then for
+// each step record its intent, act, mark it done; finally answer, which makes the record
+// created when the request is still live and cached when it is not.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/netns"
+)
+
+// RuntimeName is what Version reports.
+const RuntimeName = "crijournal"
+
+// Server is the CRI service. Build it with New and attach it with Register.
+type Server struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	cfg      config.Config
+	journal  *journal.Journal
+	networks netns.NetworkSource
+	version  string
+	log      *slog.Logger
+}
+
+// New returns a server over an open journal.
+func New(cfg config.Config, j *journal.Journal, networks netns.NetworkSource, version string, log *slog.Logger) *Server {
+	return &Server{cfg: cfg, journal: j, networks: networks, version: version, log: log}
+}
+
+// Register attaches the runtime and image services to g.
+func (s *Server) Register(g *grpc.Server) {
+	runtimeapi.RegisterRuntimeServiceServer(g, s)
+	runtimeapi.RegisterImageServiceServer(g, &imageService{})
+}
+
+// Version reports the runtime's name and version.
+func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{
+		Version:           "0.1.0",
+		RuntimeName:       RuntimeName,
+		RuntimeVersion:    s.version,
+		RuntimeApiVersion: "v1",
+	}, nil
+}
+
+// Status reports RuntimeReady, and NetworkReady false with a reason while no CNI network
+// is configured.
+func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	network := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
+	if _, err := s.networks.Network(); err != nil {
+		network.Status = false
+		network.Reason = "NetworkPluginNotReady"
+		network.Message = fmt.Sprintf("Network plugin returns error: %v", err)
+	}
+	return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+		{Type: runtimeapi.RuntimeReady, Status: true},
+		network,
+	}}}, nil
+}
+
+// UnaryInterceptor maps every error a handler returns to a gRPC status (in one place, so
+// handlers can return wrapped Go errors) and logs each call at debug level.
+func (s *Server) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	if err != nil {
+		err = toStatus(err)
+		s.log.Debug("cri call failed", "method", info.FullMethod, "code", status.Code(err), "err", err, "took", time.Since(start))
+		return nil, err
+	}
+	s.log.Debug("cri call", "method", info.FullMethod, "took", time.Since(start))
+	return resp, nil
+}
+
+// toStatus turns an error into a gRPC status error with the code its class calls for.
+func toStatus(err error) error {
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Unknown
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, journal.ErrNotFound):
+		code = codes.NotFound
+	case errors.Is(err, journal.ErrNameHeld):
+		code = codes.AlreadyExists
+	case errors.Is(err, netns.ErrInvalid):
+		code = codes.InvalidArgument
+	case errors.Is(err, netns.ErrNoNetwork):
+		code = codes.FailedPrecondition
+	case errors.Is(err, journal.ErrClosed):
+		code = codes.Unavailable
+	}
+	return status.Error(code, err.Error())
+}
+
+// imageService answers every ImageService call with Unimplemented until images are built.
+type imageService struct {
+	runtimeapi.UnimplementedImageServiceServer
+}

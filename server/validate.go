@@ -1,0 +1,78 @@
+package server
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// namePart is what a pod name, namespace or UID may be made of: letters, digits, '-' and
+// '.', starting and ending with a letter or digit, at most 253 characters. '_' is refused
+// because it separates the parts of a sandbox name; '/' and ".." because names must never
+// escape a path.
+var namePart = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$`)
+
+func invalidf(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+func checkNamePart(field, value string) error {
+	switch {
+	case value == "":
+		return invalidf("%s is required", field)
+	case strings.Contains(value, ".."):
+		return invalidf("%s %q must not contain \"..\"", field, value)
+	case !namePart.MatchString(value):
+		return invalidf("%s %q is invalid: use letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters", field, value)
+	}
+	return nil
+}
+
+// sandboxName validates a pod sandbox config and returns its name,
+// k8s_<name>_<namespace>_<uid>_<attempt> (as CRI-O and containerd name them).
+func sandboxName(cfg *runtimeapi.PodSandboxConfig) (string, error) {
+	if cfg == nil {
+		return "", invalidf("config is required")
+	}
+	md := cfg.GetMetadata()
+	if md == nil {
+		return "", invalidf("config.metadata is required")
+	}
+	for _, f := range []struct{ field, value string }{
+		{"metadata.name", md.GetName()}, {"metadata.namespace", md.GetNamespace()}, {"metadata.uid", md.GetUid()},
+	} {
+		if err := checkNamePart(f.field, f.value); err != nil {
+			return "", err
+		}
+	}
+	if h := cfg.GetHostname(); h != "" && !hostnamePattern.MatchString(h) {
+		return "", invalidf("hostname %q is invalid: at most 63 letters, digits, '-' and '.'", h)
+	}
+	return fmt.Sprintf("k8s_%s_%s_%s_%d", md.GetName(), md.GetNamespace(), md.GetUid(), md.GetAttempt()), nil
+}
+
+var hostnamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$`)
+
+// fingerprint digests a request so a retry can be told from a different request under the
+// same name.
+func fingerprint(msg proto.Message, extra ...string) string {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		// Cannot happen for a message that was just unmarshalled; make it unique.
+		return "unmarshalable:" + err.Error()
+	}
+	h := sha256.New()
+	h.Write(b)
+	for _, e := range extra {
+		h.Write([]byte{0})
+		h.Write([]byte(e))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
