@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/crijournal/crijournal/failpoint"
 )
 
 // UndoFunc reverses one step. It must be idempotent: "not found" is success, and it may be
@@ -123,13 +125,23 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		return err
 	}
 
+	flow := "journal/rollback/"
+	if removal {
+		flow = "journal/remove/"
+	}
 	var failures []StepFailure
 	for i := len(rec.Steps) - 1; i >= 0; i-- {
 		step := rec.Steps[i]
 		if !step.needsUndo() {
 			continue
 		}
-		uerr := j.opts.Registry.undo(ctx, rec, step)
+		uerr := failpoint.Inject(flow + string(step.Kind) + "/before-undo")
+		if uerr == nil {
+			uerr = j.opts.Registry.undo(ctx, rec, step)
+		}
+		if uerr == nil {
+			uerr = failpoint.Inject(flow + string(step.Kind) + "/after-undo")
+		}
 		if uerr != nil {
 			failures = append(failures, StepFailure{Step: step, Err: uerr})
 		}
@@ -138,6 +150,9 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		}
 	}
 
+	if err := failpoint.Inject(flow + "before-forget"); err != nil {
+		failures = append(failures, StepFailure{Err: err})
+	}
 	j.mu.Lock()
 	e, err = j.lookup(id)
 	if err != nil {

@@ -77,6 +77,9 @@ func RegisterUndos(reg *journal.Registry, networks NetworkSource) {
 
 // DetachStep runs the CNI DEL described by a StepAttach's arguments.
 func DetachStep(ctx context.Context, networks NetworkSource, args map[string]string) error {
+	if _, err := KillPlugins(ctx, args[ArgSandboxID]); err != nil {
+		return err
+	}
 	n, err := networks.Network()
 	if err != nil {
 		return fmt.Errorf("cni detach of %s: %w", args[ArgSandboxID], err)

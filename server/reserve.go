@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -160,6 +161,9 @@ func (s *Server) finish(ctx context.Context, id string, object any) (journal.Rec
 	live := ctx.Err() == nil
 	rec, err := s.journal.Answer(ctx, id, live)
 	if err != nil {
+		return rec, err
+	}
+	if err := failpoint.Inject(string(rec.Kind) + "-create/after-answer"); err != nil {
 		return rec, err
 	}
 	if !live {

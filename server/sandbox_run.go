@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
@@ -19,6 +20,9 @@ const (
 	stageSandboxNamespaces = "sandbox namespaces pinning"
 	stageSandboxNetwork    = "sandbox network creation"
 )
+
+// flowSandboxCreate names the sandbox creation flow in failure points.
+const flowSandboxCreate = "sandbox-create"
 
 // pinTimeout bounds pinning namespaces, which only makes syscalls.
 const pinTimeout = 30 * time.Second
@@ -51,7 +55,6 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	}
 	rec := res.record
 	id := rec.ID
-	log := s.log.With("id", id, "name", name)
 	md := cfg.GetMetadata()
 	sb := sandboxObject{
 		Config:         mustMarshal(cfg),
@@ -69,52 +72,50 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		kinds = append(kinds, netns.Net, netns.UTS)
 	}
 	if len(kinds) > 0 {
-		log.Debug("stage", "stage", stageSandboxNamespaces)
-		seq, err := s.journal.Intent(ctx, id, stageSandboxNamespaces, netns.StepPin, netns.PinArgs(s.cfg.NamespaceDir, id, kinds))
+		err := s.step(ctx, flowSandboxCreate, rec, stageSandboxNamespaces, netns.StepPin, netns.PinArgs(s.cfg.NamespaceDir, id, kinds), func() error {
+			pctx, cancel := detached(ctx, pinTimeout)
+			defer cancel()
+			paths, err := netns.Pin(pctx, s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg))
+			sb.Namespaces = map[string]string{}
+			for k, p := range paths {
+				sb.Namespaces[string(k)] = p
+			}
+			return err
+		})
 		if err != nil {
 			return nil, s.fail(ctx, rec, stageSandboxNamespaces, err)
-		}
-		pctx, cancel := detached(ctx, pinTimeout)
-		paths, err := netns.Pin(pctx, s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg))
-		cancel()
-		if err != nil {
-			return nil, s.fail(ctx, rec, stageSandboxNamespaces, err)
-		}
-		s.journal.Done(id, seq)
-		sb.Namespaces = map[string]string{}
-		for k, p := range paths {
-			sb.Namespaces[string(k)] = p
 		}
 	}
 
 	// Step 2: attach the network, detached from the request so a slow network can still
 	// finish and be cached for the retry rather than thrown away.
 	if !hostNetwork {
-		log.Debug("stage", "stage", stageSandboxNetwork)
 		netnsPath := sb.Namespaces[string(netns.Net)]
-		seq, err := s.journal.Intent(ctx, id, stageSandboxNetwork, netns.StepAttach,
-			netns.AttachArgs(network.Name(), id, netnsPath, netns.DefaultIfName, md.GetName(), md.GetNamespace(), md.GetUid()))
-		if err != nil {
-			return nil, s.fail(ctx, rec, stageSandboxNetwork, err)
-		}
-		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
-		result, err := network.Attach(nctx, id, netnsPath, netns.DefaultIfName,
-			netns.CNIArgs(md.GetName(), md.GetNamespace(), md.GetUid(), id))
-		cancel()
-		if err != nil {
+		args := netns.AttachArgs(network.Name(), id, netnsPath, netns.DefaultIfName, md.GetName(), md.GetNamespace(), md.GetUid())
+		err := s.step(ctx, flowSandboxCreate, rec, stageSandboxNetwork, netns.StepAttach, args, func() error {
+			nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
+			defer cancel()
+			result, err := network.Attach(nctx, id, netnsPath, netns.DefaultIfName, netns.CNIArgs(md.GetName(), md.GetNamespace(), md.GetUid(), id))
 			if errors.Is(err, context.DeadlineExceeded) {
-				err = status.Errorf(codes.DeadlineExceeded, "CNI ADD did not finish within network_timeout (%s): %v", s.cfg.NetworkTimeout, err)
+				return status.Errorf(codes.DeadlineExceeded, "CNI ADD did not finish within network_timeout (%s): %v", s.cfg.NetworkTimeout, err)
 			}
+			if err == nil {
+				sb.IPs = result.IPs
+			}
+			return err
+		})
+		if err != nil {
 			return nil, s.fail(ctx, rec, stageSandboxNetwork, err)
 		}
-		s.journal.Done(id, seq)
-		sb.IPs = result.IPs
 	}
 
+	if err := failpoint.Inject(flowSandboxCreate + "/before-answer"); err != nil {
+		return nil, s.fail(ctx, rec, "answer", err)
+	}
 	if _, err := s.finish(ctx, id, sb); err != nil {
 		return nil, err
 	}
-	log.Info("pod sandbox created", "ips", sb.IPs)
+	s.log.Info("pod sandbox created", "id", id, "name", name, "ips", sb.IPs)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 

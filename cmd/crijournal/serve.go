@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/recovery"
@@ -42,6 +43,9 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 	log, err := newLogger(cfg)
 	if err != nil {
+		return err
+	}
+	if err := failpoint.Check(); err != nil {
 		return err
 	}
 	slog.SetDefault(log)
