@@ -4,6 +4,7 @@ import (
 	"context"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -36,7 +37,7 @@ func TestKillPluginsKillsOnlyTheSandboxsProcesses(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the sandbox's plugin still runs")
 	}
-	if bystander.ProcessState != nil {
+	if err := syscall.Kill(bystander.Process.Pid, 0); err != nil {
 		t.Fatal("another sandbox's plugin was killed")
 	}
 	if n, err := KillPlugins(ctx, id); n != 0 || err != nil {
