@@ -1,0 +1,179 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+func testServer(t *testing.T) *Server {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Logger: log, CacheTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if problems := j.Check(); len(problems) > 0 {
+			t.Errorf("journal check: %v", problems)
+		}
+		j.Close()
+	})
+	return &Server{journal: j, log: log}
+}
+
+func beginReq(name, fp string) journal.BeginRequest {
+	return journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: fp, Stage: "test stage"}
+}
+
+// settle drives a record to created (live) or cached (not live).
+func settle(t *testing.T, s *Server, id string, live bool) {
+	t.Helper()
+	if err := s.journal.Ready(id, map[string]string{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.journal.Answer(context.Background(), id, live); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReserveSettlesFromTheHolder(t *testing.T) {
+	tests := []struct {
+		name     string
+		holder   func(t *testing.T, s *Server) string // makes the holder, returns its ID
+		fp       string
+		wantSame bool       // the answer is the holder's ID
+		wantNew  bool       // a new record was begun
+		wantCode codes.Code // for errors
+	}{
+		{name: "created, same request: true duplicate", fp: "fp", wantSame: true,
+			holder: func(t *testing.T, s *Server) string {
+				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				settle(t, s, r.ID, true)
+				return r.ID
+			}},
+		{name: "cached, same request: claimed", fp: "fp", wantSame: true,
+			holder: func(t *testing.T, s *Server) string {
+				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				settle(t, s, r.ID, false)
+				return r.ID
+			}},
+		{name: "cached, different request: rolled back, name taken afresh", fp: "other", wantNew: true,
+			holder: func(t *testing.T, s *Server) string {
+				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				settle(t, s, r.ID, false)
+				return r.ID
+			}},
+		{name: "created, different request: AlreadyExists", fp: "other", wantCode: codes.AlreadyExists,
+			holder: func(t *testing.T, s *Server) string {
+				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				settle(t, s, r.ID, true)
+				return r.ID
+			}},
+		{name: "creating, different request: AlreadyExists", fp: "other", wantCode: codes.AlreadyExists,
+			holder: func(t *testing.T, s *Server) string {
+				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				return r.ID
+			}},
+		{name: "creating, same request, never finishes: DeadlineExceeded naming the stage", fp: "fp", wantCode: codes.DeadlineExceeded,
+			holder: func(t *testing.T, s *Server) string {
+				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				return r.ID
+			}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := testServer(t)
+			holder := tt.holder(t, s)
+			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+			defer cancel()
+			res, err := s.reserve(ctx, beginReq("pod", tt.fp))
+			if tt.wantCode != codes.OK {
+				if status.Code(err) != tt.wantCode {
+					t.Fatalf("reserve = %v, want code %v", err, tt.wantCode)
+				}
+				if tt.wantCode == codes.DeadlineExceeded && !strings.Contains(err.Error(), "test stage") {
+					t.Errorf("message %q does not name the stage", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantSame && res.existingID != holder {
+				t.Errorf("answered %q, want the holder %s", res.existingID, holder)
+			}
+			if tt.wantNew {
+				if res.existingID != "" || res.record.ID == holder || res.record.State != journal.StateCreating {
+					t.Errorf("reservation = %+v, want a new record", res)
+				}
+				if _, err := s.journal.Get(holder); !errors.Is(err, journal.ErrNotFound) {
+					t.Errorf("the cached holder was not rolled back: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestWaiterGetsANormallyCreatedRecord: a retry waiting on an in-progress creation gets its
+// ID at once when that creation's own request succeeds.
+func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
+	s := testServer(t)
+	holder, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		s.journal.Ready(holder.ID, 1)
+		s.journal.Answer(context.Background(), holder.ID, true)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := s.reserve(ctx, beginReq("pod", "fp"))
+	if err != nil || res.existingID != holder.ID {
+		t.Fatalf("reserve = %+v, %v; want the holder's ID", res, err)
+	}
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Fatalf("the waiter was not woken (waited %v)", waited)
+	}
+}
+
+// TestWaiterDoesNotTakeWhatBecameCached: when the creation finishes after its own request's
+// deadline while a retry waits, the retry still fails (the next one gets it), and the
+// cached record's expiry is pushed past the waiter's deadline.
+func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
+	s := testServer(t)
+	holder, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		s.journal.Ready(holder.ID, 1)
+		s.journal.Answer(context.Background(), holder.ID, false)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := s.reserve(ctx, beginReq("pod", "fp"))
+	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "next retry") {
+		t.Fatalf("reserve = %v, want DeadlineExceeded saying the next retry gets it", err)
+	}
+	rec, err := s.journal.Get(holder.ID)
+	if err != nil || rec.State != journal.StateCached {
+		t.Fatalf("holder after the waiter gave up: %+v, %v; want cached", rec, err)
+	}
+	deadline, _ := ctx.Deadline()
+	if !rec.Expiry.After(deadline) {
+		t.Errorf("expiry %v is not past the waiter's deadline %v", rec.Expiry, deadline)
+	}
+	// The next retry claims it.
+	res, err := s.reserve(context.Background(), beginReq("pod", "fp"))
+	if err != nil || res.existingID != holder.ID {
+		t.Fatalf("next retry = %+v, %v; want the cached holder", res, err)
+	}
+}

@@ -1,0 +1,92 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/netns"
+)
+
+func TestSandboxName(t *testing.T) {
+	md := func(name, ns, uid string) *runtimeapi.PodSandboxConfig {
+		return &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: ns, Uid: uid, Attempt: 2}}
+	}
+	tests := []struct {
+		name    string
+		cfg     *runtimeapi.PodSandboxConfig
+		want    string
+		wantErr string
+	}{
+		{"valid", md("nginx", "default", "abc-123"), "k8s_nginx_default_abc-123_2", ""},
+		{"dots allowed", md("web.v1", "kube-system", "1.2"), "k8s_web.v1_kube-system_1.2_2", ""},
+		{"no config", nil, "", "config is required"},
+		{"no metadata", &runtimeapi.PodSandboxConfig{}, "", "metadata is required"},
+		{"no name", md("", "default", "u"), "", "metadata.name is required"},
+		{"no namespace", md("n", "", "u"), "", "metadata.namespace is required"},
+		{"no uid", md("n", "default", ""), "", "metadata.uid is required"},
+		{"slash", md("a/b", "default", "u"), "", "invalid"},
+		{"path escape", md("../../etc", "default", "u"), "", `must not contain ".."`},
+		{"underscore would make names ambiguous", md("a_b", "default", "u"), "", "invalid"},
+		{"leading dash", md("-rf", "default", "u"), "", "invalid"},
+		{"newline", md("a\nb", "default", "u"), "", "invalid"},
+		{"too long", md(strings.Repeat("a", 254), "default", "u"), "", "invalid"},
+		{"bad hostname", &runtimeapi.PodSandboxConfig{Hostname: "a b", Metadata: &runtimeapi.PodSandboxMetadata{Name: "n", Namespace: "d", Uid: "u"}}, "", "hostname"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := sandboxName(tt.cfg)
+			if tt.wantErr != "" {
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("sandboxName = %v, want InvalidArgument containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("sandboxName = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+func TestFingerprintTellsRequestsApart(t *testing.T) {
+	a := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "n"}, Labels: map[string]string{"x": "1", "y": "2"}}
+	b := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "n"}, Labels: map[string]string{"y": "2", "x": "1"}}
+	c := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "n"}, Labels: map[string]string{"x": "1"}}
+	if fingerprint(a) != fingerprint(b) {
+		t.Error("equal requests have different fingerprints")
+	}
+	if fingerprint(a) == fingerprint(c) {
+		t.Error("different requests have the same fingerprint")
+	}
+	if fingerprint(a, "runc") == fingerprint(a, "crun") {
+		t.Error("the runtime handler is not part of the fingerprint")
+	}
+}
+
+func TestToStatus(t *testing.T) {
+	tests := []struct {
+		err  error
+		want codes.Code
+	}{
+		{fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+		{fmt.Errorf("x: %w", journal.ErrNotFound), codes.NotFound},
+		{&journal.HeldError{}, codes.AlreadyExists},
+		{fmt.Errorf("x: %w", netns.ErrInvalid), codes.InvalidArgument},
+		{fmt.Errorf("x: %w", netns.ErrNoNetwork), codes.FailedPrecondition},
+		{fmt.Errorf("wrapped: %w", status.Error(codes.ResourceExhausted, "kept")), codes.ResourceExhausted},
+		{errors.New("plain"), codes.Unknown},
+	}
+	for _, tt := range tests {
+		if got := status.Code(toStatus(tt.err)); got != tt.want {
+			t.Errorf("toStatus(%v) = %v, want %v", tt.err, got, tt.want)
+		}
+	}
+}
