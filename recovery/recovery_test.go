@@ -1,0 +1,114 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+const (
+	stepOK     journal.StepKind = "test-ok"
+	stepBroken journal.StepKind = "test-broken"
+)
+
+type undos struct {
+	mu  sync.Mutex
+	ran map[string]int // record name -> undos run
+}
+
+func (u *undos) registry() *journal.Registry {
+	reg := journal.NewRegistry()
+	reg.Register(stepOK, func(ctx context.Context, rec journal.Record, step journal.Step) error {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		u.ran[rec.Name]++
+		return nil
+	})
+	reg.Register(stepBroken, func(ctx context.Context, rec journal.Record, step journal.Step) error {
+		return errors.New("still broken")
+	})
+	return reg
+}
+
+// TestRunReplaysEveryState builds a journal with a record in every state, as a crash
+// would leave it, reopens it and runs recovery.
+func TestRunReplaysEveryState(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	u := &undos{ran: map[string]int{}}
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	mk := func(name string, kinds ...journal.StepKind) string {
+		rec, err := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range kinds {
+			seq, err := j.Intent(ctx, rec.ID, "s", k, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j.Done(rec.ID, seq)
+		}
+		ids[name] = rec.ID
+		return rec.ID
+	}
+	mk("creating", stepOK, stepOK)
+	id := mk("ready", stepOK)
+	j.Ready(id, 1)
+	id = mk("cached", stepOK)
+	j.Ready(id, 1)
+	j.Answer(ctx, id, false)
+	id = mk("created", stepOK)
+	j.Ready(id, 1)
+	j.Answer(ctx, id, true)
+	id = mk("broken", stepOK, stepBroken)
+	j.Rollback(ctx, id) // leaves it undoing with a failed undo
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	u.ran = map[string]int{}
+
+	j, err = journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	reconciled := 0
+	sum := Run(ctx, j, log, func(ctx context.Context, rec journal.Record) (bool, error) {
+		reconciled++
+		return true, nil
+	})
+	want := Summary{RolledBack: 1, Cached: 1, Kept: 1, Reconciled: 1, Retrying: 1}
+	if sum != want {
+		t.Errorf("summary = %+v, want %+v", sum, want)
+	}
+	if u.ran["creating"] != 2 {
+		t.Errorf("creating: %d undos run, want 2", u.ran["creating"])
+	}
+	if _, err := j.Get(ids["creating"]); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("interrupted creation still in the journal: %v", err)
+	}
+	for name, state := range map[string]journal.State{"ready": journal.StateCached, "cached": journal.StateCached, "created": journal.StateCreated, "broken": journal.StateUndoing} {
+		rec, err := j.Get(ids[name])
+		if err != nil || rec.State != state {
+			t.Errorf("%s after recovery: %s, %v; want %s", name, rec.State, err, state)
+		}
+	}
+	if rec, _ := j.Get(ids["ready"]); rec.Expiry.IsZero() {
+		t.Error("the ready record was cached without an expiry")
+	}
+	if reconciled != 1 {
+		t.Errorf("reconciler called %d times, want 1", reconciled)
+	}
+}
