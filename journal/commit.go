@@ -30,6 +30,7 @@ type committer struct {
 	done      chan struct{}
 
 	nCommits, nWrites int64
+	observe           func(time.Duration, int)
 }
 
 // write is one record put or delete, with the matching names/ change.
@@ -55,8 +56,8 @@ type pending struct {
 // lazyFlushDelay bounds how long a lazy write waits for a durable one to ride on.
 const lazyFlushDelay = 50 * time.Millisecond
 
-func newCommitter(db *bolt.DB) *committer {
-	c := &committer{db: db, done: make(chan struct{})}
+func newCommitter(db *bolt.DB, observe func(time.Duration, int)) *committer {
+	c := &committer{db: db, done: make(chan struct{}), observe: observe}
 	c.cond = sync.NewCond(&c.mu)
 	go c.loop()
 	return c
@@ -120,7 +121,11 @@ func (c *committer) loop() {
 
 		err := broken
 		if err == nil {
+			start := time.Now()
 			err = c.db.Update(func(tx *bolt.Tx) error { return apply(tx, batch) })
+			if err == nil && c.observe != nil {
+				c.observe(time.Since(start), len(batch))
+			}
 		}
 		c.mu.Lock()
 		if err != nil && c.broken == nil {

@@ -40,6 +40,19 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now. Tests set it.
 	Now func() time.Time
+	// Hooks receive the journal's events, for metrics. Each may be nil.
+	Hooks Hooks
+}
+
+// Hooks are called on the journal's events. They must be quick and must not call back
+// into the journal.
+type Hooks struct {
+	// Committed is called after each commit with its duration and number of writes.
+	Committed func(d time.Duration, writes int)
+	// Undone is called after each undo with its step kind and error (nil on success).
+	Undone func(kind StepKind, err error)
+	// Expired is called when a cached record's expiry passed and it is rolled back.
+	Expired func(rec Record)
 }
 
 func (o *Options) setDefaults() {
@@ -124,7 +137,7 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		j.commits = newCommitter(db)
+		j.commits = newCommitter(db, opts.Hooks.Committed)
 	}
 	return j, nil
 }

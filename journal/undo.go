@@ -142,6 +142,9 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		if uerr == nil {
 			uerr = failpoint.Inject(flow + string(step.Kind) + "/after-undo")
 		}
+		if j.opts.Hooks.Undone != nil {
+			j.opts.Hooks.Undone(step.Kind, uerr)
+		}
 		if uerr != nil {
 			failures = append(failures, StepFailure{Step: step, Err: uerr})
 		}
@@ -243,7 +246,11 @@ func (j *Journal) UndoSteps(ctx context.Context, id string, kinds ...StepKind) e
 		if !want[step.Kind] || !step.needsUndo() {
 			continue
 		}
-		if err := j.opts.Registry.undo(ctx, rec, step); err != nil {
+		err := j.opts.Registry.undo(ctx, rec, step)
+		if j.opts.Hooks.Undone != nil {
+			j.opts.Hooks.Undone(step.Kind, err)
+		}
+		if err != nil {
 			return fmt.Errorf("undo %s of %s: %w", step.Kind, id, err)
 		}
 		done = append(done, step.Seq)
@@ -268,6 +275,9 @@ func (j *Journal) ExpireCached(ctx context.Context) (int, error) {
 	var errs []error
 	for _, rec := range expired {
 		j.log.Info("cached record expired, rolling back", "id", rec.ID, "name", rec.Name, "kind", rec.Kind)
+		if j.opts.Hooks.Expired != nil {
+			j.opts.Hooks.Expired(rec)
+		}
 		if err := j.Rollback(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
 			errs = append(errs, err)
 		}

@@ -76,11 +76,13 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 				return reservation{}, err
 			}
 			s.log.Info("cached creation claimed by its retry", "kind", h.Kind, "id", h.ID, "name", h.Name)
+			s.metrics.CacheEvent(h.Kind, "claimed")
 			return reservation{existingID: claimed.ID}, nil
 		}
 		// creating, ready, undoing or removing: wait for the next change of the holder.
 		if waitedOn != h.ID {
 			waitedOn = h.ID
+			s.metrics.Stalled(h.Kind, h.Stage)
 			deadline, _ := ctx.Deadline()
 			s.log.Info("name in progress: waiting", "kind", h.Kind, "id", h.ID, "name", h.Name, "state", h.State,
 				"stage", h.Stage, "for", time.Until(deadline).Round(time.Millisecond))
@@ -167,6 +169,7 @@ func (s *Server) finish(ctx context.Context, id string, object any) (journal.Rec
 		return rec, err
 	}
 	if !live {
+		s.metrics.CacheEvent(rec.Kind, "cached")
 		s.log.Info("creation finished after its request ended: cached for the retry", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "expiry", rec.Expiry)
 		return rec, status.Errorf(codes.DeadlineExceeded,
 			"%s %s (%q) finished after the request's deadline; it is kept until %s and will be returned on the next retry",

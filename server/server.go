@@ -22,6 +22,7 @@ import (
 
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
 )
 
@@ -34,13 +35,24 @@ type Server struct {
 	cfg      config.Config
 	journal  *journal.Journal
 	networks netns.NetworkSource
+	metrics  *metrics.Metrics
 	version  string
 	log      *slog.Logger
 }
 
+// Deps are what a Server is built from.
+type Deps struct {
+	Config   config.Config
+	Journal  *journal.Journal
+	Networks netns.NetworkSource
+	Metrics  *metrics.Metrics // nil: no metrics
+	Version  string
+	Log      *slog.Logger
+}
+
 // New returns a server over an open journal.
-func New(cfg config.Config, j *journal.Journal, networks netns.NetworkSource, version string, log *slog.Logger) *Server {
-	return &Server{cfg: cfg, journal: j, networks: networks, version: version, log: log}
+func New(d Deps) *Server {
+	return &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics, version: d.Version, log: d.Log}
 }
 
 // Register attaches the runtime and image services to g.
@@ -81,6 +93,9 @@ func (s *Server) UnaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	resp, err := handler(ctx, req)
 	if err != nil {
 		err = toStatus(err)
+	}
+	s.metrics.Operation(info.FullMethod, status.Code(err).String(), time.Since(start))
+	if err != nil {
 		s.log.Debug("cri call failed", "method", info.FullMethod, "code", status.Code(err), "err", err, "took", time.Since(start))
 		return nil, err
 	}

@@ -1,53 +1,194 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/server"
 )
 
 func init() {
 	subcommands = append(subcommands, newInspectCommand)
 }
 
+type inspectOptions struct {
+	asJSON, watch, check bool
+	states, kinds        []string
+}
+
 func newInspectCommand() *cobra.Command {
-	var asJSON bool
+	var o inspectOptions
 	cmd := &cobra.Command{
 		Use:   "inspect [ID|NAME|ID-prefix]",
-		Short: "Show the journal's records: every creation, its state and steps",
-		Long: `inspect opens the journal file read-only (the daemon must be stopped: it holds the
-file's lock) and prints every record as a table, or one record with all its steps.`,
+		Short: "Show the journal's records: every creation, its state, stage and steps",
+		Long: `inspect shows the journal's records. While the daemon runs it asks the daemon over its
+inspection socket (inspect.sock beside the CRI socket); when the daemon is down it opens
+the journal file read-only. With an argument it shows one record with every step.
+--check verifies the file (bbolt's check and the journal's invariants) and exits non-zero
+listing the problems.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd)
 			if err != nil {
 				return err
 			}
-			j, err := journal.Open(cfg.JournalFile(), journal.Options{ReadOnly: true, LockTimeout: cfg.JournalLockTimeout})
-			if err != nil {
-				return err
+			src := newRecordSource(cfg)
+			out := cmd.OutOrStdout()
+			if o.check {
+				return runCheck(cmd.Context(), src, out)
 			}
-			defer j.Close()
-			records := j.List(nil)
-			if len(args) == 1 {
-				rec, err := pickRecord(records, args[0])
+			for {
+				records, err := src.records(cmd.Context())
 				if err != nil {
 					return err
 				}
-				return printRecord(cmd.OutOrStdout(), rec, asJSON)
+				records = filterRecords(records, o.states, o.kinds)
+				if o.watch {
+					fmt.Fprint(out, "\033[H\033[2J")
+					fmt.Fprintf(out, "%s  (%s)\n", time.Now().Format(time.TimeOnly), src.from)
+				}
+				if len(args) == 1 {
+					rec, err := pickRecord(records, args[0])
+					if err != nil && !o.watch {
+						return err
+					}
+					if err == nil {
+						printRecord(out, rec, o.asJSON)
+					}
+				} else {
+					printRecords(out, records, o.asJSON, time.Now())
+				}
+				if !o.watch {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(time.Second):
+				}
 			}
-			return printRecords(cmd.OutOrStdout(), records, asJSON, time.Now())
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	f := cmd.Flags()
+	f.BoolVar(&o.asJSON, "json", false, "print JSON")
+	f.BoolVar(&o.watch, "watch", false, "refresh every second until interrupted")
+	f.BoolVar(&o.check, "check", false, "verify the journal file and its invariants; exit non-zero on problems")
+	f.StringSliceVar(&o.states, "state", nil, "only records in these states (creating, ready, cached, created, undoing, removing)")
+	f.StringSliceVar(&o.kinds, "kind", nil, "only records of these kinds (sandbox, container)")
 	return cmd
+}
+
+// recordSource reads records from the live daemon, or from the file when it is down.
+type recordSource struct {
+	cfg    config.Config
+	socket string
+	client *http.Client
+	from   string // what the last read came from, for --watch
+}
+
+func newRecordSource(cfg config.Config) *recordSource {
+	socket := server.InspectSocket(cfg.Socket)
+	return &recordSource{cfg: cfg, socket: socket, client: &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		}},
+	}}
+}
+
+// errDaemonDown means nothing answers on the inspection socket.
+var errDaemonDown = errors.New("daemon not running")
+
+func (s *recordSource) get(ctx context.Context, path string, v any) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://crijournal"+path, nil)
+	resp, err := s.client.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return errDaemonDown
+		}
+		return fmt.Errorf("ask the daemon on %s: %w", s.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ask the daemon on %s: %s", s.socket, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// openFile opens the journal read-only; a lock held by a daemon that does not answer is
+// said plainly.
+func (s *recordSource) openFile() (*journal.Journal, error) {
+	j, err := journal.Open(s.cfg.JournalFile(), journal.Options{ReadOnly: true, LockTimeout: s.cfg.JournalLockTimeout})
+	if errors.Is(err, journal.ErrInUse) {
+		return nil, fmt.Errorf("the journal %s is locked by a running daemon, but nothing answers on %s: is the daemon hung, or using another socket?",
+			s.cfg.JournalFile(), s.socket)
+	}
+	return j, err
+}
+
+func (s *recordSource) records(ctx context.Context) ([]journal.Record, error) {
+	var records []journal.Record
+	err := s.get(ctx, "/records", &records)
+	if err == nil {
+		s.from = "live, from the daemon"
+		return records, nil
+	}
+	if !errors.Is(err, errDaemonDown) {
+		return nil, err
+	}
+	j, err := s.openFile()
+	if err != nil {
+		return nil, err
+	}
+	defer j.Close()
+	s.from = "from " + s.cfg.JournalFile() + ", daemon down"
+	return j.List(nil), nil
+}
+
+func runCheck(ctx context.Context, src *recordSource, out io.Writer) error {
+	var problems []string
+	err := src.get(ctx, "/check", &problems)
+	if errors.Is(err, errDaemonDown) {
+		j, oerr := src.openFile()
+		if oerr != nil {
+			return fmt.Errorf("check failed: %w", oerr)
+		}
+		for _, p := range j.Check() {
+			problems = append(problems, p.Error())
+		}
+		j.Close()
+	} else if err != nil {
+		return err
+	}
+	if len(problems) == 0 {
+		fmt.Fprintln(out, "journal OK")
+		return nil
+	}
+	for _, p := range problems {
+		fmt.Fprintln(out, p)
+	}
+	return fmt.Errorf("journal check found %d problem(s)", len(problems))
+}
+
+func filterRecords(records []journal.Record, states, kinds []string) []journal.Record {
+	return slices.DeleteFunc(records, func(r journal.Record) bool {
+		return (len(states) > 0 && !slices.Contains(states, string(r.State))) ||
+			(len(kinds) > 0 && !slices.Contains(kinds, string(r.Kind)))
+	})
 }
 
 // pickRecord finds the record whose ID or name is ref, or whose ID starts with it.
@@ -84,12 +225,12 @@ func printRecords(w io.Writer, records []journal.Record, asJSON bool, now time.T
 		if !r.Expiry.IsZero() {
 			expiry = "in " + r.Expiry.Sub(now).Round(time.Second).String()
 		}
-		failed := ""
+		var failed []string
 		for _, s := range r.FailedUndos() {
-			failed += fmt.Sprintf("%s(next %s) ", s.Kind, s.NextRetry.Format(time.TimeOnly))
+			failed = append(failed, fmt.Sprintf("%s (next %s)", s.Kind, s.NextRetry.Local().Format(time.TimeOnly)))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Kind, r.ID[:13], r.Name, r.State, r.Stage,
-			now.Sub(r.Created).Round(time.Second), expiry, strings.TrimSpace(failed))
+			now.Sub(r.Created).Round(time.Second), expiry, strings.Join(failed, ", "))
 	}
 	return tw.Flush()
 }
@@ -98,16 +239,22 @@ func printRecord(w io.Writer, r journal.Record, asJSON bool) error {
 	if asJSON {
 		return writeJSON(w, r)
 	}
-	fmt.Fprintf(w, "ID:          %s\nKind:        %s\nName:        %s\nState:       %s\nStage:       %s\nCreated:     %s\nUpdated:     %s\n",
-		r.ID, r.Kind, r.Name, r.State, r.Stage, r.Created.Format(time.RFC3339Nano), r.Updated.Format(time.RFC3339Nano))
+	field := func(k, v string) { fmt.Fprintf(w, "%-10s %s\n", k+":", v) }
+	field("ID", r.ID)
+	field("Kind", string(r.Kind))
+	field("Name", r.Name)
+	field("State", string(r.State))
+	field("Stage", r.Stage)
+	field("Created", r.Created.Format(time.RFC3339Nano))
+	field("Updated", r.Updated.Format(time.RFC3339Nano))
 	if !r.Deadline.IsZero() {
-		fmt.Fprintf(w, "Deadline:    %s\n", r.Deadline.Format(time.RFC3339Nano))
+		field("Deadline", r.Deadline.Format(time.RFC3339Nano))
 	}
 	if !r.Expiry.IsZero() {
-		fmt.Fprintf(w, "Expiry:      %s\n", r.Expiry.Format(time.RFC3339Nano))
+		field("Expiry", r.Expiry.Format(time.RFC3339Nano))
 	}
 	for k, v := range r.Markers {
-		fmt.Fprintf(w, "Marker:      %s=%s\n", k, v)
+		field("Marker", k+"="+v)
 	}
 	fmt.Fprintln(w, "Steps:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
@@ -128,3 +275,4 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+

@@ -15,6 +15,7 @@ import (
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/recovery"
 	"github.com/crijournal/crijournal/server"
@@ -50,11 +51,16 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 	slog.SetDefault(log)
 
+	var m *metrics.Metrics
+	var j *journal.Journal
+	if cfg.MetricsAddress != "" {
+		m = metrics.New(func() []journal.Record { return j.List(nil) })
+	}
 	registry := journal.NewRegistry()
 	networks := &netns.Networks{ConfDir: cfg.CNIConfDir, PluginDirs: cfg.CNIPluginDirs, CacheDir: cfg.CNICacheDir}
 	netns.RegisterUndos(registry, networks)
 
-	j, err := journal.Open(cfg.JournalFile(), journal.Options{
+	j, err = journal.Open(cfg.JournalFile(), journal.Options{
 		LockTimeout:  cfg.JournalLockTimeout,
 		NoSync:       cfg.JournalNoSync,
 		CacheTTL:     cfg.CacheTTL,
@@ -62,6 +68,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		UndoRetryMax: cfg.UndoRetryMax,
 		Registry:     registry,
 		Logger:       log,
+		Hooks:        m.JournalHooks(),
 	})
 	if err != nil {
 		return err
@@ -77,10 +84,21 @@ func runServe(cmd *cobra.Command, args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	srv := server.New(cfg, j, networks, version, log)
+	srv := server.New(server.Deps{Config: cfg, Journal: j, Networks: networks, Metrics: m, Version: version, Log: log})
 	start := time.Now()
-	recovery.Run(ctx, j, log, srv.Reconcile)
+	sum := recovery.Run(ctx, j, log, srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
+	for outcome, n := range map[string]int{"rolled_back": sum.RolledBack, "cached": sum.Cached, "kept": sum.Kept,
+		"resumed": sum.Resumed, "reconciled": sum.Reconciled, "retrying": sum.Retrying} {
+		m.Recovered(outcome, n)
+	}
+	if m != nil {
+		addr, err := m.Serve(ctx, cfg.MetricsAddress)
+		if err != nil {
+			return err
+		}
+		log.Info("metrics served", "address", "http://"+addr+"/metrics")
+	}
 
 	maintained := make(chan struct{})
 	go func() {
@@ -90,6 +108,12 @@ func runServe(cmd *cobra.Command, args []string) error {
 
 	lis, err := server.Listen(cfg.Socket)
 	if err != nil {
+		stop()
+		<-maintained
+		return err
+	}
+	if err := srv.ServeInspect(ctx, server.InspectSocket(cfg.Socket)); err != nil {
+		lis.Close()
 		stop()
 		<-maintained
 		return err
