@@ -1,0 +1,62 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/crijournal/crijournal/bench"
+)
+
+func init() {
+	subcommands = append(subcommands, newBenchCommand)
+}
+
+func newBenchCommand() *cobra.Command {
+	var o bench.Options
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure a CRI endpoint (crijournal, containerd or CRI-O) with a pod workload",
+		Long: `bench creates --pods pod sandboxes, --concurrency at a time (with --image, a container is
+created and started in each), then stops and removes everything it made, also when
+interrupted. It reports latency percentiles per operation and pods per second.
+With --client-timeout it behaves like a kubelet: a request that takes longer is
+abandoned and retried with the same name until it succeeds, and the report counts
+the retries and errors each pod took, and the time until every pod was returned.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			o.Progress = func(done, total int) {
+				fmt.Fprintf(os.Stderr, "\rpods up: %d/%d", done, total)
+				if done == total {
+					fmt.Fprintln(os.Stderr)
+				}
+			}
+			rep, err := bench.Run(ctx, o)
+			if rep == nil {
+				return err
+			}
+			if asJSON {
+				rep.WriteJSON(cmd.OutOrStdout())
+			} else {
+				rep.WriteTable(cmd.OutOrStdout())
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Endpoint, "endpoint", "unix:///run/crijournal/crijournal.sock", "CRI endpoint")
+	f.IntVarP(&o.Pods, "pods", "n", 50, "number of pods")
+	f.IntVarP(&o.Concurrency, "concurrency", "c", 1, "pods created at a time")
+	f.StringVar(&o.Image, "image", "", "create and start a container of this image in each pod")
+	f.StringSliceVar(&o.Command, "command", nil, "container command (default sleep 3600)")
+	f.DurationVar(&o.Timeout, "client-timeout", 0, "abandon and retry requests that take longer, like a kubelet (0: no timeout)")
+	f.StringVar(&o.Prefix, "prefix", "", "pod name prefix (default bench-<unix time>)")
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
