@@ -108,7 +108,10 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		j.mu.Unlock()
 		close(finished)
 	}()
-	p, err := j.change(e, true, func(r *Record) {
+	// A removal must be durable before anything is undone: a crash part way must find
+	// "removing", not a created record with half its resources gone. A rollback need not
+	// wait: a record still "creating" after a crash is rolled back all the same.
+	p, err := j.change(e, removal, func(r *Record) {
 		if removal {
 			r.State = StateRemoving
 		} else {
