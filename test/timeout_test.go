@@ -1,0 +1,319 @@
+package test
+
+import (
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// The timeout tests slow the bridge plugin down (slowADD) so that a
+// RunPodSandbox made with `crictl runp -T 1s` times out while the network is
+// being set up. crictl gives RunPodSandbox twice the -T value (about 2 s
+// here); each test logs what it measured.
+const (
+	slowADD  = 4 * time.Second
+	shortTTL = 3 * time.Second
+	// expiryWait bounds how long a cached sandbox may take to be cleaned up
+	// once it is no longer wanted: the TTL, a sweep, the undo.
+	expiryWait = 10 * time.Second
+)
+
+// inProgressStage is the stage the daemon names when a duplicate request
+// gives up while the creation is setting up the network (server's
+// stageSandboxNetwork).
+const inProgressStage = "sandbox network creation"
+
+// readyForRetry is in the daemon's error to a duplicate that waited while
+// the creation finished after its own request's deadline.
+const readyForRetry = "will be returned on the next retry"
+
+// crictlResult is the outcome of one crictl call made in the background.
+type crictlResult struct {
+	stdout, stderr string
+	err            error
+	elapsed        time.Duration
+}
+
+// runpBackground starts crictl runp with args in a goroutine.
+func (d *daemon) runpBackground(t *testing.T, args ...string) <-chan crictlResult {
+	t.Helper()
+	ch := make(chan crictlResult, 1)
+	go func() {
+		start := time.Now()
+		stdout, stderr, err := d.crictl(t, append([]string{"runp"}, args...)...)
+		ch <- crictlResult{stdout, stderr, err, time.Since(start)}
+	}()
+	return ch
+}
+
+// timeOut makes a RunPodSandbox of pod time out during a slow CNI ADD
+// (`crictl runp -T 1s`), and returns the ID of the sandbox the daemon goes
+// on creating. crictl pods stays empty meanwhile. The CNI plugin is fast
+// again when it returns, for the calls that follow (DEL, other pods).
+func (d *daemon) timeOut(t *testing.T, pod string) string {
+	t.Helper()
+	nADD := len(d.addedIDs(t))
+	d.slowCNI(t, slowADD)
+	start := time.Now()
+	_, stderr, err := d.runp(t, "-T", "1s", pod)
+	elapsed := time.Since(start)
+	requireCode(t, "crictl runp -T 1s with a slow network", err, stderr, "DeadlineExceeded")
+	t.Logf("crictl runp -T 1s: RunPodSandbox failed with DeadlineExceeded after %v", elapsed.Round(time.Millisecond))
+	if elapsed > slowADD-500*time.Millisecond {
+		t.Fatalf("crictl runp -T 1s took %v, too close to the CNI delay %v for this test", elapsed, slowADD)
+	}
+	created := d.waitADD(t, nADD+1, 5*time.Second)
+	d.slowCNI(t, 0)
+	if _, err := os.Stat(d.cniResultPath(created)); err == nil {
+		t.Fatalf("CNI ADD of %s finished before the request timed out; the test's timing is off", created)
+	}
+	d.requirePods(t, "while the timed-out creation is still running")
+	return created
+}
+
+// TestTimeouts covers a RunPodSandbox that times out while the network is
+// slow: the creation is kept (cached) and handed to the retry, cleaned up
+// when no matching retry comes, and duplicates wait instead of failing at
+// once.
+func TestTimeouts(t *testing.T) {
+	t.Parallel()
+
+	t.Run("retry gets the same sandbox", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
+		pod := podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
+		created := d.timeOut(t, pod)
+
+		d.waitNetworkDone(t, created, 2*slowADD)
+		d.requirePods(t, "after the timed-out creation finished (cached: hidden)")
+		if !isNamespace(d.netnsPin(created)) || len(d.ipamAllocations(t)) == 0 {
+			t.Fatalf("the timed-out creation %s was not kept: namespace pinned %v, IP allocations %v",
+				created, isNamespace(d.netnsPin(created)), d.ipamAllocations(t))
+		}
+		_, stderr, err := d.crictl(t, "inspectp", created)
+		requireCode(t, "inspectp of a cached sandbox", err, stderr, "NotFound")
+
+		id := d.mustRunp(t, pod)
+		if id != created {
+			t.Fatalf("the retry got sandbox %s, want %s, the one the daemon created for the timed-out request", id, created)
+		}
+		d.requirePods(t, "after the retry", id)
+		st := d.requireState(t, id, "SANDBOX_READY")
+		if st.Status.Network != nil && st.Status.Network.IP != "" {
+			d.requireReachable(t, st.Status.Network.IP)
+		}
+		if adds := d.addedIDs(t); !slices.Equal(adds, []string{id}) {
+			t.Errorf("CNI ADD calls %v, want only the one of %s", adds, id)
+		}
+		d.assertNoLeaks(t, id)
+
+		d.removePod(t, id)
+		d.stop(t)
+		d.assertNoLeaks(t)
+		d.checkJournal(t)
+	})
+
+	t.Run("retry with another attempt gets a new sandbox, the cached one expires", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
+		uid := randomHex(t, 16)
+		created := d.timeOut(t, podConfig(t, "slow", "e2e", uid, 0, false))
+		d.waitNetworkDone(t, created, 2*slowADD)
+
+		id := d.mustRunp(t, podConfig(t, "slow", "e2e", uid, 1, false))
+		if id == created {
+			t.Fatalf("the retry with attempt 1 got the sandbox %s made for attempt 0", id)
+		}
+		d.requirePods(t, "after the retry with attempt 1", id)
+		d.requireState(t, id, "SANDBOX_READY")
+		d.waitNoLeaks(t, expiryWait, id)
+		d.requirePods(t, "after the cached sandbox expired", id)
+
+		d.removePod(t, id)
+		d.stop(t)
+		d.assertNoLeaks(t)
+		d.checkJournal(t)
+	})
+
+	t.Run("never re-requested, the cached sandbox expires", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
+		created := d.timeOut(t, podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false))
+		d.waitNetworkDone(t, created, 2*slowADD)
+		if !isNamespace(d.netnsPin(created)) {
+			t.Fatalf("the timed-out creation %s was not kept for a retry: its namespace is gone at once", created)
+		}
+		d.waitNoLeaks(t, expiryWait)
+		d.requirePods(t, "after the cached sandbox expired")
+
+		d.stop(t)
+		d.assertNoLeaks(t)
+		d.checkJournal(t)
+	})
+
+	t.Run("duplicate while running waits and fails at its deadline, the next retry gets it", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
+		pod := podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
+		d.slowCNI(t, slowADD)
+		first := d.runpBackground(t, "-T", "1s", pod)
+		created := d.waitADD(t, 1, 5*time.Second)
+		d.slowCNI(t, 0)
+
+		// The creation is at its network stage: a duplicate waits for it
+		// until its own deadline.
+		start := time.Now()
+		_, stderr, err := d.runp(t, "-T", "1s", pod)
+		elapsed := time.Since(start)
+		r1 := <-first
+		requireCode(t, "the first runp -T 1s", r1.err, r1.stderr, "DeadlineExceeded")
+		if err == nil {
+			t.Fatal("the duplicate runp got a sandbox while the creation was still running")
+		}
+		if elapsed < r1.elapsed*3/4 {
+			t.Errorf("the duplicate failed after %v, well before its deadline (the first request's ran %v): it should wait", elapsed, r1.elapsed)
+		}
+		if _, serr := os.Stat(d.cniResultPath(created)); serr == nil {
+			t.Fatalf("CNI ADD of %s finished before the duplicate's deadline; the test's timing is off", created)
+		}
+		t.Logf("first request failed after %v; duplicate after %v: %s", r1.elapsed.Round(time.Millisecond), elapsed.Round(time.Millisecond), strings.TrimSpace(stderr))
+		if !strings.Contains(stderr, inProgressStage) {
+			t.Errorf("the duplicate's error does not name the stage the creation is at (%q):\n%s", inProgressStage, stderr)
+		}
+		d.requirePods(t, "while the creation is still running")
+
+		d.waitNetworkDone(t, created, 2*slowADD)
+		id := d.mustRunp(t, pod)
+		if id != created {
+			t.Fatalf("the next retry got sandbox %s, want %s", id, created)
+		}
+		d.requirePods(t, "after the retry", id)
+		d.requireState(t, id, "SANDBOX_READY")
+		if adds := d.addedIDs(t); !slices.Equal(adds, []string{id}) {
+			t.Errorf("CNI ADD calls %v, want only the one of %s", adds, id)
+		}
+		d.assertNoLeaks(t, id)
+
+		d.removePod(t, id)
+		d.stop(t)
+		d.assertNoLeaks(t)
+		d.checkJournal(t)
+	})
+
+	t.Run("duplicate waiting when the creation finishes fails, the next retry gets it", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
+		pod := podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
+		d.slowCNI(t, 3*time.Second)
+		first := d.runpBackground(t, "-T", "1s", pod)
+		created := d.waitADD(t, 1, 5*time.Second)
+		d.slowCNI(t, 0)
+
+		// -T 3s: a deadline of about 6 s, after the network is done (3 s).
+		start := time.Now()
+		stdout, stderr, err := d.crictl(t, "runp", "-T", "3s", pod)
+		elapsed := time.Since(start)
+		r1 := <-first
+		requireCode(t, "the first runp -T 1s", r1.err, r1.stderr, "DeadlineExceeded")
+		if _, serr := os.Stat(d.cniResultPath(created)); serr != nil {
+			t.Fatalf("CNI ADD of %s had not finished when the duplicate returned after %v; the test's timing is off", created, elapsed)
+		}
+		// The duplicate must not be handed the sandbox: its client may have
+		// given up already. It fails; the next retry gets it.
+		if err == nil {
+			t.Fatalf("the duplicate that waited while the creation finished got a sandbox (%s); want an error, the next retry gets it", strings.TrimSpace(stdout))
+		}
+		t.Logf("duplicate failed after %v: %s", elapsed.Round(time.Millisecond), strings.TrimSpace(stderr))
+		if !strings.Contains(stderr, readyForRetry) {
+			t.Errorf("the duplicate's error does not say the sandbox is ready for the next retry (%q):\n%s", readyForRetry, stderr)
+		}
+		d.requirePods(t, "after the duplicate failed")
+
+		id := d.mustRunp(t, pod)
+		if id != created {
+			t.Fatalf("the next retry got sandbox %s, want %s", id, created)
+		}
+		d.requirePods(t, "after the retry", id)
+		d.assertNoLeaks(t, id)
+
+		d.removePod(t, id)
+		d.stop(t)
+		d.assertNoLeaks(t)
+		d.checkJournal(t)
+	})
+
+	t.Run("true duplicate of a created sandbox returns it at once", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
+		pod := podConfig(t, "fast", "e2e", randomHex(t, 16), 0, false)
+		id := d.mustRunp(t, pod)
+		start := time.Now()
+		again := d.mustRunp(t, pod)
+		if elapsed := time.Since(start); elapsed > time.Second {
+			t.Errorf("the duplicate of a created sandbox took %v, want an answer at once", elapsed)
+		}
+		if again != id {
+			t.Fatalf("the duplicate got sandbox %s, want %s", again, id)
+		}
+		d.requirePods(t, "after the duplicate", id)
+		if adds := d.addedIDs(t); !slices.Equal(adds, []string{id}) {
+			t.Errorf("CNI ADD calls %v, want only the one of %s", adds, id)
+		}
+		d.assertNoLeaks(t, id)
+
+		d.removePod(t, id)
+		d.stop(t)
+		d.assertNoLeaks(t)
+		d.checkJournal(t)
+	})
+}
+
+// TestCacheSurvivesRestart times a RunPodSandbox out, lets the creation
+// finish, restarts the daemon, and retries: the retry gets the same sandbox.
+func TestCacheSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, daemonOptions{cacheTTL: 30 * time.Second})
+	pod := podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
+	created := d.timeOut(t, pod)
+	d.waitNetworkDone(t, created, 2*slowADD)
+
+	d.stop(t)
+	recs := d.records(t)
+	if len(recs) != 1 || recs[0].ID != created || recs[0].State != journal.StateCached {
+		var got []string
+		for _, r := range recs {
+			got = append(got, describeRecord(r))
+		}
+		t.Fatalf("journal after the stop: %q, want one cached record %s", got, created)
+	}
+	if left := time.Until(recs[0].Expiry); left < 10*time.Second {
+		t.Errorf("the cached record expires in %v, want about the 30s TTL", left)
+	}
+	d.checkJournal(t)
+	d.assertNoLeaks(t, created)
+
+	d.restart(t)
+	d.requirePods(t, "after the restart (cached: hidden)")
+	id := d.mustRunp(t, pod)
+	if id != created {
+		t.Fatalf("the retry after the restart got sandbox %s, want %s", id, created)
+	}
+	d.requirePods(t, "after the retry", id)
+	st := d.requireState(t, id, "SANDBOX_READY")
+	if st.Status.Network != nil && st.Status.Network.IP != "" {
+		d.requireReachable(t, st.Status.Network.IP)
+	}
+	if adds := d.addedIDs(t); !slices.Equal(adds, []string{id}) {
+		t.Errorf("CNI ADD calls %v, want only the one of %s", adds, id)
+	}
+	d.assertNoLeaks(t, id)
+
+	d.removePod(t, id)
+	d.stop(t)
+	d.assertNoLeaks(t)
+	d.checkJournal(t)
+}
