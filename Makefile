@@ -24,7 +24,7 @@ BIN := bin/crijournal
 export CRIJOURNAL_BIN := $(abspath $(BIN))
 
 # Debian packages the daemon and its tests run (gcc and libc6-dev for cgo and -race).
-DEB_PACKAGES := runc conmon containernetworking-plugins iproute2 util-linux iptables gcc libc6-dev
+DEB_PACKAGES := runc conmon containernetworking-plugins iproute2 util-linux iptables gcc libc6-dev busybox-static
 CRICTL_VERSION := v1.37.0
 STATICCHECK_VERSION := v0.8.2
 

@@ -164,6 +164,31 @@ type Config struct {
 	// StreamPort is the port of the streaming server, as a string; "0"
 	// picks a free port. Default: "0".
 	StreamPort string `toml:"stream_port" help:"port of the streaming server (0: any free port)"`
+
+	// Registries redirect image pulls, as [[registry]] prefix/location
+	// entries do in containers' registries.conf: an image whose name starts
+	// with Prefix is pulled from Location instead. In the file each is a
+	// table [[registries]] with keys prefix, location and insecure; they are
+	// read from the file only (no environment variable or flag). When
+	// several prefixes match a name, the longest wins. Default: none, every
+	// image is pulled from the registry its name says.
+	Registries []Registry `toml:"registries"`
+}
+
+// Registry redirects the pulls of images whose name starts with a prefix.
+type Registry struct {
+	// Prefix is matched against the fully qualified image name (short names
+	// are qualified first: "busybox" is docker.io/library/busybox): a
+	// registry host ("registry.k8s.io"), or a host and a repository path
+	// ("docker.io/library"). A name matches when it equals Prefix or
+	// continues it with "/", ":" or "@".
+	Prefix string `toml:"prefix"`
+	// Location replaces Prefix in the name to pull: host[:port][/path],
+	// without a scheme.
+	Location string `toml:"location"`
+	// Insecure allows plain HTTP, and HTTPS without certificate
+	// verification, when pulling from Location. Default: false.
+	Insecure bool `toml:"insecure"`
 }
 
 // Runtime is one OCI runtime handler.
@@ -227,6 +252,14 @@ func (c Config) StorageRunRootDir() string {
 		return c.StorageRunRoot
 	}
 	return filepath.Join(c.RunRoot, "storage")
+}
+
+// ImageCacheDir returns the directory of the image library's caches and
+// generated configuration (blob info cache, registries.conf, temporary
+// files of pulls): <root>/image-cache. Nothing is ever written under
+// /var/lib/containers.
+func (c Config) ImageCacheDir() string {
+	return filepath.Join(c.Root, "image-cache")
 }
 
 // RuntimeRoot returns the state directory of the runtime handler: its Root,
@@ -353,6 +386,7 @@ func (c Config) Validate() error {
 	if _, err := strconv.ParseUint(c.StreamPort, 10, 16); err != nil {
 		bad("stream_port", "must be a port number (0 to 65535), got %q", c.StreamPort)
 	}
+	errs = append(errs, validateRegistries(c.Registries)...)
 	return errors.Join(errs...)
 }
 
@@ -388,10 +422,54 @@ func (c Config) TOML() ([]byte, error) {
 		return nil, fmt.Errorf("render runtimes: %w", err)
 	}
 	buf.Write(tables)
+	buf.WriteString("\n# Pull redirections: [[registries]] with prefix (an image name prefix such as\n")
+	buf.WriteString("# \"registry.k8s.io\" or \"docker.io/library\"), location (host[:port][/path] to pull\n")
+	buf.WriteString("# from instead, no scheme) and insecure (plain HTTP, no TLS verification).\n")
+	buf.WriteString("# File only: no environment variable or flag.\n")
+	if len(c.Registries) > 0 {
+		tables, err := toml.Marshal(map[string]any{"registries": c.Registries})
+		if err != nil {
+			return nil, fmt.Errorf("render registries: %w", err)
+		}
+		buf.Write(tables)
+	}
 	return buf.Bytes(), nil
 }
 
-// A field is one scalar key of Config: any field but Runtimes.
+// validateRegistries checks every [[registries]] entry: prefix and location
+// set, without a scheme or spaces, and no prefix given twice.
+func validateRegistries(regs []Registry) []error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, &KeyError{Key: key, Err: fmt.Errorf(format, args...)})
+	}
+	seen := map[string]int{}
+	for i, r := range regs {
+		key := fmt.Sprintf("registries[%d]", i)
+		for _, f := range []struct{ name, value string }{{"prefix", r.Prefix}, {"location", r.Location}} {
+			switch {
+			case f.value == "":
+				bad(key+"."+f.name, "must be set")
+			case strings.Contains(f.value, "://"):
+				hint := ""
+				if f.name == "location" {
+					hint = "; for plain HTTP (or HTTPS without certificate verification) set insecure = true"
+				}
+				bad(key+"."+f.name, "must be host[:port][/path] without a scheme, got %q%s", f.value, hint)
+			case strings.ContainsAny(f.value, " \t\n") || strings.HasPrefix(f.value, "/"):
+				bad(key+"."+f.name, "must be host[:port][/path], got %q", f.value)
+			}
+		}
+		if j, dup := seen[r.Prefix]; dup && r.Prefix != "" {
+			bad(key+".prefix", "%q is already the prefix of registries[%d]", r.Prefix, j)
+		}
+		seen[r.Prefix] = i
+	}
+	return errs
+}
+
+// A field is one scalar key of Config: any field but Runtimes and
+// Registries.
 type field struct {
 	key   string // TOML key: cache_ttl
 	flag  string // flag name: cache-ttl
@@ -407,7 +485,7 @@ var scalarFields = func() []field {
 	for i := range t.NumField() {
 		sf := t.Field(i)
 		key := sf.Tag.Get("toml")
-		if key == "runtimes" {
+		if key == "runtimes" || key == "registries" {
 			continue
 		}
 		fields = append(fields, field{

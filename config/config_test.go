@@ -80,6 +80,7 @@ func TestDefault(t *testing.T) {
 		{"JournalFile", c.JournalFile(), "/var/lib/crijournal/journal.db"},
 		{"StorageRootDir", c.StorageRootDir(), "/var/lib/crijournal/storage"},
 		{"StorageRunRootDir", c.StorageRunRootDir(), "/run/crijournal/storage"},
+		{"ImageCacheDir", c.ImageCacheDir(), "/var/lib/crijournal/image-cache"},
 		{"RuntimeRoot(runc)", c.RuntimeRoot("runc"), "/run/crijournal/runc"},
 		{"RuntimeRoot(crun)", c.RuntimeRoot("crun"), "/run/crijournal/crun"},
 	} {
@@ -251,6 +252,7 @@ func TestLoadUnknownKey(t *testing.T) {
 		{"table", "[storage]\ndriver = \"vfs\"\n", "storage"},
 		{"wrong case", "Root = \"/x\"\n", "Root"},
 		{"runtime key", "[runtimes.runc]\nbinary = \"/x\"\n", "runtimes.runc.binary"},
+		{"registry key", "[[registries]]\nprefix = \"a.io\"\nlocation = \"b.io\"\nmirror = \"c.io\"\n", "registries[0].mirror"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, tc.file)
@@ -303,6 +305,15 @@ func TestLoadInvalid(t *testing.T) {
 		{"bad handler name", source{file: "[runtimes.Kata_QEMU]\npath = \"/usr/bin/kata\""}, "runtimes.Kata_QEMU", "DNS label"},
 		{"runtime not a table", source{file: "[runtimes]\nrunc = \"/usr/sbin/runc\""}, "runtimes.runc", "table"},
 		{"syntax error", source{file: "root = /var/lib\n"}, "", ":1:"},
+		{"registry with scheme", source{file: "[[registries]]\nprefix = \"registry.k8s.io\"\nlocation = \"http://127.0.0.1:5000\"\n"}, "registries[0].location", "insecure = true"},
+		{"registry prefix with scheme", source{file: "[[registries]]\nprefix = \"https://registry.k8s.io\"\nlocation = \"127.0.0.1:5000\"\n"}, "registries[0].prefix", "without a scheme"},
+		{"registry without location", source{file: "[[registries]]\nprefix = \"registry.k8s.io\"\n"}, "registries[0].location", "must be set"},
+		{"registry without prefix", source{file: "[[registries]]\nlocation = \"127.0.0.1:5000\"\n"}, "registries[0].prefix", "must be set"},
+		{"registry prefix twice", source{file: "[[registries]]\nprefix = \"a.io\"\nlocation = \"b.io\"\n[[registries]]\nprefix = \"a.io\"\nlocation = \"c.io\"\n"}, "registries[1].prefix", "registries[0]"},
+		{"registry insecure not bool", source{file: "[[registries]]\nprefix = \"a.io\"\nlocation = \"b.io\"\ninsecure = \"yes\"\n"}, "registries[0].insecure", "true or false"},
+		{"registry location not string", source{file: "[[registries]]\nprefix = \"a.io\"\nlocation = 5000\n"}, "registries[0].location", "want a string"},
+		{"registries not tables", source{file: "registries = [\"a.io\"]\n"}, "registries[0]", "table"},
+		{"registries a table", source{file: "[registries]\nprefix = \"a.io\"\n"}, "registries", "array of tables"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadSource(t, tc.src)
@@ -367,6 +378,10 @@ func TestTOMLRoundTrip(t *testing.T) {
 		ConmonPath:    "/usr/bin/conmon",
 		StreamAddress: "0.0.0.0",
 		StreamPort:    "10010",
+		Registries: []Registry{
+			{Prefix: "registry.k8s.io", Location: "127.0.0.1:5000", Insecure: true},
+			{Prefix: "docker.io/library", Location: "mirror.example.com:5443/hub"},
+		},
 	}
 	// custom must set every field to a non-default value, or the test
 	// would not show that the field round-trips.
@@ -433,6 +448,50 @@ func TestSlogLevel(t *testing.T) {
 		c := Config{LogLevel: level}
 		if got := c.SlogLevel().String(); !strings.EqualFold(got, level) {
 			t.Errorf("SlogLevel(%q) = %s", level, got)
+		}
+	}
+}
+
+func TestLoadRegistries(t *testing.T) {
+	const file = `
+[[registries]]
+prefix = "registry.k8s.io"
+location = "127.0.0.1:5000"
+insecure = true
+
+[[registries]]
+prefix = "docker.io/library"
+location = "mirror.example.com/hub"
+`
+	got, err := loadSource(t, source{file: file})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Registry{
+		{Prefix: "registry.k8s.io", Location: "127.0.0.1:5000", Insecure: true},
+		{Prefix: "docker.io/library", Location: "mirror.example.com/hub"},
+	}
+	if diff := cmp.Diff(want, got.Registries); diff != "" {
+		t.Errorf("Registries (-want +got):\n%s", diff)
+	}
+
+	// An error about a registry names the file it came from.
+	path := writeFile(t, "[[registries]]\nprefix = \"a.io\"\nlocation = \"https://b.io\"\n")
+	clearEnv(t)
+	_, err = Load(path, nil)
+	var ke *KeyError
+	if !errors.As(err, &ke) || ke.Key != "registries[0].location" || ke.Source != path {
+		t.Fatalf("Load = %v, want a KeyError for registries[0].location from %s", err, path)
+	}
+
+	// No entries, or an empty array, mean none.
+	for _, f := range []string{"", "registries = []\n"} {
+		got, err := loadSource(t, source{file: "root = \"/x\"\n" + f})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Registries != nil {
+			t.Errorf("file %q: Registries = %#v, want nil", f, got.Registries)
 		}
 	}
 }

@@ -17,6 +17,9 @@
 //     after the key with "-" for "_" (cache_ttl is --cache-ttl). Only flags
 //     that were set on the command line count.
 //
+// Pull redirections (Registries, [[registries]] tables with prefix,
+// location and insecure) come from the file only.
+//
 // Load does all of that and then Validate. Every error about a value is a
 // *KeyError that names the key and, from Load, where the value came from
 // (the file, the environment variable or the flag). Keys in the file that
@@ -28,5 +31,6 @@
 //
 // Empty values of a few path keys stand for a path derived from another key;
 // use the methods (JournalFile, StorageRootDir, StorageRunRootDir,
-// RuntimeRoot) instead of reading those fields directly.
+// RuntimeRoot) instead of reading those fields directly. ImageCacheDir is
+// derived from root alone.
 package config

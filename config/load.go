@@ -89,7 +89,11 @@ func load(path string, mustExist bool, flags *pflag.FlagSet) (Config, error) {
 	if file != nil {
 		// MergeConfigMap lower-cases keys in place: give it a copy, so
 		// that error messages keep the keys as written.
-		if err := v.MergeConfigMap(copyMap(file)); err != nil {
+		// Registries are read from file directly (registriesOf): keep
+		// viper's case folding away from them.
+		merged := copyMap(file)
+		delete(merged, "registries")
+		if err := v.MergeConfigMap(merged); err != nil {
 			return Config{}, fmt.Errorf("config file %s: %w", path, err)
 		}
 	}
@@ -123,6 +127,9 @@ func load(path string, mustExist bool, flags *pflag.FlagSet) (Config, error) {
 		}
 		c.Runtimes[name] = rt
 	}
+	regs, regErrs := registriesOf(file, path)
+	c.Registries = regs
+	errs = append(errs, regErrs...)
 	if len(errs) > 0 {
 		return Config{}, errors.Join(errs...)
 	}
@@ -182,6 +189,9 @@ func checkKeys(path string, m map[string]any) error {
 		if known[key] {
 			continue
 		}
+		if key == "registries" {
+			continue // checked by registriesOf
+		}
 		if key != "runtimes" {
 			bad(key, ErrUnknownKey)
 			continue
@@ -206,6 +216,57 @@ func checkKeys(path string, m map[string]any) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// registriesOf decodes the [[registries]] tables of the file m: each a
+// table with keys prefix and location (strings) and insecure (a boolean).
+// No entries give nil.
+func registriesOf(m map[string]any, path string) ([]Registry, []error) {
+	raw, ok := m["registries"]
+	if !ok {
+		return nil, nil
+	}
+	var errs []error
+	bad := func(key string, err error) {
+		errs = append(errs, &KeyError{Key: key, Source: path, Err: err})
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		bad("registries", fmt.Errorf("want an array of tables [[registries]] with prefix, location and insecure, got %s", describe(raw)))
+		return nil, errs
+	}
+	var regs []Registry
+	for i, item := range list {
+		key := fmt.Sprintf("registries[%d]", i)
+		table, ok := item.(map[string]any)
+		if !ok {
+			bad(key, fmt.Errorf("want a table [[registries]] with prefix, location and insecure, got %s", describe(item)))
+			continue
+		}
+		var r Registry
+		for _, k := range sortedKeys(table) {
+			var err error
+			switch k {
+			case "prefix":
+				err = decode(table[k], &r.Prefix)
+			case "location":
+				err = decode(table[k], &r.Location)
+			case "insecure":
+				if _, isBool := table[k].(bool); !isBool {
+					err = fmt.Errorf("want true or false, got %s", describe(table[k]))
+				} else {
+					err = decode(table[k], &r.Insecure)
+				}
+			default:
+				err = ErrUnknownKey
+			}
+			if err != nil {
+				bad(key+"."+k, err)
+			}
+		}
+		regs = append(regs, r)
+	}
+	return regs, errs
 }
 
 // copyMap returns a copy of m and of the tables nested in it.
@@ -336,6 +397,12 @@ func (s sources) of(key string) string {
 		if fl := s.flags.Lookup(strings.ReplaceAll(key, "_", "-")); fl != nil && fl.Changed {
 			return "flag --" + fl.Name
 		}
+	}
+	if strings.HasPrefix(key, "registries[") {
+		if _, ok := s.file["registries"]; ok {
+			return s.path // registries come from the file only
+		}
+		return ""
 	}
 	if _, ok := os.LookupEnv(envName(key)); ok {
 		return "environment variable " + envName(key)

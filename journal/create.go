@@ -240,15 +240,22 @@ func (j *Journal) SetObject(ctx context.Context, id string, object any) error {
 
 // SetMarker sets (value non-nil) or clears (nil) a marker, durably.
 func (j *Journal) SetMarker(ctx context.Context, id, key string, value *string) error {
+	return j.SetMarkers(ctx, id, map[string]*string{key: value})
+}
+
+// SetMarkers sets (value non-nil) or clears (nil) several markers in one durable write.
+func (j *Journal) SetMarkers(ctx context.Context, id string, markers map[string]*string) error {
 	return j.update(id, func(r *Record) {
-		if value == nil {
-			delete(r.Markers, key)
-			return
+		for key, value := range markers {
+			if value == nil {
+				delete(r.Markers, key)
+				continue
+			}
+			if r.Markers == nil {
+				r.Markers = map[string]string{}
+			}
+			r.Markers[key] = *value
 		}
-		if r.Markers == nil {
-			r.Markers = map[string]string{}
-		}
-		r.Markers[key] = *value
 	})
 }
 

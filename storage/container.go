@@ -1,0 +1,224 @@
+package storage
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	cstorage "go.podman.io/storage"
+)
+
+// ContainerInfo describes a storage container: the root filesystem of one CRI container.
+type ContainerInfo struct {
+	ID      string // the CRI container ID
+	ImageID string
+	Name    string // "" when created without one
+}
+
+// containerMetadata is stored with each storage container, for people reading the store.
+type containerMetadata struct {
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// CreateContainer creates the storage container id (the CRI container ID, 64 lowercase hex)
+// from image imageID (an ID or an unambiguous ID prefix), named name unless name is "". When
+// a storage container id already exists and comes from the same image it is returned as is,
+// so that a retried creation step finds the first attempt's work. ErrImageNotFound when the
+// image is not in the store.
+func (s *Store) CreateContainer(ctx context.Context, id, name, imageID string, labels map[string]string) (ContainerInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return ContainerInfo{}, fmt.Errorf("create storage container %s: %w", id, err)
+	}
+	if len(id) != 64 || !isHex(id) {
+		return ContainerInfo{}, fmt.Errorf("create storage container: id %q is not 64 lowercase hex", id)
+	}
+	img, err := s.st.Image(imageID)
+	if errors.Is(err, cstorage.ErrImageUnknown) || (err == nil && img.ID != imageID && !isPrefix(imageID, img.ID)) {
+		return ContainerInfo{}, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, ErrImageNotFound)
+	}
+	if err != nil {
+		return ContainerInfo{}, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, err)
+	}
+	if info, ok, err := s.existing(id, img.ID); ok || err != nil {
+		return info, err
+	}
+	meta, err := json.Marshal(containerMetadata{Name: name, Labels: labels})
+	if err != nil {
+		return ContainerInfo{}, fmt.Errorf("create storage container %s: %w", id, err)
+	}
+	var names []string
+	if name != "" {
+		names = []string{name}
+	}
+	c, err := s.st.CreateContainer(id, names, img.ID, "", string(meta), nil)
+	if errors.Is(err, cstorage.ErrDuplicateID) {
+		// Created concurrently by another attempt.
+		if info, ok, err := s.existing(id, img.ID); ok || err != nil {
+			return info, err
+		}
+	}
+	if errors.Is(err, cstorage.ErrDuplicateName) {
+		holder := "another storage container"
+		if other, err := s.st.Container(name); err == nil {
+			holder = "storage container " + other.ID
+		}
+		return ContainerInfo{}, fmt.Errorf("create storage container %s: name %q is used by %s: %w", id, name, holder, err)
+	}
+	if err != nil {
+		return ContainerInfo{}, fmt.Errorf("create storage container %s from image %s: %w", id, img.ID, err)
+	}
+	s.log.Debug("storage container created", "id", id, "name", name, "image", img.ID)
+	return infoOf(c), nil
+}
+
+// existing returns storage container id when it exists and comes from image imageID; ok is
+// false when it does not exist, and err is set when it comes from another image.
+func (s *Store) existing(id, imageID string) (info ContainerInfo, ok bool, err error) {
+	c, err := s.st.Container(id)
+	if errors.Is(err, cstorage.ErrContainerUnknown) {
+		return ContainerInfo{}, false, nil
+	}
+	if err != nil {
+		return ContainerInfo{}, false, fmt.Errorf("create storage container %s: %w", id, err)
+	}
+	if c.ID != id {
+		// Found by name or by ID prefix: not the container asked for.
+		return ContainerInfo{}, false, nil
+	}
+	if c.ImageID != imageID {
+		return ContainerInfo{}, false, fmt.Errorf("create storage container %s: it exists from image %s, not %s: %w",
+			id, c.ImageID, imageID, cstorage.ErrDuplicateID)
+	}
+	return infoOf(c), true, nil
+}
+
+func infoOf(c *cstorage.Container) ContainerInfo {
+	info := ContainerInfo{ID: c.ID, ImageID: c.ImageID}
+	if len(c.Names) > 0 {
+		info.Name = c.Names[0]
+	}
+	return info
+}
+
+func isPrefix(prefix, id string) bool {
+	return len(prefix) >= minIDPrefix && len(prefix) <= len(id) && id[:len(prefix)] == prefix
+}
+
+// Mount mounts the root filesystem of storage container id and returns its path. Mounting
+// a mounted root filesystem returns the same path and does not stack: one Unmount undoes
+// any number of Mounts. ErrContainerNotFound for an unknown id.
+func (s *Store) Mount(ctx context.Context, id string) (rootfs string, err error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("mount %s: %w", id, err)
+	}
+	c, err := s.container(id)
+	if err != nil {
+		return "", fmt.Errorf("mount: %w", err)
+	}
+	s.mountMu.Lock()
+	defer s.mountMu.Unlock()
+	if n, err := s.st.Mounted(c.ID); err == nil && n > 0 {
+		if layer, err := s.st.Layer(c.LayerID); err == nil && layer.MountPoint != "" {
+			return layer.MountPoint, nil
+		}
+	}
+	path, err := s.st.Mount(c.ID, c.MountLabel())
+	if err != nil {
+		return "", fmt.Errorf("mount %s: %w", id, err)
+	}
+	return path, nil
+}
+
+// Unmount unmounts the root filesystem of storage container id, however many times it was
+// mounted. Not mounted, or no such container, is success.
+func (s *Store) Unmount(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("unmount %s: %w", id, err)
+	}
+	c, err := s.container(id)
+	if errors.Is(err, ErrContainerNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("unmount: %w", err)
+	}
+	s.mountMu.Lock()
+	defer s.mountMu.Unlock()
+	if _, err := s.st.Unmount(c.ID, true); err != nil && !isGone(err) && !errors.Is(err, cstorage.ErrLayerNotMounted) {
+		return fmt.Errorf("unmount %s: %w", id, err)
+	}
+	return nil
+}
+
+// DeleteContainer unmounts (however many times it was mounted) and deletes storage
+// container id, with its directories. No such container is success.
+func (s *Store) DeleteContainer(ctx context.Context, id string) error {
+	if err := s.Unmount(ctx, id); err != nil {
+		return fmt.Errorf("delete storage container: %w", err)
+	}
+	c, err := s.st.Container(id)
+	if isGone(err) || (err == nil && c.ID != id) {
+		return nil // unknown (or only a name or ID prefix of another)
+	}
+	if err != nil {
+		return fmt.Errorf("delete storage container %s: %w", id, err)
+	}
+	if err := s.st.DeleteContainer(id); err != nil && !isGone(err) {
+		return fmt.Errorf("delete storage container %s: %w", id, err)
+	}
+	s.log.Debug("storage container deleted", "id", id)
+	return nil
+}
+
+// ContainerDirs returns the persistent and the run directory of storage container id
+// (containers/storage's ContainerDirectory and ContainerRunDirectory), for files the
+// container's runtime needs. ErrContainerNotFound for an unknown id.
+func (s *Store) ContainerDirs(id string) (dir, runDir string, err error) {
+	c, err := s.container(id)
+	if err != nil {
+		return "", "", err
+	}
+	if dir, err = s.st.ContainerDirectory(c.ID); err != nil {
+		return "", "", fmt.Errorf("directory of storage container %s: %w", id, err)
+	}
+	if runDir, err = s.st.ContainerRunDirectory(c.ID); err != nil {
+		return "", "", fmt.Errorf("run directory of storage container %s: %w", id, err)
+	}
+	return dir, runDir, nil
+}
+
+// Containers returns the IDs of every storage container, for leak checks.
+func (s *Store) Containers(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list storage containers: %w", err)
+	}
+	cs, err := s.st.Containers()
+	if err != nil {
+		return nil, fmt.Errorf("list storage containers: %w", err)
+	}
+	ids := make([]string, len(cs))
+	for i, c := range cs {
+		ids[i] = c.ID
+	}
+	return ids, nil
+}
+
+// container returns storage container id, which must be its full ID.
+func (s *Store) container(id string) (*cstorage.Container, error) {
+	c, err := s.st.Container(id)
+	if isGone(err) || (err == nil && c.ID != id) {
+		return nil, fmt.Errorf("%s: %w", id, ErrContainerNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage container %s: %w", id, err)
+	}
+	return c, nil
+}
+
+// isGone reports whether err says that a container or its layer does not exist.
+func isGone(err error) bool {
+	return errors.Is(err, cstorage.ErrContainerUnknown) || errors.Is(err, cstorage.ErrLayerUnknown) ||
+		errors.Is(err, cstorage.ErrNotAContainer)
+}

@@ -1,0 +1,275 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// newID returns a random container ID: 64 lowercase hex.
+func newID(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func TestContainerLifecycle(t *testing.T) {
+	for _, driver := range []string{"", DriverVFS} {
+		name := driver
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
+			s := openTestStore(t, driver)
+			if driver != "" && s.Driver() != driver {
+				t.Fatalf("Driver() = %q, want %q", s.Driver(), driver)
+			}
+			t.Logf("driver: %s", s.Driver())
+			testContainerLifecycle(t, s)
+		})
+	}
+}
+
+func testContainerLifecycle(t *testing.T, s *testStore) {
+	ctx := context.Background()
+	img, _ := pullTestImage(t, s)
+	id := newID(t)
+	labels := map[string]string{"io.kubernetes.pod.name": "p"}
+
+	info, err := s.CreateContainer(ctx, id, "k8s_c_p_ns_uid_0", img.ID, labels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ContainerInfo{ID: id, ImageID: img.ID, Name: "k8s_c_p_ns_uid_0"}
+	if info != want {
+		t.Errorf("CreateContainer = %+v, want %+v", info, want)
+	}
+	// A retry with the same ID and image returns the same container.
+	again, err := s.CreateContainer(ctx, id, "k8s_c_p_ns_uid_0", img.ID, labels)
+	if err != nil || again != want {
+		t.Errorf("CreateContainer again = %+v, %v; want %+v", again, err, want)
+	}
+	// The name is taken by it.
+	if _, err := s.CreateContainer(ctx, newID(t), "k8s_c_p_ns_uid_0", img.ID, nil); err == nil || !strings.Contains(err.Error(), id) {
+		t.Errorf("CreateContainer with a taken name = %v, want an error naming %s", err, id)
+	}
+	if ids, err := s.Containers(ctx); err != nil || !slices.Equal(ids, []string{id}) {
+		t.Errorf("Containers = %v, %v; want [%s]", ids, err, id)
+	}
+
+	rootfs, err := s.Mount(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(rootfs, "bin/busybox")); err != nil || fi.Mode()&0o111 == 0 {
+		t.Errorf("bin/busybox in the rootfs: %v, %v", fi, err)
+	}
+	if target, err := os.Readlink(filepath.Join(rootfs, "bin/sh")); err != nil || target != "busybox" {
+		t.Errorf("bin/sh -> %q, %v; want busybox", target, err)
+	}
+	again2, err := s.Mount(ctx, id)
+	if err != nil || again2 != rootfs {
+		t.Errorf("second Mount = %q, %v; want %q", again2, err, rootfs)
+	}
+	if s.Driver() == DriverOverlay && !isMounted(t, rootfs) {
+		t.Errorf("%s is not a mount point", rootfs)
+	}
+
+	dir, runDir, err := s.ContainerDirs(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{dir, runDir} {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			t.Errorf("container dir %s: %v", d, err)
+		}
+	}
+
+	err = s.RemoveImage(ctx, img.ID)
+	if !errors.Is(err, ErrImageInUse) || !strings.Contains(err.Error(), id) {
+		t.Errorf("RemoveImage while in use = %v, want ErrImageInUse naming %s", err, id)
+	}
+	if _, err := s.ImageStatus(ctx, img.ID); err != nil {
+		t.Errorf("image gone after a refused removal: %v", err)
+	}
+
+	// One Unmount undoes both Mounts.
+	if err := s.Unmount(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if isMounted(t, rootfs) {
+		t.Errorf("%s still mounted after Unmount", rootfs)
+	}
+	if err := s.Unmount(ctx, id); err != nil {
+		t.Errorf("Unmount of an unmounted container: %v", err)
+	}
+	// Mounted again, so that DeleteContainer has to unmount.
+	if _, err := s.Mount(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+
+	for i := range 2 {
+		if err := s.DeleteContainer(ctx, id); err != nil {
+			t.Fatalf("DeleteContainer #%d: %v", i+1, err)
+		}
+	}
+	if ids, _ := s.Containers(ctx); len(ids) != 0 {
+		t.Errorf("Containers after delete = %v", ids)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("container dir %s after delete: %v", dir, err)
+	}
+	if isMounted(t, rootfs) {
+		t.Errorf("%s still mounted after DeleteContainer", rootfs)
+	}
+	if err := s.Unmount(ctx, id); err != nil {
+		t.Errorf("Unmount of a deleted container: %v", err)
+	}
+	if _, err := s.Mount(ctx, id); !errors.Is(err, ErrContainerNotFound) {
+		t.Errorf("Mount of a deleted container = %v, want ErrContainerNotFound", err)
+	}
+	if _, _, err := s.ContainerDirs(id); !errors.Is(err, ErrContainerNotFound) {
+		t.Errorf("ContainerDirs of a deleted container = %v, want ErrContainerNotFound", err)
+	}
+
+	if err := s.RemoveImage(ctx, img.ID); err != nil {
+		t.Fatalf("RemoveImage after the container is gone: %v", err)
+	}
+	if _, err := s.ImageStatus(ctx, img.ID); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("ImageStatus after RemoveImage = %v, want ErrImageNotFound", err)
+	}
+	if _, err := s.CreateContainer(ctx, newID(t), "", img.ID, nil); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("CreateContainer from a removed image = %v, want ErrImageNotFound", err)
+	}
+}
+
+func TestCreateContainerInvalid(t *testing.T) {
+	s := openTestStore(t, "")
+	ctx := context.Background()
+	img, _ := pullTestImage(t, s)
+	for _, id := range []string{"", "abc", strings.Repeat("G", 64), strings.ToUpper(newID(t))} {
+		if _, err := s.CreateContainer(ctx, id, "", img.ID, nil); err == nil {
+			t.Errorf("CreateContainer(id %q) succeeded", id)
+		}
+	}
+	if _, err := s.CreateContainer(ctx, newID(t), "", strings.Repeat("0", 64), nil); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("CreateContainer from an unknown image = %v, want ErrImageNotFound", err)
+	}
+	// By image ID prefix.
+	id := newID(t)
+	info, err := s.CreateContainer(ctx, id, "", img.ID[:12], nil)
+	if err != nil || info.ImageID != img.ID {
+		t.Fatalf("CreateContainer by image ID prefix = %+v, %v", info, err)
+	}
+	// A name is not an image ID.
+	if _, err := s.CreateContainer(ctx, newID(t), "", testImage, nil); !errors.Is(err, ErrImageNotFound) {
+		t.Errorf("CreateContainer from an image name = %v, want ErrImageNotFound", err)
+	}
+	if err := s.DeleteContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// A prefix of a container ID is not the container.
+	if err := s.DeleteContainer(ctx, id[:12]); err != nil {
+		t.Errorf("DeleteContainer of an unknown ID: %v", err)
+	}
+}
+
+func TestUndoDeletesContainer(t *testing.T) {
+	s := openTestStore(t, "")
+	ctx := context.Background()
+	img, _ := pullTestImage(t, s)
+
+	reg := journal.NewRegistry()
+	RegisterUndos(reg, func() (*Store, error) { return s.Store, nil })
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+
+	for _, tc := range []struct {
+		name   string
+		create bool // whether the step acted (else only its intent was recorded)
+		mount  bool
+		done   bool
+	}{
+		{"created and mounted", true, true, true},
+		{"created, not marked done", true, false, false},
+		{"intent only", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id := newID(t)
+			rec, err := j.Begin(ctx, journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "undo-" + tc.name})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq, err := j.Intent(ctx, rec.ID, "storage", StepContainerStorage, ContainerArgs(id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rootfs string
+			if tc.create {
+				if _, err := s.CreateContainer(ctx, id, "undo-"+id[:8], img.ID, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.mount {
+				if rootfs, err = s.Mount(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.done {
+				if err := j.Done(rec.ID, seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := j.Rollback(ctx, rec.ID); err != nil {
+				t.Fatalf("Rollback: %v", err)
+			}
+			if ids, _ := s.Containers(ctx); slices.Contains(ids, id) {
+				t.Errorf("storage container %s left after Rollback", id)
+			}
+			if rootfs != "" && isMounted(t, rootfs) {
+				t.Errorf("%s still mounted after Rollback", rootfs)
+			}
+			if _, err := j.Get(rec.ID); !errors.Is(err, journal.ErrNotFound) {
+				t.Errorf("journal record after Rollback: %v, want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestUndoWithoutStore(t *testing.T) {
+	reg := journal.NewRegistry()
+	storeErr := errors.New("storage not open yet")
+	RegisterUndos(reg, func() (*Store, error) { return nil, storeErr })
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	ctx := context.Background()
+	id := newID(t)
+	rec, err := j.Begin(ctx, journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Intent(ctx, rec.ID, "storage", StepContainerStorage, ContainerArgs(id)); err != nil {
+		t.Fatal(err)
+	}
+	var uerr *journal.UndoError
+	if err := j.Rollback(ctx, rec.ID); !errors.As(err, &uerr) || !errors.Is(err, storeErr) {
+		t.Errorf("Rollback = %v, want an UndoError with the store's error", err)
+	}
+}

@@ -1,0 +1,152 @@
+package storage
+
+import (
+	"bufio"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"go.podman.io/storage/pkg/reexec"
+	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/storage/storagetest"
+)
+
+// varLibContainersExisted records whether /var/lib/containers existed before the tests, so
+// that TestNothingUnderVarLibContainers can tell whether they created it.
+var varLibContainersExisted bool
+
+func TestMain(m *testing.M) {
+	if reexec.Init() {
+		return
+	}
+	_, err := os.Stat("/var/lib/containers")
+	varLibContainersExisted = err == nil
+	os.Exit(m.Run())
+}
+
+// requireRoot skips the test unless it runs as root; it fails under CI=true.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	storagetest.RequireRoot(t)
+}
+
+// requireBusybox skips the test unless /bin/busybox exists; it fails under CI=true.
+func requireBusybox(t *testing.T) {
+	t.Helper()
+	storagetest.RequireBusybox(t)
+}
+
+// testStore is a Store in a temporary directory, with the loopback registry it pulls from.
+type testStore struct {
+	*Store
+	dir  string // holds root/, run/ and cache/
+	host string // the registry's host:port
+}
+
+// openTestStore opens a store in a fresh temporary directory with mirrors to a fresh
+// loopback registry: registry.k8s.io -> <host>, docker.io/library -> <host>/library. It
+// closes the store at the end of the test and then checks that nothing is left mounted under
+// the directory (unmounting whatever is, so that the directory can be removed).
+func openTestStore(t *testing.T, driver string) *testStore {
+	t.Helper()
+	requireRoot(t)
+	requireBusybox(t)
+	host := storagetest.StartRegistry(t)
+	dir := t.TempDir()
+	s, err := Open(context.Background(), Options{
+		Root:          filepath.Join(dir, "root"),
+		RunRoot:       filepath.Join(dir, "run"),
+		ImageCacheDir: filepath.Join(dir, "cache"),
+		Driver:        driver,
+		Logger:        slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Registries: []Registry{
+			{Prefix: "registry.k8s.io", Location: host, Insecure: true},
+			{Prefix: "docker.io/library", Location: host + "/library", Insecure: true},
+		},
+	})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+		if left := mountsUnder(t, dir); len(left) > 0 {
+			t.Errorf("mounts left under %s after Close: %v", dir, left)
+			for _, m := range slices.Backward(left) {
+				if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+					t.Errorf("unmount %s: %v", m, err)
+				}
+			}
+		}
+	})
+	return &testStore{Store: s, dir: dir, host: host}
+}
+
+// mountsUnder returns the mount points under dir, in the order of /proc/self/mountinfo.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountinfo(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of a mountinfo field.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range s[i+1 : i+4] {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + byte(c-'0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// isMounted reports whether path is a mount point.
+func isMounted(t *testing.T, path string) bool {
+	t.Helper()
+	return slices.Contains(mountsUnder(t, path), path)
+}
+
+// overlaySupported reports whether the kernel lists overlay in /proc/filesystems.
+func overlaySupported() bool {
+	data, err := os.ReadFile("/proc/filesystems")
+	return err == nil && strings.Contains(string(data), "\toverlay\n")
+}

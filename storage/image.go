@@ -1,0 +1,424 @@
+package storage
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/docker/distribution/registry/api/errcode"
+	v2 "github.com/docker/distribution/registry/api/v2"
+	digest "github.com/opencontainers/go-digest"
+	"go.podman.io/image/v5/copy"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/signature"
+	istorage "go.podman.io/image/v5/storage"
+	"go.podman.io/image/v5/types"
+	cstorage "go.podman.io/storage"
+)
+
+// minIDPrefix is the shortest image ID prefix ImageStatus and RemoveImage accept, as CRI-O.
+const minIDPrefix = 3
+
+// Image is an image in the store.
+type Image struct {
+	ID          string   // the storage ID: hex digest of the config, no "sha256:"
+	RepoTags    []string // qualified names with a tag, sorted: docker.io/library/busybox:latest
+	RepoDigests []string // qualified names with a digest, sorted: docker.io/library/busybox@sha256:...
+	Size        uint64   // bytes of the unpacked layers plus the image's metadata
+	Config      ImageConfig
+	// Pinned images are exempt from the kubelet's image garbage collection. crijournal has
+	// no pinned images configuration yet: it is always false.
+	Pinned bool
+}
+
+// ImageConfig is the part of an image's OCI configuration a container is built from.
+type ImageConfig struct {
+	User         string
+	ExposedPorts []string // "80/tcp", sorted
+	Env          []string // "KEY=value"
+	Entrypoint   []string
+	Cmd          []string
+	Volumes      []string // sorted
+	WorkingDir   string
+	Labels       map[string]string
+	StopSignal   string
+	Architecture string
+	OS           string
+}
+
+// Auth is the credentials of a pull, as in CRI's AuthConfig. Username and Password, or Auth
+// (base64 of "username:password"), or IdentityToken authenticate to the registry;
+// RegistryToken is a bearer token sent as is.
+type Auth struct {
+	Username, Password, Auth, IdentityToken, RegistryToken string
+}
+
+// apply sets the credentials of a on sys.
+func (a *Auth) apply(sys *types.SystemContext) error {
+	if a == nil {
+		return nil
+	}
+	creds := types.DockerAuthConfig{Username: a.Username, Password: a.Password, IdentityToken: a.IdentityToken}
+	if a.Auth != "" && a.Username == "" && a.Password == "" {
+		raw, err := base64.StdEncoding.DecodeString(a.Auth)
+		if err != nil {
+			return fmt.Errorf("auth: not base64: %w", err)
+		}
+		user, pass, ok := strings.Cut(string(raw), ":")
+		if !ok {
+			return errors.New(`auth: want base64 of "username:password"`)
+		}
+		creds.Username, creds.Password = user, pass
+	}
+	if creds != (types.DockerAuthConfig{}) {
+		sys.DockerAuthConfig = &creds
+	}
+	sys.DockerBearerRegistryToken = a.RegistryToken
+	return nil
+}
+
+// PullImage pulls ref into the store and returns the image. Short names are qualified (see
+// the package comment), Registries redirect the pull, and the image is stored under the
+// qualified name. An invalid reference gives ErrInvalidReference; a tag or digest the
+// registry does not have gives ErrImageNotFound.
+func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, error) {
+	named, err := normalize(ref)
+	if err != nil {
+		return Image{}, fmt.Errorf("pull: %w", err)
+	}
+	sys := *s.sys // a shallow copy: every pointer in it is shared, read only
+	if err := auth.apply(&sys); err != nil {
+		return Image{}, fmt.Errorf("pull %s: %w", named, err)
+	}
+	if isLoopbackRegistry(named) {
+		sys.DockerInsecureSkipTLSVerify = types.OptionalBoolTrue
+	}
+	srcRef, err := docker.NewReference(named)
+	if err != nil {
+		return Image{}, fmt.Errorf("pull %s: %w: %v", named, ErrInvalidReference, err)
+	}
+	destRef, err := istorage.Transport.NewStoreReference(s.st, named, "")
+	if err != nil {
+		return Image{}, fmt.Errorf("pull %s: %w: %v", named, ErrInvalidReference, err)
+	}
+	policy, err := signature.NewPolicyContext(s.policy)
+	if err != nil {
+		return Image{}, fmt.Errorf("pull %s: signature policy: %w", named, err)
+	}
+	defer policy.Destroy() //nolint:errcheck // releases nothing for insecureAcceptAnything
+
+	start := time.Now()
+	_, err = copy.Image(ctx, policy, destRef, srcRef, &copy.Options{
+		SourceCtx:        &sys,
+		DestinationCtx:   &sys,
+		RemoveSignatures: true, // neither verified nor kept; also keeps lookaside dirs unread
+	})
+	if err != nil {
+		if isManifestUnknown(err) {
+			return Image{}, fmt.Errorf("pull %s: %w: %v", named, ErrImageNotFound, err)
+		}
+		return Image{}, fmt.Errorf("pull %s: %w", named, err)
+	}
+	_, img, err := istorage.ResolveReference(destRef)
+	if err != nil {
+		return Image{}, fmt.Errorf("pull %s: find the pulled image: %w", named, err)
+	}
+	s.log.Info("image pulled", "ref", named.String(), "id", img.ID, "duration", time.Since(start))
+	return s.image(ctx, img)
+}
+
+// isManifestUnknown reports whether err says that the registry has no such tag or digest.
+func isManifestUnknown(err error) bool {
+	var ec errcode.ErrorCoder
+	if errors.As(err, &ec) && ec.ErrorCode() == v2.ErrorCodeManifestUnknown {
+		return true
+	}
+	return strings.Contains(err.Error(), "manifest unknown")
+}
+
+// ListImages returns every image in the store.
+func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
+	imgs, err := s.st.Images()
+	if err != nil {
+		return nil, fmt.Errorf("list images: %w", err)
+	}
+	out := make([]Image, 0, len(imgs))
+	for i := range imgs {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("list images: %w", err)
+		}
+		img, err := s.image(ctx, &imgs[i])
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, cstorage.ErrImageUnknown) {
+			// Still being pulled (no configuration yet), or removed meanwhile.
+			s.log.Debug("image skipped from list", "id", imgs[i].ID, "err", err)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list images: %w", err)
+		}
+		out = append(out, img)
+	}
+	s.pruneConfigs(imgs)
+	return out, nil
+}
+
+// ImageStatus returns the image ref names: a full ID (with or without "sha256:"), an ID
+// prefix of at least 3 hex digits that matches one image, a name with a tag, or a name with
+// a digest. ErrImageNotFound when none matches.
+func (s *Store) ImageStatus(ctx context.Context, ref string) (Image, error) {
+	img, _, err := s.lookup(ref)
+	if err != nil {
+		return Image{}, fmt.Errorf("image status: %w", err)
+	}
+	return s.image(ctx, img)
+}
+
+// RemoveImage removes an image. By ID or by digest it removes the image with all its names.
+// By tag it removes that tag, and the image too if no other tag remains. ErrImageInUse while
+// a storage container uses the image; ErrImageNotFound when nothing matches.
+func (s *Store) RemoveImage(ctx context.Context, ref string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("remove image %s: %w", ref, err)
+	}
+	img, named, err := s.lookup(ref)
+	if err != nil {
+		return fmt.Errorf("remove image: %w", err)
+	}
+	if tagged, ok := named.(reference.NamedTagged); ok {
+		name := tagged.String()
+		otherTags := slices.ContainsFunc(img.Names, func(n string) bool {
+			other, err := reference.ParseNormalizedNamed(n)
+			_, isTag := other.(reference.NamedTagged)
+			return err == nil && isTag && other.String() != name
+		})
+		if otherTags {
+			if err := s.st.RemoveNames(img.ID, []string{name}); err != nil {
+				return fmt.Errorf("remove image %s: untag %s: %w", img.ID, name, err)
+			}
+			s.log.Info("image untagged", "id", img.ID, "name", name)
+			return nil
+		}
+	}
+	if _, err := s.st.DeleteImage(img.ID, true); err != nil {
+		switch {
+		case errors.Is(err, cstorage.ErrImageUsedByContainer):
+			return fmt.Errorf("remove image %s: %w: containers %s", img.ID, ErrImageInUse, strings.Join(s.containersOf(img.ID), ", "))
+		case errors.Is(err, cstorage.ErrImageUnknown), errors.Is(err, cstorage.ErrNotAnImage):
+			return fmt.Errorf("remove image %s: %w", img.ID, ErrImageNotFound)
+		}
+		return fmt.Errorf("remove image %s: %w", img.ID, err)
+	}
+	s.configMu.Lock()
+	delete(s.configs, img.ID)
+	s.configMu.Unlock()
+	s.log.Info("image removed", "id", img.ID, "names", img.Names)
+	return nil
+}
+
+// containersOf returns the IDs of the storage containers made from image id.
+func (s *Store) containersOf(id string) []string {
+	cs, err := s.st.Containers()
+	if err != nil {
+		return []string{"(unknown: " + err.Error() + ")"}
+	}
+	var ids []string
+	for _, c := range cs {
+		if c.ImageID == id {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids
+}
+
+// lookup finds the image ref names; named is the qualified name when ref was a name, nil
+// when it was an ID.
+func (s *Store) lookup(ref string) (img *cstorage.Image, named reference.Named, err error) {
+	id := strings.TrimPrefix(ref, "sha256:")
+	if id != ref && !isHex(id) {
+		return nil, nil, fmt.Errorf("%q: %w: not a hex digest", ref, ErrInvalidReference)
+	}
+	if len(id) >= minIDPrefix && isHex(id) {
+		img, err := s.st.Image(id)
+		if err == nil && strings.HasPrefix(img.ID, id) {
+			return img, nil, nil
+		}
+		if id != ref || len(id) == 64 {
+			return nil, nil, fmt.Errorf("%s: %w", ref, ErrImageNotFound)
+		}
+		// Not an ID (or an ambiguous prefix): it may still be a name such as "abc".
+	}
+	named, err = normalize(ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	sref, err := istorage.Transport.NewStoreReference(s.st, named, "")
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w: %v", named, ErrInvalidReference, err)
+	}
+	_, img, err = istorage.ResolveReference(sref)
+	if errors.Is(err, istorage.ErrNoSuchImage) || errors.Is(err, cstorage.ErrImageUnknown) {
+		return nil, nil, fmt.Errorf("%s: %w", named, ErrImageNotFound)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", named, err)
+	}
+	return img, named, nil
+}
+
+func isHex(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(r rune) bool {
+		return (r < '0' || r > '9') && (r < 'a' || r > 'f')
+	})
+}
+
+// image builds the Image of a storage image.
+func (s *Store) image(ctx context.Context, img *cstorage.Image) (Image, error) {
+	cfg, err := s.imageConfig(ctx, img.ID)
+	if err != nil {
+		return Image{}, err
+	}
+	out := Image{ID: img.ID, Config: cfg}
+	var tags []reference.NamedTagged
+	var digests []reference.Canonical
+	for _, n := range img.Names {
+		named, err := reference.ParseNormalizedNamed(n)
+		if err != nil {
+			s.log.Warn("image has an invalid name", "id", img.ID, "name", n, "err", err)
+			continue
+		}
+		switch named := named.(type) {
+		case reference.Canonical:
+			digests = append(digests, named)
+		case reference.NamedTagged:
+			tags = append(tags, named)
+			out.RepoTags = append(out.RepoTags, named.String())
+		}
+	}
+	out.RepoDigests = repoDigests(img, tags, digests)
+	slices.Sort(out.RepoTags)
+	if size, err := s.st.ImageSize(img.ID); err == nil && size >= 0 {
+		out.Size = uint64(size)
+	}
+	return out, nil
+}
+
+// repoDigests returns name@digest for each repository the image is named in and each
+// manifest digest it has: as CRI-O, it pairs every repository with every digest, since the
+// store does not record which registry served which manifest.
+func repoDigests(img *cstorage.Image, tags []reference.NamedTagged, digested []reference.Canonical) []string {
+	var ds []digest.Digest
+	if img.Digest != "" {
+		ds = append(ds, img.Digest)
+	} else if d, ok := img.BigDataDigests[cstorage.ImageDigestBigDataKey]; ok {
+		ds = append(ds, d)
+	}
+	for _, d := range img.Digests {
+		if !slices.Contains(ds, d) {
+			ds = append(ds, d)
+		}
+	}
+	set := map[string]bool{}
+	for _, d := range digested {
+		set[d.String()] = true
+	}
+	var repos []reference.Named
+	for _, t := range tags {
+		repos = append(repos, reference.TrimNamed(t))
+	}
+	for _, d := range digested {
+		repos = append(repos, reference.TrimNamed(d))
+	}
+	for _, repo := range repos {
+		for _, d := range ds {
+			if c, err := reference.WithDigest(repo, d); err == nil {
+				set[c.String()] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// imageConfig reads the configuration of image id, or returns it from the cache.
+func (s *Store) imageConfig(ctx context.Context, id string) (ImageConfig, error) {
+	s.configMu.Lock()
+	cfg, ok := s.configs[id]
+	s.configMu.Unlock()
+	if ok {
+		return cfg.clone(), nil
+	}
+	ref, err := istorage.Transport.NewStoreReference(s.st, nil, id)
+	if err != nil {
+		return ImageConfig{}, fmt.Errorf("image %s: %w", id, err)
+	}
+	src, err := ref.NewImage(ctx, s.sys)
+	if err != nil {
+		return ImageConfig{}, fmt.Errorf("image %s: %w", id, err)
+	}
+	defer src.Close()
+	oci, err := src.OCIConfig(ctx)
+	if err != nil {
+		return ImageConfig{}, fmt.Errorf("image %s: config: %w", id, err)
+	}
+	c := oci.Config
+	cfg = ImageConfig{
+		User:         c.User,
+		Env:          c.Env,
+		Entrypoint:   c.Entrypoint,
+		Cmd:          c.Cmd,
+		WorkingDir:   c.WorkingDir,
+		Labels:       c.Labels,
+		StopSignal:   c.StopSignal,
+		Architecture: oci.Architecture,
+		OS:           oci.OS,
+	}
+	for p := range c.ExposedPorts {
+		cfg.ExposedPorts = append(cfg.ExposedPorts, p)
+	}
+	slices.Sort(cfg.ExposedPorts)
+	for v := range c.Volumes {
+		cfg.Volumes = append(cfg.Volumes, v)
+	}
+	slices.Sort(cfg.Volumes)
+	s.configMu.Lock()
+	s.configs[id] = cfg
+	s.configMu.Unlock()
+	return cfg.clone(), nil
+}
+
+// clone returns a copy of c that shares no slice or map with it.
+func (c ImageConfig) clone() ImageConfig {
+	c.ExposedPorts = slices.Clone(c.ExposedPorts)
+	c.Env = slices.Clone(c.Env)
+	c.Entrypoint = slices.Clone(c.Entrypoint)
+	c.Cmd = slices.Clone(c.Cmd)
+	c.Volumes = slices.Clone(c.Volumes)
+	c.Labels = maps.Clone(c.Labels)
+	return c
+}
+
+// pruneConfigs drops cached configurations of images that are no longer in imgs.
+func (s *Store) pruneConfigs(imgs []cstorage.Image) {
+	live := make(map[string]bool, len(imgs))
+	for _, img := range imgs {
+		live[img.ID] = true
+	}
+	s.configMu.Lock()
+	defer s.configMu.Unlock()
+	for id := range s.configs {
+		if !live[id] {
+			delete(s.configs, id)
+		}
+	}
+}

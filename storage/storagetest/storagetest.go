@@ -1,0 +1,204 @@
+// Package storagetest helps tests that need images: an in-process registry on the loopback
+// interface, and a small busybox image built from the host's static busybox and pushed to
+// it. It is for tests only; it builds nothing that a production binary would use.
+//
+// The image (see BusyboxImage) holds /bin/busybox (Debian's busybox-static), symlinks to it
+// for the commands in BusyboxCommands, /etc/passwd and /etc/group with root, and empty
+// /dev, /proc, /sys, /tmp and /root. Its config says Cmd ["/bin/sh"] and Env PATH=/bin. It
+// is built deterministically, so every build has the same digest and image ID.
+package storagetest
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// BusyboxPath is the static busybox the image is built from (Debian package
+// busybox-static).
+const BusyboxPath = "/bin/busybox"
+
+// BusyboxCommands are the commands of the image: /bin/<name> is a symlink to busybox.
+var BusyboxCommands = []string{
+	"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "id", "hostname", "touch", "mkdir", "rm", "ps", "kill",
+}
+
+// inCI reports whether the tests run in CI (CI=true), where a missing prerequisite is a
+// failure rather than a reason to skip.
+func inCI() bool { return os.Getenv("CI") == "true" }
+
+// skipOrFail skips the test, or fails it under CI=true.
+func skipOrFail(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if inCI() {
+		t.Fatalf(format+" (CI=true: required)", args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RequireRoot skips the test unless it runs as root (containers/storage, mounts); under
+// CI=true it fails instead.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		skipOrFail(t, "needs root (containers/storage and overlay mounts); run the tests as root")
+	}
+}
+
+// RequireBusybox skips the test unless BusyboxPath exists; under CI=true it fails instead.
+func RequireBusybox(t testing.TB) {
+	t.Helper()
+	if _, err := os.Stat(BusyboxPath); err != nil {
+		skipOrFail(t, "needs %s: apt-get install -y busybox-static (%v)", BusyboxPath, err)
+	}
+}
+
+// StartRegistry starts an in-memory registry (go-containerregistry's) on 127.0.0.1 for the
+// duration of the test and returns its host:port. It speaks plain HTTP.
+func StartRegistry(t testing.TB) (host string) {
+	t.Helper()
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+// PushBusybox pushes the busybox image to host (from StartRegistry) as repo:tag
+// ("library/busybox", "latest") and returns the digest of its manifest ("sha256:...").
+// It skips the test when busybox is missing (fails under CI=true).
+func PushBusybox(t testing.TB, host, repo, tag string) (digest string) {
+	t.Helper()
+	img := BusyboxImage(t)
+	ref, err := name.NewTag(host+"/"+repo+":"+tag, name.Insecure)
+	if err != nil {
+		t.Fatalf("push busybox: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
+		t.Fatalf("push busybox to %s: %v", ref, err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatalf("push busybox: %v", err)
+	}
+	return d.String()
+}
+
+var busybox struct {
+	once sync.Once
+	img  v1.Image
+	err  error
+}
+
+// BusyboxImage returns the busybox image (see the package comment), building it once per
+// process. It skips the test when busybox is missing (fails under CI=true).
+func BusyboxImage(t testing.TB) v1.Image {
+	t.Helper()
+	RequireBusybox(t)
+	busybox.once.Do(func() { busybox.img, busybox.err = buildBusybox() })
+	if busybox.err != nil {
+		t.Fatalf("build busybox image: %v", busybox.err)
+	}
+	return busybox.img
+}
+
+func buildBusybox() (v1.Image, error) {
+	bin, err := os.ReadFile(BusyboxPath)
+	if err != nil {
+		return nil, err
+	}
+	layerTar, err := busyboxTar(bin)
+	if err != nil {
+		return nil, err
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		return nil, err
+	}
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture = runtime.GOARCH
+	cf.OS = "linux"
+	cf.Config.Cmd = []string{"/bin/sh"}
+	cf.Config.Env = []string{"PATH=/bin"}
+	return mutate.ConfigFile(img, cf)
+}
+
+// busyboxTar returns the layer's tar stream, with fixed times and owners so that it is the
+// same on every build.
+func busyboxTar(bin []byte) ([]byte, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	add := func(h *tar.Header, body []byte) error {
+		h.ModTime, h.Uname, h.Gname, h.Format = epoch, "root", "root", tar.FormatPAX
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("tar %s: %w", h.Name, err)
+		}
+		if _, err := tw.Write(body); err != nil {
+			return fmt.Errorf("tar %s: %w", h.Name, err)
+		}
+		return nil
+	}
+	dir := func(name string, mode int64) error {
+		return add(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: mode}, nil)
+	}
+	file := func(name string, mode int64, body []byte) error {
+		return add(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode, Size: int64(len(body))}, body)
+	}
+	for _, d := range []string{"bin", "dev", "etc", "proc", "root", "sys"} {
+		if err := dir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	if err := dir("tmp", 0o1777); err != nil {
+		return nil, err
+	}
+	if err := file("bin/busybox", 0o755, bin); err != nil {
+		return nil, err
+	}
+	for _, cmd := range BusyboxCommands {
+		if err := add(&tar.Header{Typeflag: tar.TypeSymlink, Name: "bin/" + cmd, Linkname: "busybox", Mode: 0o777}, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")); err != nil {
+		return nil, err
+	}
+	if err := file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n")); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,252 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+
+	"go.podman.io/image/v5/signature"
+	"go.podman.io/image/v5/types"
+	cstorage "go.podman.io/storage"
+	storagetypes "go.podman.io/storage/types"
+)
+
+// Errors that callers branch on. Each is wrapped with the reference or ID it is about.
+var (
+	// ErrImageNotFound is returned when no image in the store matches a reference or ID
+	// (gRPC NotFound).
+	ErrImageNotFound = errors.New("image not found")
+	// ErrImageInUse is returned by RemoveImage while a storage container uses the image
+	// (gRPC FailedPrecondition).
+	ErrImageInUse = errors.New("image is in use by a container")
+	// ErrInvalidReference is returned when an image reference cannot be parsed
+	// (gRPC InvalidArgument).
+	ErrInvalidReference = errors.New("invalid image reference")
+	// ErrContainerNotFound is returned by Mount and ContainerDirs for an ID that names no
+	// storage container.
+	ErrContainerNotFound = errors.New("storage container not found")
+)
+
+// Drivers that Open accepts in Options.Driver.
+const (
+	DriverOverlay = "overlay"
+	DriverVFS     = "vfs"
+)
+
+// Options configure Open.
+type Options struct {
+	// Root is the graph root: layers, images, containers and their persistent
+	// directories. Required, absolute.
+	Root string
+	// RunRoot holds state that must not outlive a reboot (mount counts, per-container run
+	// directories). Required, absolute.
+	RunRoot string
+	// Driver is the graph driver: "overlay", "vfs", or "" to use what the graph root
+	// already holds, else overlay when the kernel and the file system support it, else
+	// vfs. vfs copies every layer in full: it works everywhere but is slow and large.
+	Driver string
+	// Registries redirect pulls (see Registry). Default: none.
+	Registries []Registry
+	// ImageCacheDir holds containers/image's caches and the configuration generated for it
+	// (see the package comment). Default: <Root>/image-cache. Absolute when set.
+	ImageCacheDir string
+	// Logger receives the store's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is an open image and root file system store. It is safe for concurrent use.
+//
+// The signature policy of every pull is insecureAcceptAnything: signatures are neither
+// verified nor stored. Put verification in front of crijournal (an admission policy, a
+// verifying mirror) if images must be signed.
+type Store struct {
+	st     cstorage.Store
+	sys    *types.SystemContext // base context of every pull; copied, never changed
+	policy *signature.Policy
+	log    *slog.Logger
+
+	mountMu sync.Mutex // serializes Mount and Unmount, to make Mount idempotent
+
+	configMu sync.Mutex
+	configs  map[string]ImageConfig // by image ID; an ID's config never changes
+}
+
+// Open opens (creating it if needed) the store described by opts.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	cacheDir := opts.ImageCacheDir
+	if cacheDir == "" {
+		cacheDir = filepath.Join(opts.Root, "image-cache")
+	}
+	sys, err := prepareImageDirs(cacheDir, opts.Registries)
+	if err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+
+	sopts := storagetypes.StoreOptions{
+		GraphRoot:       opts.Root,
+		RunRoot:         opts.RunRoot,
+		GraphDriverName: opts.Driver,
+	}
+	if opts.Driver == "" {
+		// With an explicit priority list containers/storage reuses the driver whose
+		// state the graph root holds, and otherwise takes the first that initializes;
+		// overlay fails to initialize where the kernel or file system cannot do it.
+		sopts.GraphDriverPriority = []string{DriverOverlay, DriverVFS}
+	}
+	st, err := cstorage.GetStore(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("open storage at %s (driver %q): %w", opts.Root, opts.Driver, err)
+	}
+	s := &Store{
+		st:  st,
+		sys: sys,
+		policy: &signature.Policy{Default: signature.PolicyRequirements{
+			signature.NewPRInsecureAcceptAnything(),
+		}},
+		log:     log,
+		configs: map[string]ImageConfig{},
+	}
+	log.Debug("storage opened", "root", opts.Root, "run_root", opts.RunRoot, "driver", s.Driver())
+	return s, nil
+}
+
+func (o Options) validate() error {
+	var errs []error
+	for _, p := range []struct{ name, path string }{{"root", o.Root}, {"run root", o.RunRoot}} {
+		if !filepath.IsAbs(p.path) {
+			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", p.name, p.path))
+		}
+	}
+	if o.ImageCacheDir != "" && !filepath.IsAbs(o.ImageCacheDir) {
+		errs = append(errs, fmt.Errorf("image cache dir must be an absolute path, got %q", o.ImageCacheDir))
+	}
+	if !slices.Contains([]string{"", DriverOverlay, DriverVFS}, o.Driver) {
+		errs = append(errs, fmt.Errorf("driver must be %q, %q or empty, got %q", DriverOverlay, DriverVFS, o.Driver))
+	}
+	if err := validateRegistries(o.Registries); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Driver returns the name of the graph driver in use: "overlay" or "vfs".
+func (s *Store) Driver() string { return s.st.GraphDriverName() }
+
+// Close releases the store. Mounted root filesystems stay mounted (their containers may
+// still run); their mount counts are kept in the run root for the next Open.
+func (s *Store) Close() error {
+	defer s.st.Free()
+	mounted, err := s.st.Shutdown(false)
+	if errors.Is(err, cstorage.ErrLayerUsedByContainer) {
+		s.log.Info("storage closed with root filesystems still mounted", "layers", len(mounted))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("close storage: %w", err)
+	}
+	return nil
+}
+
+// FsUsage is the usage of the file system that holds the images (CRI ImageFsInfo).
+type FsUsage struct {
+	Mountpoint string // the graph root
+	UsedBytes  uint64 // bytes allocated to files under the graph root
+	InodesUsed uint64 // distinct inodes under the graph root
+}
+
+// FsInfo measures the graph root: the bytes allocated and the inodes used by every file
+// under it, counting a hard-linked inode once and not descending into other file systems
+// (the mounted root filesystems of containers). It walks the whole tree, so its cost grows
+// with the number of files in the images.
+func (s *Store) FsInfo(ctx context.Context) (FsUsage, error) {
+	root := s.st.GraphRoot()
+	u := FsUsage{Mountpoint: root}
+	var rootDev uint64
+	type inode struct{ dev, ino uint64 }
+	seen := map[inode]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while we walk
+			}
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		stat, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return fmt.Errorf("stat %s: no unix stat", path)
+		}
+		if path == root {
+			rootDev = stat.Dev
+		} else if stat.Dev != rootDev {
+			if d.IsDir() {
+				return filepath.SkipDir // a mount point
+			}
+			return nil
+		}
+		key := inode{stat.Dev, stat.Ino}
+		if seen[key] {
+			return nil
+		}
+		seen[key] = true
+		u.InodesUsed++
+		u.UsedBytes += uint64(stat.Blocks) * 512
+		return nil
+	})
+	if err != nil {
+		return FsUsage{}, fmt.Errorf("measure %s: %w", root, err)
+	}
+	return u, nil
+}
+
+// prepareImageDirs creates the image cache directory and what containers/image needs in it,
+// writes registries.conf from regs, and returns the SystemContext that points
+// containers/image there.
+func prepareImageDirs(dir string, regs []Registry) (*types.SystemContext, error) {
+	sys := &types.SystemContext{
+		BlobInfoCacheDir:            dir,
+		BigFilesTemporaryDir:        filepath.Join(dir, "tmp"),
+		RegistriesDirPath:           filepath.Join(dir, "registries.d"),
+		SystemRegistriesConfPath:    filepath.Join(dir, "registries.conf"),
+		SystemRegistriesConfDirPath: filepath.Join(dir, "registries.conf.d"),
+		UserShortNameAliasConfPath:  filepath.Join(dir, "short-name-aliases.conf"),
+		// The only credentials file ever read (none by default): never
+		// $HOME/.docker/config.json or /run/containers/0/auth.json.
+		AuthFilePath: filepath.Join(dir, "auth.json"),
+	}
+	for _, d := range []string{dir, sys.BigFilesTemporaryDir, sys.RegistriesDirPath, sys.SystemRegistriesConfDirPath} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("image cache: %w", err)
+		}
+	}
+	if err := writeRegistriesConf(sys, regs); err != nil {
+		return nil, err
+	}
+	return sys, nil
+}
