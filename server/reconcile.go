@@ -8,13 +8,15 @@ import (
 	"github.com/crijournal/crijournal/netns"
 )
 
-// Reconcile brings a created record in line with the world at startup. A sandbox whose
+// Reconcile brings a created record in line with the world at startup. A container that
+// exited while the daemon was down gets its exit recorded (from conmon's exit file, or as
+// unknown when the runtime lost it in a reboot). A sandbox whose
 // network namespace pin is gone (a reboot empties /run) can never be ready again: it gets
 // CNI DEL anyway, so host-local frees its addresses, and is marked stopped; its record
 // stays until the kubelet removes it. It reports whether anything changed.
 func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error) {
-	if rec.Kind != journal.KindSandbox {
-		return false, nil
+	if rec.Kind == journal.KindContainer {
+		return s.reconcileContainer(ctx, rec)
 	}
 	sb, err := decodeSandbox(rec)
 	if err != nil {
@@ -44,4 +46,23 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 		}
 	}
 	return true, s.journal.SetMarker(ctx, rec.ID, markerStopped, now())
+}
+
+func (s *Server) reconcileContainer(ctx context.Context, rec journal.Record) (bool, error) {
+	c, err := decodeContainer(rec)
+	if err != nil {
+		return false, err
+	}
+	if _, done := rec.Marker(markerFinishedAt); done || s.runtimes == nil {
+		return false, nil
+	}
+	if err := s.recordExit(ctx, c); err != nil {
+		return false, err
+	}
+	after, err := s.journal.Get(rec.ID)
+	if err != nil {
+		return false, err
+	}
+	_, done := after.Marker(markerFinishedAt)
+	return done, nil
 }

@@ -119,6 +119,17 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 	if err != nil {
 		return nil, err
 	}
+	// The pod's containers first, killed at once (as containerd does: the kubelet has
+	// already stopped them gracefully).
+	for _, rec := range s.containersOf(sb.rec.ID) {
+		c, err := decodeContainer(rec)
+		if err != nil || rec.State != journal.StateCreated {
+			continue
+		}
+		if err := s.stopContainer(ctx, c, 0); err != nil {
+			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
+		}
+	}
 	if _, done := sb.rec.Marker(markerNetworkStopped); !done {
 		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 		err := s.journal.UndoSteps(nctx, sb.rec.ID, netns.StepAttach)
@@ -159,6 +170,16 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 	}
 	if err != nil {
 		return nil, err
+	}
+	// The pod's containers first; cached or half-made ones are rolled back.
+	for _, c := range s.containersOf(rec.ID) {
+		if c.State == journal.StateCreated {
+			if err := s.removeContainer(ctx, c); err != nil {
+				return nil, fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
+			}
+		} else if c.State == journal.StateCached {
+			s.rollback(ctx, c.ID)
+		}
 	}
 	rctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 	defer cancel()

@@ -9,6 +9,7 @@
 package server
 
 import (
+	"encoding/json"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +25,8 @@ import (
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/storage"
 )
 
 // RuntimeName is what Version reports.
@@ -36,8 +39,15 @@ type Server struct {
 	journal  *journal.Journal
 	networks netns.NetworkSource
 	metrics  *metrics.Metrics
+	images   *storage.Store
+	runtimes RuntimeSource
 	version  string
 	log      *slog.Logger
+}
+
+// RuntimeSource hands out the OCI runtime of a runtime handler.
+type RuntimeSource interface {
+	Runtime(handler string) (*oci.Runtime, error)
 }
 
 // Deps are what a Server is built from.
@@ -46,19 +56,22 @@ type Deps struct {
 	Journal  *journal.Journal
 	Networks netns.NetworkSource
 	Metrics  *metrics.Metrics // nil: no metrics
+	Images   *storage.Store   // nil: no images or containers
+	Runtimes RuntimeSource    // nil: no containers
 	Version  string
 	Log      *slog.Logger
 }
 
 // New returns a server over an open journal.
 func New(d Deps) *Server {
-	return &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics, version: d.Version, log: d.Log}
+	return &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics,
+		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log}
 }
 
 // Register attaches the runtime and image services to g.
 func (s *Server) Register(g *grpc.Server) {
 	runtimeapi.RegisterRuntimeServiceServer(g, s)
-	runtimeapi.RegisterImageServiceServer(g, &imageService{})
+	runtimeapi.RegisterImageServiceServer(g, &imageService{s: s})
 }
 
 // Version reports the runtime's name and version.
@@ -128,7 +141,10 @@ func toStatus(err error) error {
 	return status.Error(code, err.Error())
 }
 
-// imageService answers every ImageService call with Unimplemented until images are built.
-type imageService struct {
-	runtimeapi.UnimplementedImageServiceServer
+func mustJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%q", err.Error())
+	}
+	return string(b)
 }

@@ -9,6 +9,7 @@ package main
 
 import (
 	"fmt"
+	"go.podman.io/storage/pkg/reexec"
 	"os"
 	"strings"
 
@@ -27,6 +28,10 @@ var version = "dev"
 var subcommands []func() *cobra.Command
 
 func main() {
+	// containers/storage re-executes this binary for some of its work: serve that first.
+	if reexec.Init() {
+		return
+	}
 	if err := newRootCommand().Execute(); err != nil {
 		// A configuration error may list several problems, one a line.
 		for line := range strings.SplitSeq(err.Error(), "\n") {

@@ -17,8 +17,10 @@ import (
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/recovery"
 	"github.com/crijournal/crijournal/server"
+	"github.com/crijournal/crijournal/storage"
 )
 
 func init() {
@@ -56,9 +58,28 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if cfg.MetricsAddress != "" {
 		m = metrics.New(func() []journal.Record { return j.List(nil) })
 	}
+	if err := oci.BecomeSubreaper(); err != nil {
+		log.Warn("cannot become a child subreaper: processes killed by ExecSync timeouts may linger as zombies", "err", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	images, err := storage.Open(ctx, storage.Options{
+		Root: cfg.StorageRootDir(), RunRoot: cfg.StorageRunRootDir(), Driver: cfg.StorageDriver,
+		Registries: storageRegistries(cfg), ImageCacheDir: cfg.ImageCacheDir(), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer images.Close()
+	log.Info("image storage ready", "driver", images.Driver(), "root", cfg.StorageRootDir())
+	runtimes := newRuntimeSet(cfg)
+
 	registry := journal.NewRegistry()
 	networks := &netns.Networks{ConfDir: cfg.CNIConfDir, PluginDirs: cfg.CNIPluginDirs, CacheDir: cfg.CNICacheDir}
 	netns.RegisterUndos(registry, networks)
+	storage.RegisterUndos(registry, func() (*storage.Store, error) { return images, nil })
+	oci.RegisterUndos(registry, runtimes.Runtime)
 
 	j, err = journal.Open(cfg.JournalFile(), journal.Options{
 		LockTimeout:  cfg.JournalLockTimeout,
@@ -81,10 +102,8 @@ func runServe(cmd *cobra.Command, args []string) error {
 		log.Warn("no CNI network yet; pods that need one will fail until a configuration appears", "err", err)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	srv := server.New(server.Deps{Config: cfg, Journal: j, Networks: networks, Metrics: m, Version: version, Log: log})
+	srv := server.New(server.Deps{Config: cfg, Journal: j, Networks: networks, Metrics: m,
+		Images: images, Runtimes: runtimes, Version: version, Log: log})
 	start := time.Now()
 	sum := recovery.Run(ctx, j, log, srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
@@ -98,6 +117,14 @@ func runServe(cmd *cobra.Command, args []string) error {
 			return err
 		}
 		log.Info("metrics served", "address", "http://"+addr+"/metrics")
+	}
+
+	for _, rt := range runtimes.all() {
+		go func() {
+			if err := rt.WatchExits(ctx, srv.OnContainerExit); err != nil && ctx.Err() == nil {
+				log.Error("watching container exits failed; exits are noticed on status calls only", "handler", rt.Handler(), "err", err)
+			}
+		}()
 	}
 
 	maintained := make(chan struct{})
@@ -158,4 +185,12 @@ func newLogger(cfg config.Config) (*slog.Logger, error) {
 		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("log_format %q: want text or json", cfg.LogFormat)
+}
+
+func storageRegistries(cfg config.Config) []storage.Registry {
+	out := make([]storage.Registry, len(cfg.Registries))
+	for i, r := range cfg.Registries {
+		out[i] = storage.Registry(r)
+	}
+	return out
 }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"path/filepath"
+	"sync"
+
+	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/oci"
+)
+
+// runtimeSet builds the OCI runtime of each configured handler on first use and keeps it.
+type runtimeSet struct {
+	cfg config.Config
+
+	mu       sync.Mutex
+	runtimes map[string]*oci.Runtime
+}
+
+func newRuntimeSet(cfg config.Config) *runtimeSet {
+	return &runtimeSet{cfg: cfg, runtimes: map[string]*oci.Runtime{}}
+}
+
+// Runtime returns the runtime of a handler ("" means the default one).
+func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
+	if handler == "" {
+		handler = s.cfg.DefaultRuntime
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rt, ok := s.runtimes[handler]; ok {
+		return rt, nil
+	}
+	conf, ok := s.cfg.Runtimes[handler]
+	if !ok {
+		return nil, fmt.Errorf("runtime handler %q is not configured", handler)
+	}
+	rt, err := oci.New(oci.Config{
+		Handler:    handler,
+		Path:       conf.Path,
+		Root:       s.cfg.RuntimeRoot(handler),
+		ConmonPath: s.cfg.ConmonPath,
+		StateDir: ociStateDir(s.cfg.RunRoot, handler),
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.runtimes[handler] = rt
+	return rt, nil
+}
+
+// all returns the runtimes of every configured handler that can be built.
+func (s *runtimeSet) all() []*oci.Runtime {
+	var out []*oci.Runtime
+	for handler := range s.cfg.Runtimes {
+		if rt, err := s.Runtime(handler); err == nil {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
+// ociStateDir is where conmon keeps a handler's exit files, pid files and attach sockets:
+// <run_root>/oci-<handler>. It survives a daemon restart (not a reboot, which ends the
+// containers too). conmon's attach socket paths must fit a socket address, so oci limits
+// this path's length; a longer run_root gets a short directory under /run named by a
+// digest of the long one.
+func ociStateDir(runRoot, handler string) string {
+	dir := filepath.Join(runRoot, "oci-"+handler)
+	if len(dir) <= oci.MaxStateDirLen {
+		return dir
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return fmt.Sprintf("/run/cjo-%x", sum[:4])
+}

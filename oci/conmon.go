@@ -1,0 +1,480 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// bundleFiles are the files Create (config.json) and conmon (the ctl and winsz fifos,
+// the attach socket) put in a bundle; Delete removes them and nothing else there.
+var bundleFiles = []string{"config.json", "ctl", "winsz", "attach"}
+
+// meta is what Create records in the container's state directory for later calls.
+type meta struct {
+	Bundle  string `json:"bundle"`
+	LogPath string `json:"log_path,omitempty"`
+}
+
+func (r *Runtime) metaFile(id string) string { return filepath.Join(r.containerDir(id), "meta.json") }
+
+// readMeta returns the recorded meta of id (empty if none).
+func (r *Runtime) readMeta(id string) meta {
+	var m meta
+	if b, err := os.ReadFile(r.metaFile(id)); err == nil {
+		_ = json.Unmarshal(b, &m)
+	}
+	return m
+}
+
+// createCleanup bounds the cleanup of a failed Create when the caller's context is over.
+const createCleanup = 30 * time.Second
+
+// Create creates a container from spec in bundle under conmon and returns the
+// container's init PID; the container is in state created until Start.
+//
+// It writes bundle/config.json and starts conmon in a session of its own, so that
+// the container and its conmon outlive the daemon. conmon runs `runc create`, copies
+// the container's output to logPath in the CRI log format ("" means no log) and, when
+// the container exits, writes the exit code to the exits directory. Create waits,
+// bounded by ctx, for conmon to report the PID on its sync pipe. On failure it
+// returns the runtime's error text and removes what it made, as Delete does. An ID
+// whose state directory exists gives ErrAlreadyExists.
+func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *specs.Spec, logPath string) (pid int, err error) {
+	if err := validID(id); err != nil {
+		return 0, err
+	}
+	if spec == nil || spec.Process == nil {
+		return 0, fmt.Errorf("create %s: %w: spec without a process", id, ErrInvalidSpec)
+	}
+	if !filepath.IsAbs(bundle) || (logPath != "" && !filepath.IsAbs(logPath)) {
+		return 0, fmt.Errorf("create %s: bundle %q and log path %q must be absolute", id, bundle, logPath)
+	}
+	unlock := r.locks.lock(id)
+	defer unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+
+	dir := r.containerDir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return 0, fmt.Errorf("create %s: %w", id, ErrAlreadyExists)
+		}
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createCleanup)
+		defer cancel()
+		if rerr := r.remove(cctx, id, 0); rerr != nil {
+			err = fmt.Errorf("%w (cleanup: %v)", err, rerr)
+		}
+	}()
+
+	// Record the bundle before anything is put in it, so that a Delete after a crash
+	// finds what to clean.
+	b, err := json.Marshal(meta{Bundle: bundle, LogPath: logPath})
+	if err != nil {
+		return 0, err
+	}
+	if err := writeFileSync(r.metaFile(id), b); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	if err := os.Remove(r.exitFile(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("create %s: stale exit file: %w", id, err)
+	}
+	cfg, err := json.Marshal(spec)
+	if err != nil {
+		return 0, fmt.Errorf("create %s: encode spec: %w", id, err)
+	}
+	if err := writeFileSync(filepath.Join(bundle, "config.json"), cfg); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	defer syncR.Close()
+	// conmon's own messages before it detaches its standard streams (bad flags, a log
+	// file it cannot open) land here.
+	errFile, err := os.OpenFile(filepath.Join(dir, "conmon.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		syncW.Close()
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	cmd := exec.Command(r.conmon, r.conmonArgs(id, bundle, logPath, spec.Process.Terminal)...)
+	cmd.Dir = dir // conmon writes its "oom" file in its working directory
+	cmd.Env = []string{"PATH=" + envPath(), "_OCI_SYNCPIPE=3"}
+	cmd.ExtraFiles = []*os.File{syncW}
+	cmd.Stdout = errFile
+	cmd.Stderr = errFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	syncW.Close()
+	errFile.Close()
+	if err != nil {
+		return 0, fmt.Errorf("create %s: start conmon: %w", id, err)
+	}
+	conmonPid := cmd.Process.Pid
+	// A pidfd names conmon for good: Create's own cleanup kills exactly this process.
+	conmonFd, err := openPidfd(conmonPid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return 0, fmt.Errorf("create %s: watch conmon: %w", id, err)
+	}
+	defer conmonFd.Close()
+	// conmon --sync stays this process's child: reap it when it exits, from a pidfd
+	// the netpoller watches (no thread blocked per container).
+	if err := reapChild(conmonPid); err != nil {
+		_ = killTree(ctx, conmonPid, conmonFd, false)
+		_ = cmd.Wait()
+		return 0, fmt.Errorf("create %s: watch conmon: %w", id, err)
+	}
+	_ = cmd.Process.Release()
+	defer func() {
+		if err != nil {
+			// Before the deferred remove: conmon, and the runtime under it, must be
+			// gone before their container is deleted.
+			if kerr := killTree(context.WithoutCancel(ctx), conmonPid, conmonFd, true); kerr != nil {
+				err = fmt.Errorf("%w (kill conmon: %v)", err, kerr)
+			}
+		}
+	}()
+	if err := writeFileSync(r.conmonPidFile(id), []byte(strconv.Itoa(conmonPid))); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+
+	type result struct {
+		pid int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		p, err := readSync(syncR)
+		done <- result{p, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			if msg := conmonStderr(dir); msg != "" {
+				res.err = fmt.Errorf("%w; conmon: %s", res.err, msg)
+			}
+			return 0, fmt.Errorf("create %s: %w", id, res.err)
+		}
+		return res.pid, nil
+	case <-ctx.Done():
+		// The deferred kill ends conmon, which closes the pipe and ends the reader.
+		return 0, fmt.Errorf("create %s: waiting for conmon: %w", id, ctx.Err())
+	}
+}
+
+// conmonArgs is conmon's command line for a container.
+func (r *Runtime) conmonArgs(id, bundle, logPath string, terminal bool) []string {
+	args := []string{
+		"--sync", // no double fork: conmon stays our child, so we can reap it
+		"-c", id,
+		"-u", id,
+		"-n", id,
+		"-r", r.path,
+		"-b", bundle,
+		"-p", filepath.Join(r.containerDir(id), "pid"),
+		"-P", r.conmonPidFile(id),
+		"--persist-dir", r.containerDir(id),
+		"--exit-dir", r.exitsDir(),
+		"--socket-dir-path", r.attachDir(),
+		"--runtime-arg", "--root=" + r.root,
+		"--runtime-arg", "--log-format=json",
+	}
+	if logPath != "" {
+		args = append(args, "-l", "k8s-file:"+logPath)
+	} else {
+		args = append(args, "-l", "none")
+	}
+	if terminal {
+		args = append(args, "-t")
+	}
+	return args
+}
+
+// readSync reads conmon's report from the sync pipe: {"pid": N} on success,
+// {"pid": -1, "message": "..."} when the runtime failed, nothing if conmon died.
+func readSync(r io.Reader) (int, error) {
+	var msg struct {
+		Pid     *int   `json:"pid"`
+		Message string `json:"message"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&msg); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, errors.New("conmon exited without reporting the container's pid")
+		}
+		return 0, fmt.Errorf("read conmon's sync pipe: %w", err)
+	}
+	if msg.Pid == nil || *msg.Pid <= 0 {
+		text := runtimeMessage([]byte(msg.Message))
+		if text == "" {
+			text = "runtime failed without a message"
+		}
+		return 0, errors.New(text)
+	}
+	return *msg.Pid, nil
+}
+
+// conmonStderr returns what conmon printed before detaching, trimmed.
+func conmonStderr(dir string) string {
+	b, _ := os.ReadFile(filepath.Join(dir, "conmon.stderr"))
+	if len(b) > 4096 {
+		b = b[len(b)-4096:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func envPath() string {
+	if p := os.Getenv("PATH"); p != "" {
+		return p
+	}
+	return defaultPath
+}
+
+// writeFileSync writes a small file atomically (temp file, fsync, rename).
+func writeFileSync(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// ConmonPID returns the PID of the container's conmon as recorded at Create
+// (ErrNotFound if none is recorded). The process may have exited since.
+func (r *Runtime) ConmonPID(id string) (int, error) {
+	if err := validID(id); err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(r.conmonPidFile(id))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("conmon of %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("conmon of %s: %w", id, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("conmon of %s: bad pid file %q", id, b)
+	}
+	return pid, nil
+}
+
+// openConmon returns a pidfd of the container's conmon if it is alive, or nil. The
+// process is checked to be conmon for this ID, not a stranger that got the PID. A
+// dead conmon left a zombie of this process is reaped.
+func (r *Runtime) openConmon(id string) (*os.File, error) {
+	pid, err := r.ConmonPID(id)
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	f, err := openPidfd(pid)
+	if err != nil {
+		return nil, nil // gone
+	}
+	if exited(f) {
+		// A zombie has no command line left; its name will do.
+		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "conmon" {
+			reapPidfd(f)
+		}
+		f.Close()
+		return nil, nil
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !isConmonOf(cmdline, r.exitsDir(), id) {
+		f.Close()
+		return nil, nil
+	}
+	return f, nil
+}
+
+// isConmonOf reports whether a /proc/<pid>/cmdline is that of a conmon this
+// runtime started for id: it has "-c <id>" and "--exit-dir <our exits dir>".
+func isConmonOf(cmdline []byte, exitsDir, id string) bool {
+	args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+	var cid, exits bool
+	for i := 1; i+1 < len(args); i++ {
+		switch {
+		case args[i] == "-c" && args[i+1] == id:
+			cid = true
+		case args[i] == "--exit-dir" && args[i+1] == exitsDir:
+			exits = true
+		}
+	}
+	return cid && exits
+}
+
+// conmonGrace is how long Delete lets conmon record an exit before it kills it.
+const conmonGrace = 2 * time.Second
+
+// stopConmon gives the container's conmon grace to finish (it exits once the
+// container has and the exit is recorded), then kills it and whatever it still runs.
+// It reports whether it had to kill.
+func (r *Runtime) stopConmon(ctx context.Context, id string, grace time.Duration) (bool, error) {
+	f, err := r.openConmon(id)
+	if err != nil || f == nil {
+		return false, err
+	}
+	defer f.Close()
+	wctx, cancel := context.WithTimeout(ctx, grace)
+	err = waitPidfd(wctx, f)
+	cancel()
+	if err == nil {
+		// Ours to reap if it was handed to us (a conmon of an earlier life of the
+		// daemon, when the daemon's parent is this process's ancestor subreaper).
+		reapPidfd(f)
+		return false, nil
+	}
+	pid, _ := r.ConmonPID(id)
+	if err := killTree(ctx, pid, f, true); err != nil {
+		return true, fmt.Errorf("kill conmon %d of %s: %w", pid, id, err)
+	}
+	return true, nil
+}
+
+// waitExitRecorded waits (at most killWait) until the container's exit file exists or
+// its conmon is gone: after that ExitStatus answers, or never will.
+func (r *Runtime) waitExitRecorded(ctx context.Context, id string) {
+	if exists(r.exitFile(id)) {
+		return
+	}
+	f, err := r.openConmon(id)
+	if err != nil || f == nil {
+		return
+	}
+	defer f.Close()
+	wctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	if waitPidfd(wctx, f) == nil {
+		reapPidfd(f)
+	}
+}
+
+// ReopenLog asks the container's conmon to reopen its log file, after the log was
+// rotated, by writing "2 0 0\n" (reopen logs) to the ctl fifo in the bundle as CRI-O
+// does, and waits (bounded by ctx and 5s) for the log file to exist again. A
+// container without a live conmon gives ErrNotRunning.
+func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	m := r.readMeta(id)
+	if m.Bundle == "" {
+		return fmt.Errorf("reopen log of %s: %w", id, ErrNotFound)
+	}
+	// O_NONBLOCK: with no reader (conmon gone) the open fails with ENXIO instead of
+	// blocking.
+	fd, err := unix.Open(filepath.Join(m.Bundle, "ctl"), unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENXIO) || errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("reopen log of %s: %w", id, ErrNotRunning)
+	}
+	if err != nil {
+		return fmt.Errorf("reopen log of %s: %w", id, err)
+	}
+	ctl := os.NewFile(uintptr(fd), "ctl")
+	_, err = ctl.Write([]byte("2 0 0\n"))
+	ctl.Close()
+	if err != nil {
+		return fmt.Errorf("reopen log of %s: write ctl fifo: %w", id, err)
+	}
+	if m.LogPath == "" {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !exists(m.LogPath) {
+		select {
+		case <-wctx.Done():
+			return fmt.Errorf("reopen log of %s: %s did not reappear: %w", id, m.LogPath, wctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
+// cgroupsPathOf returns the cgroupsPath of the spec in bundle ("" if unknown).
+func cgroupsPathOf(bundle string) string {
+	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return ""
+	}
+	var s struct {
+		Linux struct {
+			CgroupsPath string `json:"cgroupsPath"`
+		} `json:"linux"`
+	}
+	if json.Unmarshal(b, &s) != nil {
+		return ""
+	}
+	p := s.Linux.CgroupsPath
+	if !filepath.IsAbs(p) || hasDotDot(p) || filepath.Clean(p) == "/" {
+		return ""
+	}
+	return filepath.Clean(p)
+}
+
+// removeCgroup removes a cgroupfs path (relative to the cgroup root) from every
+// hierarchy, if the runtime left it. A cgroup that still has processes is an error.
+func removeCgroup(p string) error {
+	var dirs []string
+	var st unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		dirs = []string{"/sys/fs/cgroup"}
+	} else {
+		entries, _ := os.ReadDir("/sys/fs/cgroup")
+		for _, e := range entries {
+			if e.IsDir() {
+				dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name()))
+			}
+		}
+	}
+	var errs []error
+	for _, d := range dirs {
+		err := unix.Rmdir(filepath.Join(d, p))
+		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(d, p), err))
+		}
+	}
+	return errors.Join(errs...)
+}

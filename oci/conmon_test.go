@@ -1,0 +1,81 @@
+package oci
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestReadSync(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		pid     int
+		errPart string
+	}{
+		{`{"pid": 1234}` + "\n", 1234, ""},
+		{`{"pid": -1, "message": "{\"level\":\"error\",\"msg\":\"runc create failed: unable to start container process: exec: \\\"nope\\\": executable file not found in $PATH\",\"time\":\"2026-01-01T00:00:00Z\"}\n"}`,
+			0, `exec: "nope": executable file not found`},
+		{`{"pid": -1, "message": "plain text failure"}`, 0, "plain text failure"},
+		{`{"pid": -1}`, 0, "without a message"},
+		{``, 0, "exited without reporting"},
+		{`garbage`, 0, "sync pipe"},
+	} {
+		pid, err := readSync(strings.NewReader(tc.in))
+		if tc.errPart == "" {
+			if err != nil || pid != tc.pid {
+				t.Errorf("readSync(%q) = %d, %v; want %d", tc.in, pid, err, tc.pid)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.errPart) {
+			t.Errorf("readSync(%q) = %d, %v; want an error with %q", tc.in, pid, err, tc.errPart)
+		}
+	}
+}
+
+func TestRuntimeMessage(t *testing.T) {
+	out := `{"level":"warning","msg":"ignored","time":"x"}
+{"level":"error","msg":"container does not exist","time":"x"}
+`
+	if got := runtimeMessage([]byte(out)); got != "container does not exist" {
+		t.Fatalf("runtimeMessage = %q", got)
+	}
+	if got := runtimeMessage([]byte("time=\"x\" level=error msg=\"boom\"\n")); got != `time="x" level=error msg="boom"` {
+		t.Fatalf("plain runtimeMessage = %q", got)
+	}
+	if !isNotFound("container does not exist") || isNotFound("permission denied") {
+		t.Fatal("isNotFound")
+	}
+}
+
+func TestIsConmonOf(t *testing.T) {
+	cmdline := []byte("/usr/bin/conmon\x00--sync\x00-c\x00abc\x00-u\x00abc\x00--exit-dir\x00/run/x/exits\x00")
+	if !isConmonOf(cmdline, "/run/x/exits", "abc") {
+		t.Fatal("our conmon not recognised")
+	}
+	if isConmonOf(cmdline, "/run/y/exits", "abc") || isConmonOf(cmdline, "/run/x/exits", "abd") {
+		t.Fatal("another runtime's or container's conmon recognised")
+	}
+	if isConmonOf([]byte("sleep\x00100\x00"), "/run/x/exits", "abc") {
+		t.Fatal("a stranger recognised")
+	}
+}
+
+func TestValidID(t *testing.T) {
+	for _, id := range []string{"a", "0123456789abcdef", strings.Repeat("f", 64), "a_b-c"} {
+		if err := validID(id); err != nil {
+			t.Errorf("validID(%q): %v", id, err)
+		}
+	}
+	for _, id := range []string{"", ".", "..", "a/b", "a.b", strings.Repeat("f", 65), "a b"} {
+		if err := validID(id); err == nil {
+			t.Errorf("validID(%q) accepted", id)
+		}
+	}
+}
+
+func TestNewRefusesLongStateDir(t *testing.T) {
+	_, err := New(Config{Handler: "runc", Root: "/run/x", StateDir: "/" + strings.Repeat("d", 40)})
+	if err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("New with a long state dir: %v", err)
+	}
+}

@@ -1,0 +1,128 @@
+// Package oci turns a CRI container into an OCI runtime spec and runs it with an OCI
+// runtime (runc by default; crun is accepted but fails on this project's cgroup v1
+// hybrid machines) under conmon.
+//
+// # Spec
+//
+// [Spec] builds a runtime spec from a [SpecInput]: the CRI container and sandbox
+// configs, the image's config, the mounted root filesystem and the sandbox's pinned
+// namespaces. The rules, as containerd and CRI-O apply them:
+//
+//   - Args: the CRI command replaces the image's entrypoint and the CRI args replace
+//     its cmd; a command given without args drops the image's cmd. No command at all
+//     is refused.
+//   - Env: the image's, then the CRI envs replacing by name; PATH and HOME are added
+//     if neither set them. Cwd: CRI working_dir, else the image's, else "/".
+//   - User: run_as_user, else run_as_username, else the image's User ("uid",
+//     "uid:gid", "name", "name:group"); run_as_group replaces the group. Names and
+//     the user's groups come from the root filesystem's /etc/passwd and /etc/group,
+//     read with openat2(RESOLVE_IN_ROOT) so that links cannot leave it.
+//     supplemental_groups are added (and the /etc/group memberships unless the
+//     policy is Strict).
+//   - Mounts: /proc, /dev (tmpfs), /dev/pts, /dev/mqueue, /dev/shm (tmpfs of 64 MiB,
+//     or a bind of SpecInput.ShmPath), /sys and /sys/fs/cgroup (read-only unless
+//     privileged), then binds of ResolvConf and Hosts, then the CRI mounts, which
+//     replace a standard mount at the same place and are ordered parents first. A
+//     CRI mount is a recursive bind with its propagation (PRIVATE rprivate,
+//     HOST_TO_CONTAINER rslave, BIDIRECTIONAL rshared, which also sets the root
+//     filesystem's propagation) and ro or rw. Refused: a container path that is
+//     relative or has a ".." segment, a host path that does not exist (a link is
+//     followed), image volumes, ID-mapped and recursive read-only mounts.
+//   - Namespaces: a new mount namespace; the sandbox's net, ipc and uts namespaces
+//     by path (absent: the host's); the sandbox's pid namespace if given, the host's
+//     for pid NODE, else a new one. User namespaces are refused. The hostname is set
+//     when the container has a UTS namespace other than the host's.
+//   - Resources: cpu period, quota and shares, cpuset cpus and mems, memory limit
+//     (and swap, hugepages and unified settings where the machine supports them)
+//     in the cgroup <parent>/crijournal-<id> (cgroupfs). The parent is
+//     SpecInput.CgroupParent, else the sandbox's cgroup_parent, else
+//     [DefaultCgroupParent].
+//   - oom_score_adj is clamped to be at least the daemon's own
+//     (/proc/self/oom_score_adj): without CAP_SYS_RESOURCE the runtime cannot lower
+//     it, and runc fails outright if asked to.
+//   - Capabilities: [DefaultCapabilities] with the CRI add and drop ("ALL" first),
+//     or, privileged, every capability in the daemon's own bounding set (CapBnd):
+//     asking runc for a capability the daemon lacks fails with "unable to apply
+//     caps", so one named explicitly is refused instead.
+//   - Privileged also means: no masked or read-only paths, every device allowed and
+//     the host's devices created in /dev, /sys rw. Otherwise the standard masked and
+//     read-only paths (or the CRI's own lists) and a device cgroup that denies all
+//     but runc's defaults and the CRI devices.
+//   - readonly_rootfs, no_new_privs and tty map directly. Pod sysctls are applied.
+//   - Seccomp is unconfined and there is no AppArmor or SELinux label, whatever the
+//     request says: this runtime does not confine containers beyond namespaces,
+//     capabilities, masked paths and cgroups.
+//
+// Every refusal wraps [ErrInvalidSpec] (InvalidArgument). The spec claims
+// [SpecVersion], the version runc 1.1 implements.
+//
+// # Runtime
+//
+// A [Runtime] runs containers with one runtime handler. [Runtime.Create] writes
+// config.json into the bundle and starts conmon, which runs `runc create`, relays
+// the container's output to its log file in the CRI format, and writes its exit code
+// to an exit file when it exits. conmon gets its own session and is not killed when
+// the daemon dies: containers outlive daemon restarts. conmon stays in the daemon's
+// cgroup, so a service manager that kills a unit's whole cgroup on restart (systemd
+// KillMode=control-group) would kill every conmon: run the daemon with
+// KillMode=process.
+//
+// conmon is started with --sync: it does not double-fork, so it remains the daemon's
+// child, and the daemon reaps it when it exits (from a goroutine waiting on a pidfd
+// in the netpoller, not a thread per container). After a daemon restart the old
+// conmons are no longer its children; their reaping is up to their new parent.
+//
+// The command line:
+//
+//	conmon --sync -c <id> -u <id> -n <id> -r <runtime> -b <bundle>
+//	  -p <StateDir>/containers/<id>/pid -P <StateDir>/containers/<id>/conmon.pid
+//	  --persist-dir <StateDir>/containers/<id> --exit-dir <StateDir>/exits
+//	  --socket-dir-path <StateDir>/attach
+//	  --runtime-arg --root=<Root> --runtime-arg --log-format=json
+//	  -l k8s-file:<log path> (or -l none without one) [-t]
+//
+// with the sync pipe as fd 3 (_OCI_SYNCPIPE=3), on which conmon reports {"pid": N}
+// or the runtime's error. conmon does not write -P in --sync mode; Create writes it.
+//
+// StateDir must be short (at most 28 bytes, such as /run/crijournal/oci): conmon's
+// attach socket path, <StateDir>/attach/<id>/attach, must fit a socket address. It
+// holds:
+//
+//	exits/<id>                    exit code, written by conmon; mtime = exit time
+//	attach/<id>                   conmon's link to the bundle (attach socket)
+//	containers/<id>/meta.json     bundle and log path, written by Create first
+//	containers/<id>/conmon.pid    conmon's PID
+//	containers/<id>/pid           the container's init PID (runc --pid-file)
+//	containers/<id>/exit, oom     conmon's copy of the exit code; OOM marker
+//	containers/<id>/conmon.stderr conmon's messages before it detached
+//	exec-*.log                    runc's log of one ExecSync, removed after it
+//
+// [Runtime.Delete] is idempotent and removes all of it: the runtime's container
+// (runc delete --force), conmon (after a moment to record the exit), the files
+// Create and conmon put in the bundle (config.json, ctl, winsz, attach: the rest of
+// the bundle is the caller's), a cgroup the runtime left, the exit file and the
+// state directory. It is the undo of [StepRuntimeContainer], see [RegisterUndos].
+//
+// [Runtime.WatchExits] reports exits as conmon writes the exit files (inotify, no
+// polling). [Runtime.Stop] waits on a pidfd of the container's init, then on conmon
+// recording the exit.
+//
+// [Runtime.ExecSync] runs `runc exec` directly (not through conmon). runc's own
+// errors go to a log file, so they are not mistaken for the command's output. The
+// command is runc's child in a session of its own; on timeout runc and every
+// descendant are killed with SIGKILL and reaped. A process orphaned on the way is
+// handed to the daemon if it is a subreaper ([BecomeSubreaper]) and reaped here.
+// Reaping matters beyond tidiness: an exec'd process that stays an unreaped zombie
+// of the daemon is still in the container's pid namespace, and the namespace's init
+// cannot finish exiting until it is reaped, so `runc delete` fails with "container
+// init still running". Orphans this package does not know of (for example a
+// container's init whose conmon was killed by someone else) are not reaped by it.
+//
+// # Conventions
+//
+// Container IDs are 1 to 64 characters of [A-Za-z0-9_-] ([ErrInvalidID]): they name
+// files, cgroups and runtime containers. Calls that run the runtime take a context
+// and kill the runtime when it ends. Nothing is logged: errors are returned, with
+// the runtime's message. Typed errors: [ErrNotFound], [ErrAlreadyExists],
+// [ErrNotRunning], [ErrExecTimeout], [ErrInvalidSpec], [ErrInvalidID].
+package oci

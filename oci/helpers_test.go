@@ -1,0 +1,336 @@
+package oci
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(childCreate())
+	}
+	// As the daemon does: orphans of the runtimes come to us, so a leaked one shows
+	// up as our zombie.
+	if err := BecomeSubreaper(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+// need fails the test under CI (CI=true), where every prerequisite must be present,
+// and skips it elsewhere.
+func need(t *testing.T, msg string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// requireRoot stops the test unless it runs as root.
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		need(t, "oci runtime tests need root; CI must run as root")
+	}
+}
+
+// requireRunc stops the test unless it runs as root with runc, conmon and a static
+// busybox (/bin/busybox, Debian: busybox-static) installed.
+func requireRunc(t *testing.T) {
+	t.Helper()
+	requireRoot(t)
+	for _, tool := range []string{"runc", "conmon"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			need(t, "oci runtime tests need "+tool+" (Debian: runc, conmon); CI must install it")
+		}
+	}
+	if !exists("/bin/busybox") {
+		need(t, "oci runtime tests need /bin/busybox (Debian: busybox-static); CI must install it")
+	}
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// shortTempDir returns a temp dir with a short path (t.TempDir's can be too long for
+// the attach socket paths under a StateDir), removed after the test.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "oci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return dir
+}
+
+// newRuntime returns a runc Runtime with its root and state under a temp dir. At
+// the end of the test it checks that runc has no container left.
+func newRuntime(t *testing.T) *Runtime {
+	t.Helper()
+	requireRunc(t)
+	dir := shortTempDir(t)
+	r, err := New(Config{Handler: "runc", Root: filepath.Join(dir, "runc"), StateDir: filepath.Join(dir, "s")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ids, err := r.Containers(context.Background())
+		if err != nil {
+			t.Errorf("runc list: %v", err)
+		}
+		for _, id := range ids {
+			t.Errorf("runc container %s left behind", id)
+			_ = r.Delete(context.Background(), id)
+		}
+	})
+	return r
+}
+
+// newRootfs builds a minimal root filesystem: busybox and a few links to it, and a
+// passwd and group file.
+func newRootfs(t *testing.T) string {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), "rootfs")
+	for _, d := range []string{"bin", "proc", "dev", "sys", "etc", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := copyFile("/bin/busybox", filepath.Join(root, "bin/busybox")); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"sh", "sleep", "echo", "cat", "true", "false", "id", "ls"} {
+		if err := os.Symlink("busybox", filepath.Join(root, "bin", n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeFile(t, filepath.Join(root, "etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")
+	writeFile(t, filepath.Join(root, "etc/group"), "root:x:0:\nnogroup:x:65534:\n")
+	return root
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testContainer is a container made by createContainer.
+type testContainer struct {
+	id, bundle, logPath string
+	spec                *specs.Spec
+	pid                 int
+}
+
+// cgroupDir returns the container's cgroup directory in a v1 controller's hierarchy.
+func (c *testContainer) cgroupDir(controller string) string {
+	return filepath.Join("/sys/fs/cgroup", controller, c.spec.Linux.CgroupsPath)
+}
+
+// createContainer builds the spec of a container running args (edited by edit, if
+// given) in a fresh root filesystem, under a cgroup parent of its own, and creates
+// it. The container is deleted, and its cgroup parent removed, when the test ends.
+func createContainer(t *testing.T, r *Runtime, args []string, edit func(*SpecInput)) *testContainer {
+	t.Helper()
+	c, err := tryCreate(t, r, args, edit)
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	return c
+}
+
+// tryCreate is createContainer that returns Create's error.
+func tryCreate(t *testing.T, r *Runtime, args []string, edit func(*SpecInput)) (*testContainer, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return tryCreateCtx(ctx, t, r, args, edit)
+}
+
+// tryCreateCtx is tryCreate with the context of Create.
+func tryCreateCtx(ctx context.Context, t *testing.T, r *Runtime, args []string, edit func(*SpecInput)) (*testContainer, error) {
+	t.Helper()
+	id := randomHex(t, 8)
+	parent := "/crijournal-test-" + randomHex(t, 4)
+	in := SpecInput{
+		ID: id,
+		Container: &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "test"},
+			Command:  args,
+		},
+		Sandbox:      &runtimeapi.PodSandboxConfig{Hostname: "testpod"},
+		Rootfs:       newRootfs(t),
+		CgroupParent: parent,
+	}
+	if edit != nil {
+		edit(&in)
+	}
+	id, parent = in.ID, in.CgroupParent
+	spec, err := Spec(in)
+	if err != nil {
+		t.Fatalf("Spec: %v", err)
+	}
+	bundle := t.TempDir()
+	logPath := filepath.Join(t.TempDir(), "ctr.log")
+	t.Cleanup(func() {
+		if err := r.Delete(context.Background(), id); err != nil {
+			t.Errorf("cleanup Delete: %v", err)
+		}
+		if err := removeCgroup(parent); err != nil {
+			t.Errorf("cleanup cgroup parent: %v", err)
+		}
+	})
+	pid, err := r.Create(ctx, id, bundle, spec, logPath)
+	if err != nil {
+		return &testContainer{id: id, bundle: bundle, logPath: logPath, spec: spec}, err
+	}
+	return &testContainer{id: id, bundle: bundle, logPath: logPath, spec: spec, pid: pid}, nil
+}
+
+// startContainer creates and starts a container running args.
+func startContainer(t *testing.T, r *Runtime, args []string, edit func(*SpecInput)) *testContainer {
+	t.Helper()
+	c := createContainer(t, r, args, edit)
+	if err := r.Start(context.Background(), c.id); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return c
+}
+
+// eventually retries check every 20ms until it returns nil or timeout passes, and
+// then fails with its last error.
+func eventually(t *testing.T, timeout time.Duration, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %v", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// procStat returns the state letter and parent PID of a process ("" if it is gone).
+func procStat(pid int) (state string, ppid int) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return "", 0
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0], ppid
+}
+
+// zombieChildren lists this process's children that are zombies.
+func zombieChildren() []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if st, ppid := procStat(pid); ppid == os.Getpid() && st == "Z" {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// requireNoZombies fails if this process keeps a zombie child (for up to 2s: a
+// child that just exited may not be reaped yet).
+func requireNoZombies(t *testing.T) {
+	t.Helper()
+	eventually(t, 2*time.Second, func() error {
+		if z := zombieChildren(); len(z) > 0 {
+			return fmt.Errorf("zombie children of the test process: %v", z)
+		}
+		return nil
+	})
+}
+
+// alive reports whether pid is a live (not zombie) process.
+func alive(pid int) bool {
+	st, _ := procStat(pid)
+	return st != "" && st != "Z"
+}
+
+// readCgroupFile returns the trimmed content of a cgroup file.
+func readCgroupFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// cgroupV1 skips or fails a test that reads v1 cgroup files on a machine without
+// them.
+func cgroupV1(t *testing.T) {
+	t.Helper()
+	var st unix.Statfs_t
+	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+		t.Skip("this test reads cgroup v1 files; the machine has cgroup v2 only")
+	}
+}

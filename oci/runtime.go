@@ -1,0 +1,477 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// Errors of the runtime.
+var (
+	// ErrNotFound is returned when the runtime has no container with the ID (or, for
+	// ConmonPID, no conmon is recorded for it).
+	ErrNotFound = errors.New("container not found")
+	// ErrAlreadyExists is returned by Create when the ID is in use: its state
+	// directory exists. Delete it first.
+	ErrAlreadyExists = errors.New("container already exists")
+	// ErrNotRunning is returned by ExecSync and ReopenLog when the container is not
+	// running.
+	ErrNotRunning = errors.New("container is not running")
+	// ErrExecTimeout is returned by ExecSync when the command outlives its timeout;
+	// the command has been killed and reaped.
+	ErrExecTimeout = errors.New("command timed out")
+	// ErrInvalidID is returned when an ID is not 1 to 64 characters of [A-Za-z0-9_-]
+	// (IDs name files, sockets and cgroups).
+	ErrInvalidID = errors.New("invalid container ID")
+)
+
+// Status is a container's status as the runtime reports it.
+type Status string
+
+// Statuses of the OCI runtime (runc state).
+const (
+	StatusCreating Status = "creating"
+	StatusCreated  Status = "created"
+	StatusRunning  Status = "running"
+	StatusStopped  Status = "stopped"
+	StatusPaused   Status = "paused"
+)
+
+// State is what the runtime knows about a container.
+type State struct {
+	ID      string
+	Status  Status
+	Pid     int // the init process; 0 once stopped
+	Bundle  string
+	Created time.Time
+}
+
+// Config configures a Runtime.
+type Config struct {
+	// Handler is the CRI runtime handler name, such as "runc". Required.
+	Handler string
+	// Path is the runtime binary; "" looks up runc in PATH. Set it for any other
+	// runtime, such as crun.
+	Path string
+	// Root is the runtime's state root (its --root), such as /run/crijournal/runc.
+	// Required; created if missing.
+	Root string
+	// ConmonPath is the conmon binary; "" looks up conmon in PATH.
+	ConmonPath string
+	// StateDir holds conmon's files: exit files, attach sockets, pid files. Exit files
+	// should survive a daemon restart, so StateDir may live under the persistent root
+	// rather than /run. Required; created if missing. See the package documentation
+	// for its layout.
+	StateDir string
+}
+
+// Runtime runs containers with one OCI runtime (runc by default, or crun) under
+// conmon. It is safe for concurrent use; Create and Delete of the same ID are
+// serialised.
+type Runtime struct {
+	handler  string
+	path     string
+	root     string
+	conmon   string
+	stateDir string
+
+	locks keyedMutex
+}
+
+// New checks the configuration, finds the binaries and creates the state directories.
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Handler == "" {
+		return nil, errors.New("oci: runtime handler name is required")
+	}
+	for name, dir := range map[string]string{"root": cfg.Root, "state dir": cfg.StateDir} {
+		if !filepath.IsAbs(dir) {
+			return nil, fmt.Errorf("oci: runtime %s: %s %q must be an absolute path", cfg.Handler, name, dir)
+		}
+	}
+	r := &Runtime{handler: cfg.Handler, root: filepath.Clean(cfg.Root), stateDir: filepath.Clean(cfg.StateDir)}
+	// conmon binds <StateDir>/attach/<id>/attach and silently truncates a path longer
+	// than a socket address holds.
+	if len(r.stateDir) > MaxStateDirLen {
+		n := len(r.attachDir()) + len("/") + 64 + len("/attach")
+		return nil, fmt.Errorf("oci: runtime %s: state dir %q is too long: attach socket paths would be %d bytes, more than %d",
+			cfg.Handler, r.stateDir, n, maxSocketPath)
+	}
+	var err error
+	if r.path, err = findBinary(cfg.Path, "runc"); err != nil {
+		return nil, fmt.Errorf("oci: runtime %s: %w", cfg.Handler, err)
+	}
+	if r.conmon, err = findBinary(cfg.ConmonPath, "conmon"); err != nil {
+		return nil, fmt.Errorf("oci: runtime %s: %w", cfg.Handler, err)
+	}
+	for _, dir := range []string{r.root, r.stateDir, r.exitsDir(), r.attachDir(), filepath.Join(r.stateDir, "containers")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("oci: runtime %s: %w", cfg.Handler, err)
+		}
+	}
+	return r, nil
+}
+
+// maxSocketPath is the longest path a unix socket address holds (sun_path less its
+// NUL).
+const maxSocketPath = 107
+
+// MaxStateDirLen is the longest Config.StateDir: conmon binds
+// <StateDir>/attach/<64-hex id>/attach, which must fit maxSocketPath.
+const MaxStateDirLen = maxSocketPath - len("/attach/") - 64 - len("/attach")
+
+// findBinary returns path, or else name found in PATH, as an absolute path.
+func findBinary(path, name string) (string, error) {
+	if path == "" {
+		path = name
+	}
+	p, err := exec.LookPath(path)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(p)
+}
+
+// Handler returns the runtime handler name.
+func (r *Runtime) Handler() string { return r.handler }
+
+// Layout of StateDir.
+func (r *Runtime) exitsDir() string              { return filepath.Join(r.stateDir, "exits") }
+func (r *Runtime) attachDir() string             { return filepath.Join(r.stateDir, "attach") }
+func (r *Runtime) containerDir(id string) string { return filepath.Join(r.stateDir, "containers", id) }
+func (r *Runtime) exitFile(id string) string     { return filepath.Join(r.exitsDir(), id) }
+func (r *Runtime) conmonPidFile(id string) string {
+	return filepath.Join(r.containerDir(id), "conmon.pid")
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// validID checks that id is safe as a file name, a cgroup name and a runc ID.
+func validID(id string) error {
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("%w: %q", ErrInvalidID, id)
+	}
+	return nil
+}
+
+// runtimeCmd runs the runtime with --root and args, and returns its standard output.
+// A failure carries the runtime's error message; "does not exist" wraps ErrNotFound.
+func (r *Runtime) runtimeCmd(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
+	full := append([]string{"--root", r.root, "--log-format", "json"}, args...)
+	cmd := exec.CommandContext(ctx, r.path, full...)
+	cmd.Stdin = stdin
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		msg := runtimeMessage(stderr.Bytes())
+		if msg == "" {
+			msg = err.Error()
+		}
+		op := filepath.Base(r.path) + " " + args[0]
+		if isNotFound(msg) {
+			return nil, fmt.Errorf("%s: %s: %w", op, msg, ErrNotFound)
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: %s: %w", op, msg, ctx.Err())
+		}
+		return nil, fmt.Errorf("%s: %s", op, msg)
+	}
+	return stdout.Bytes(), nil
+}
+
+// runtimeMessage extracts the error messages from a runtime's output: the "msg" of
+// JSON log lines at level error or fatal, or the plain text when it is not JSON.
+func runtimeMessage(out []byte) string {
+	var msgs, plain []string
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		var entry struct {
+			Level string `json:"level"`
+			Msg   string `json:"msg"`
+		}
+		if json.Unmarshal([]byte(line), &entry) == nil && entry.Msg != "" {
+			if entry.Level == "error" || entry.Level == "fatal" {
+				msgs = append(msgs, entry.Msg)
+			}
+			continue
+		}
+		plain = append(plain, line)
+	}
+	if len(msgs) == 0 {
+		msgs = plain
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// isNotFound recognises runc's and crun's "no such container" messages.
+func isNotFound(msg string) bool {
+	return strings.Contains(msg, "does not exist") || strings.Contains(msg, "container not found")
+}
+
+// isNotRunning recognises the runtimes' "container is not running" messages.
+func isNotRunning(msg string) bool {
+	return strings.Contains(msg, "not running") || strings.Contains(msg, "stopped")
+}
+
+// Start starts a created container (runc start).
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	_, err := r.runtimeCmd(ctx, nil, "start", id)
+	return err
+}
+
+// State returns the runtime's view of a container (runc state). An unknown ID gives
+// ErrNotFound.
+func (r *Runtime) State(ctx context.Context, id string) (State, error) {
+	if err := validID(id); err != nil {
+		return State{}, err
+	}
+	out, err := r.runtimeCmd(ctx, nil, "state", id)
+	if err != nil {
+		return State{}, err
+	}
+	var st struct {
+		ID      string    `json:"id"`
+		Pid     int       `json:"pid"`
+		Status  string    `json:"status"`
+		Bundle  string    `json:"bundle"`
+		Created time.Time `json:"created"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return State{}, fmt.Errorf("runtime state of %s: %w", id, err)
+	}
+	return State{ID: st.ID, Status: Status(st.Status), Pid: st.Pid, Bundle: st.Bundle, Created: st.Created}, nil
+}
+
+// Kill sends sig to the container's init process, or to all its processes if all is
+// set (runc kill). A container that has already stopped is not an error; an unknown
+// one is ErrNotFound.
+func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all bool) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	args := []string{"kill"}
+	if all {
+		args = append(args, "--all")
+	}
+	args = append(args, id, strconv.Itoa(int(sig)))
+	_, err := r.runtimeCmd(ctx, nil, args...)
+	if err != nil && !errors.Is(err, ErrNotFound) && isNotRunning(err.Error()) {
+		return nil
+	}
+	return err
+}
+
+// killWait bounds the wait for a SIGKILLed container, and for conmon to record an exit.
+const killWait = 10 * time.Second
+
+// Stop sends sig to the container's init process and waits up to timeout for it to
+// exit, then kills every process of the container with SIGKILL and waits for that. A
+// container that never started (created) is killed at once. Stop returns once conmon
+// has recorded the exit (ExitStatus answers), or it is clear conmon never will. An
+// already stopped container is success; an unknown one is ErrNotFound.
+func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, timeout time.Duration) error {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st.Status == StatusStopped || st.Pid <= 0 {
+		r.waitExitRecorded(ctx, id)
+		return nil
+	}
+	// Watch the init process through a pidfd taken before any signal, so that a
+	// recycled PID cannot fool the wait.
+	init, err := openPidfd(st.Pid)
+	if err != nil {
+		r.waitExitRecorded(ctx, id)
+		return nil // already gone
+	}
+	defer init.Close()
+	st2, err := r.State(ctx, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	if err != nil || st2.Pid != st.Pid || st2.Status == StatusStopped {
+		r.waitExitRecorded(ctx, id)
+		return nil // it exited between the two looks; the pidfd may be a stranger
+	}
+	if st.Status != StatusCreated && sig != syscall.SIGKILL {
+		if err := r.Kill(ctx, id, sig, false); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, timeout)
+		err := waitPidfd(wctx, init)
+		cancel()
+		if err == nil {
+			r.waitExitRecorded(ctx, id)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("stop %s: %w", id, ctx.Err())
+		}
+	}
+	if err := r.Kill(ctx, id, syscall.SIGKILL, true); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, killWait)
+	defer cancel()
+	if err := waitPidfd(wctx, init); err != nil {
+		return fmt.Errorf("stop %s: init process %d survived SIGKILL: %w", id, st.Pid, err)
+	}
+	r.waitExitRecorded(ctx, id)
+	return nil
+}
+
+// Delete removes a container and everything Create made for it: the runtime's
+// container (runc delete --force, which kills what still runs), its conmon (given a
+// moment to record the exit, then killed), the files Create and conmon put in the
+// bundle, the container's cgroup if the runtime left it, its exit file and its state
+// directory. It is idempotent: deleting what is not there is success.
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	unlock := r.locks.lock(id)
+	defer unlock()
+	return r.remove(ctx, id, conmonGrace)
+}
+
+// remove is Delete without the lock; conmon gets grace to finish by itself.
+func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) error {
+	var errs []error
+	if _, err := r.runtimeCmd(ctx, nil, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+		errs = append(errs, err)
+	}
+	killed, err := r.stopConmon(ctx, id, grace)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if killed {
+		// conmon may have been part way through creating the container.
+		if _, err := r.runtimeCmd(ctx, nil, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		// Keep the state directory: it is how a retry finds conmon and the bundle.
+		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
+	}
+	meta := r.readMeta(id)
+	if meta.Bundle != "" {
+		if cg := cgroupsPathOf(meta.Bundle); cg != "" {
+			if err := removeCgroup(cg); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		for _, name := range bundleFiles {
+			if err := os.Remove(filepath.Join(meta.Bundle, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, p := range []string{filepath.Join(r.attachDir(), id), r.exitFile(id)} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.RemoveAll(r.containerDir(id)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
+	}
+	return nil
+}
+
+// UpdateResources changes a running container's cgroup limits (runc update
+// --resources -).
+func (r *Runtime) UpdateResources(ctx context.Context, id string, res *specs.LinuxResources) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	if res == nil {
+		return nil
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("update resources of %s: %w", id, err)
+	}
+	_, err = r.runtimeCmd(ctx, bytes.NewReader(b), "update", "--resources", "-", id)
+	return err
+}
+
+// Containers lists the IDs of the runtime's containers (runc list), for leak checks.
+func (r *Runtime) Containers(ctx context.Context) ([]string, error) {
+	out, err := r.runtimeCmd(ctx, nil, "list", "--format", "json")
+	if err != nil {
+		return nil, err
+	}
+	var list []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		return nil, fmt.Errorf("runtime list: %w", err)
+	}
+	ids := make([]string, 0, len(list))
+	for _, c := range list {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// keyedMutex serialises work per key.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*keyedEntry{}
+	}
+	e := k.m[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.m[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.m, key)
+		}
+		k.mu.Unlock()
+	}
+}

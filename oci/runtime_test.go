@@ -1,0 +1,607 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+var ctxb = context.Background()
+
+func TestCreateStartStateAndLog(t *testing.T) {
+	r := newRuntime(t)
+	c := createContainer(t, r, []string{"sh", "-c", "echo hello; echo oops >&2; sleep 30"}, nil)
+	if c.pid <= 0 {
+		t.Fatalf("Create returned pid %d", c.pid)
+	}
+	st, err := r.State(ctxb, c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Status != StatusCreated || st.Pid != c.pid || st.Bundle != c.bundle {
+		t.Fatalf("state after Create = %+v, want created with pid %d and bundle %s", st, c.pid, c.bundle)
+	}
+	if pid, err := r.ConmonPID(c.id); err != nil || !alive(pid) {
+		t.Fatalf("ConmonPID = %d, %v; want a live conmon", pid, err)
+	}
+	if err := r.Start(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = r.State(ctxb, c.id); err != nil || st.Status != StatusRunning {
+		t.Fatalf("state after Start = %+v, %v; want running", st, err)
+	}
+	line := regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+[+-]\d\d:\d\d stdout F hello$`)
+	eventually(t, 5*time.Second, func() error {
+		b, err := os.ReadFile(c.logPath)
+		if err != nil {
+			return err
+		}
+		if !line.Match(b) || !strings.Contains(string(b), " stderr F oops\n") {
+			return fmt.Errorf("log file holds %q, want CRI lines with hello on stdout and oops on stderr", b)
+		}
+		return nil
+	})
+	if _, _, ok, err := r.ExitStatus(c.id); ok || err != nil {
+		t.Fatalf("ExitStatus of a running container: ok=%v err=%v", ok, err)
+	}
+}
+
+func TestTerminalContainer(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "[ -t 1 ] && echo on-a-tty; sleep 30"}, func(in *SpecInput) {
+		in.Container.Tty = true
+	})
+	eventually(t, 5*time.Second, func() error {
+		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "stdout F on-a-tty") {
+			return fmt.Errorf("log holds %q", b)
+		}
+		return nil
+	})
+}
+
+// waitLog waits until the container's log holds want.
+func waitLog(t *testing.T, c *testContainer, want string) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() error {
+		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), want) {
+			return fmt.Errorf("log holds %q, want %q", b, want)
+		}
+		return nil
+	})
+}
+
+func TestCreateTwiceIsAlreadyExists(t *testing.T) {
+	r := newRuntime(t)
+	c := createContainer(t, r, []string{"sleep", "30"}, nil)
+	_, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath)
+	if !errors.Is(err, ErrAlreadyExists) {
+		t.Fatalf("second Create: %v, want ErrAlreadyExists", err)
+	}
+	if st, err := r.State(ctxb, c.id); err != nil || st.Status != StatusCreated {
+		t.Fatalf("the first container was harmed: %+v, %v", st, err)
+	}
+}
+
+func TestCreateFailureReportsRuntimeErrorAndCleansUp(t *testing.T) {
+	r := newRuntime(t)
+	c, err := tryCreate(t, r, []string{"/no/such/binary"}, nil)
+	if err == nil {
+		t.Fatal("Create of a container with a missing binary succeeded")
+	}
+	if !strings.Contains(err.Error(), "no/such/binary") {
+		t.Fatalf("Create error %q does not carry the runtime's message", err)
+	}
+	if ids, err := r.Containers(ctxb); err != nil || len(ids) != 0 {
+		t.Fatalf("runc list after a failed Create = %v, %v", ids, err)
+	}
+	for _, p := range []string{r.containerDir(c.id), filepath.Join(r.attachDir(), c.id), filepath.Join(c.bundle, "config.json"), c.cgroupDir("memory")} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind by a failed Create (%v)", p, err)
+		}
+	}
+	requireNoZombies(t)
+}
+
+func TestCreateBadLogPathReportsConmonError(t *testing.T) {
+	r := newRuntime(t)
+	c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/nonexistent-dir/x/ctr.log")
+	if err == nil || !strings.Contains(err.Error(), "open log file") {
+		t.Fatalf("Create with an unwritable log path: %v, want conmon's message", err)
+	}
+	if _, err := os.Stat(r.containerDir(c.id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state dir left behind: %v", err)
+	}
+	requireNoZombies(t)
+}
+
+// TestCreateTimeoutKillsSlowConmon is CRI-O's slow-conmon scenario: a wrapper
+// sleeps before it runs conmon, and Create's context ends first.
+func TestCreateTimeoutKillsSlowConmon(t *testing.T) {
+	requireRunc(t)
+	conmon, err := exec.LookPath("conmon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := shortTempDir(t)
+	wrapper := filepath.Join(dir, "slow-conmon")
+	writeFile(t, wrapper, "#!/bin/sh\nsleep 5\nexec "+conmon+" \"$@\"\n")
+	if err := os.Chmod(wrapper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Handler: "runc", Root: filepath.Join(dir, "runc"), StateDir: filepath.Join(dir, "s"), ConmonPath: wrapper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(ctxb, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	c, err := tryCreateCtx(ctx, t, r, []string{"sleep", "30"}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Create with a slow conmon: %v, want DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Create returned %s after its deadline", took)
+	}
+	if _, err := os.Stat(r.containerDir(c.id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("state dir left behind: %v", err)
+	}
+	for _, p := range descendants(os.Getpid()) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(b), c.id) || strings.Contains(string(b), "sleep\x005") {
+			t.Fatalf("process %d (%q) outlived the failed Create", p, b)
+		}
+	}
+	requireNoZombies(t)
+}
+
+func TestExecSync(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, nil)
+
+	stdout, stderr, code, err := r.ExecSync(ctxb, c.id, []string{"echo", "hi"}, 10*time.Second)
+	if err != nil || code != 0 || string(stdout) != "hi\n" || len(stderr) != 0 {
+		t.Fatalf("echo hi: stdout %q stderr %q code %d err %v", stdout, stderr, code, err)
+	}
+	_, stderr, code, err = r.ExecSync(ctxb, c.id, []string{"sh", "-c", "echo bad >&2; exit 3"}, 10*time.Second)
+	if err != nil || code != 3 || string(stderr) != "bad\n" {
+		t.Fatalf("exit 3: stderr %q code %d err %v", stderr, code, err)
+	}
+	if _, _, code, err := r.ExecSync(ctxb, c.id, []string{"sh", "-c", "echo x >/dev/null && echo y >/dev/zero"}, 10*time.Second); err != nil || code != 0 {
+		t.Fatalf("the default devices are not usable: code %d err %v", code, err)
+	}
+	if _, _, _, err := r.ExecSync(ctxb, c.id, []string{"/no/such/binary"}, 10*time.Second); err == nil {
+		t.Fatal("exec of a missing binary did not fail")
+	}
+
+	start := time.Now()
+	_, _, code, err = r.ExecSync(ctxb, c.id, []string{"sleep", "10"}, time.Second)
+	took := time.Since(start)
+	if !errors.Is(err, ErrExecTimeout) || code != -1 {
+		t.Fatalf("sleep 10 with a 1s timeout: code %d err %v, want ErrExecTimeout", code, err)
+	}
+	if took > 4*time.Second {
+		t.Fatalf("timed-out exec returned after %s", took)
+	}
+	requireNoZombies(t)
+	// The sleep is gone from the container too.
+	for _, p := range descendants(c.pid) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(b), "10") {
+			t.Fatalf("timed-out command still runs as %d: %q", p, b)
+		}
+	}
+	// The container survives.
+	if st, err := r.State(ctxb, c.id); err != nil || st.Status != StatusRunning {
+		t.Fatalf("state after timed-out exec = %+v, %v", st, err)
+	}
+	// A cancelled context also kills.
+	ctx, cancel := context.WithTimeout(ctxb, 500*time.Millisecond)
+	defer cancel()
+	if _, _, _, err := r.ExecSync(ctx, c.id, []string{"sleep", "10"}, 0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("exec with an expiring context: %v", err)
+	}
+	requireNoZombies(t)
+}
+
+func TestExecSyncInStoppedContainer(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"true"}, nil)
+	eventually(t, 5*time.Second, func() error {
+		if _, _, ok, _ := r.ExitStatus(c.id); !ok {
+			return errors.New("no exit recorded")
+		}
+		return nil
+	})
+	if _, _, _, err := r.ExecSync(ctxb, c.id, []string{"true"}, 5*time.Second); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("exec in a stopped container: %v, want ErrNotRunning", err)
+	}
+}
+
+func TestStopGraceful(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "trap 'exit 0' TERM; echo ready; sleep 30 & wait"}, nil)
+	waitLog(t, c, "stdout F ready")
+	start := time.Now()
+	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Stop took %s for a container that exits on SIGTERM", took)
+	}
+	code, at, ok, err := r.ExitStatus(c.id)
+	if err != nil || !ok || code != 0 {
+		t.Fatalf("ExitStatus after Stop = %d, %v, %v; want 0 recorded", code, ok, err)
+	}
+	if time.Since(at) > time.Minute {
+		t.Fatalf("exit time %s is not recent", at)
+	}
+	if st, err := r.State(ctxb, c.id); err != nil || st.Status != StatusStopped {
+		t.Fatalf("state after Stop = %+v, %v", st, err)
+	}
+	// Stopping a stopped container is fine.
+	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, time.Second); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+func TestStopKillsAfterTimeout(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "trap '' TERM; echo ready; sleep 30"}, nil)
+	waitLog(t, c, "stdout F ready")
+	start := time.Now()
+	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if took < time.Second || took > 5*time.Second {
+		t.Fatalf("Stop took %s, want the 1s timeout and then a prompt kill", took)
+	}
+	code, _, ok, err := r.ExitStatus(c.id)
+	if err != nil || !ok || code != 128+int(syscall.SIGKILL) {
+		t.Fatalf("ExitStatus = %d, %v, %v; want 137", code, ok, err)
+	}
+}
+
+func TestStopCreatedContainer(t *testing.T) {
+	r := newRuntime(t)
+	c := createContainer(t, r, []string{"sleep", "30"}, nil)
+	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := r.State(ctxb, c.id); err != nil || st.Status != StatusStopped {
+		t.Fatalf("state = %+v, %v; want stopped", st, err)
+	}
+	if err := r.Stop(ctxb, "unknown", syscall.SIGTERM, time.Second); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Stop of an unknown container: %v", err)
+	}
+}
+
+func TestWatchExits(t *testing.T) {
+	r := newRuntime(t)
+	ctx, cancel := context.WithCancel(ctxb)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	done := make(chan error, 1)
+	go func() {
+		done <- r.WatchExits(ctx, func(id string) {
+			mu.Lock()
+			seen[id]++
+			mu.Unlock()
+		})
+	}()
+	c := startContainer(t, r, []string{"sh", "-c", "exit 7"}, nil)
+	eventually(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[c.id] == 0 {
+			return fmt.Errorf("no exit reported for %s; seen %v", c.id, seen)
+		}
+		return nil
+	})
+	code, _, ok, err := r.ExitStatus(c.id)
+	if err != nil || !ok || code != 7 {
+		t.Fatalf("ExitStatus = %d, %v, %v; want 7", code, ok, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("WatchExits: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("WatchExits did not return after its context ended")
+	}
+
+	// A new watch first reports the exit files already there.
+	ctx2, cancel2 := context.WithCancel(ctxb)
+	defer cancel2()
+	got := make(chan string, 10)
+	go func() { _ = r.WatchExits(ctx2, func(id string) { got <- id }) }()
+	select {
+	case id := <-got:
+		if id != c.id {
+			t.Fatalf("initial scan reported %s, want %s", id, c.id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("initial scan reported nothing")
+	}
+}
+
+func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, nil)
+	conmon, err := r.ConmonPID(c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatalf("second Delete: %v", err)
+	}
+	if ids, err := r.Containers(ctxb); err != nil || slices.Contains(ids, c.id) {
+		t.Fatalf("runc list after Delete = %v, %v", ids, err)
+	}
+	if _, err := r.State(ctxb, c.id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("State after Delete: %v, want ErrNotFound", err)
+	}
+	if alive(conmon) {
+		t.Fatalf("conmon %d still alive after Delete", conmon)
+	}
+	if alive(c.pid) {
+		t.Fatalf("container init %d still alive after Delete", c.pid)
+	}
+	for _, p := range []string{r.containerDir(c.id), filepath.Join(r.attachDir(), c.id), r.exitFile(c.id),
+		filepath.Join(c.bundle, "config.json"), filepath.Join(c.bundle, "ctl"), filepath.Join(c.bundle, "attach"),
+		c.cgroupDir("memory"), c.cgroupDir("cpu"), c.cgroupDir("pids")} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind by Delete (%v)", p, err)
+		}
+	}
+	if _, err := r.ConmonPID(c.id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ConmonPID after Delete: %v", err)
+	}
+	if err := r.Delete(ctxb, "never-created"); err != nil {
+		t.Fatalf("Delete of an unknown container: %v", err)
+	}
+	requireNoZombies(t)
+}
+
+func TestResourcesInCgroup(t *testing.T) {
+	cgroupV1(t)
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) {
+		in.Container.Linux = &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{
+			CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512, MemoryLimitInBytes: 64 << 20,
+		}}
+	})
+	for file, want := range map[string]string{
+		c.cgroupDir("cpu") + "/cpu.cfs_quota_us":         "50000",
+		c.cgroupDir("cpu") + "/cpu.cfs_period_us":        "100000",
+		c.cgroupDir("cpu") + "/cpu.shares":               "512",
+		c.cgroupDir("memory") + "/memory.limit_in_bytes": strconv.Itoa(64 << 20),
+	} {
+		if got := readCgroupFile(t, file); got != want {
+			t.Errorf("%s = %s, want %s", file, got, want)
+		}
+	}
+	limit := int64(128 << 20)
+	if err := r.UpdateResources(ctxb, c.id, &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: &limit}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := readCgroupFile(t, c.cgroupDir("memory")+"/memory.limit_in_bytes"); got != strconv.FormatInt(limit, 10) {
+		t.Fatalf("memory limit after UpdateResources = %s, want %d", got, limit)
+	}
+}
+
+func TestPrivilegedContainerGetsTheDaemonsCapabilities(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) {
+		in.Container.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{Privileged: true}}
+	})
+	own, err := boundingSet()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eff := capLine(t, c.pid, "CapEff")
+	if eff != own {
+		t.Fatalf("privileged container's CapEff = %x, want the daemon's bounding set %x", eff, own)
+	}
+	if _, _, code, err := r.ExecSync(ctxb, c.id, []string{"ls", "/dev/null"}, 10*time.Second); err != nil || code != 0 {
+		t.Fatalf("exec in privileged container: %d, %v", code, err)
+	}
+}
+
+func capLine(t *testing.T, pid int, key string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return 0
+}
+
+func TestNegativeOOMScoreIsClamped(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) {
+		in.Container.Linux = &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{OomScoreAdj: -998}}
+	})
+	own := readCgroupFile(t, "/proc/self/oom_score_adj")
+	ownN, _ := strconv.Atoi(own)
+	want := strconv.Itoa(max(-998, ownN))
+	if got := readCgroupFile(t, fmt.Sprintf("/proc/%d/oom_score_adj", c.pid)); got != want {
+		t.Fatalf("container oom_score_adj = %s, want %s", got, want)
+	}
+}
+
+func TestReopenLog(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "while true; do echo tick; sleep 0.1; done"}, nil)
+	eventually(t, 5*time.Second, func() error {
+		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "tick") {
+			return errors.New("no tick logged yet")
+		}
+		return nil
+	})
+	if err := os.Rename(c.logPath, c.logPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReopenLog(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() error {
+		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "stdout F tick") {
+			return errors.New("no tick in the reopened log")
+		}
+		return nil
+	})
+	if err := r.Stop(ctxb, c.id, syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ReopenLog(ctxb, c.id); !errors.Is(err, ErrNotRunning) {
+		t.Fatalf("ReopenLog of a stopped container: %v, want ErrNotRunning", err)
+	}
+}
+
+func TestJournalUndoDeletesContainer(t *testing.T) {
+	r := newRuntime(t)
+	reg := journal.NewRegistry()
+	RegisterUndos(reg, func(handler string) (*Runtime, error) {
+		if handler != "runc" {
+			return nil, fmt.Errorf("no handler %q", handler)
+		}
+		return r, nil
+	})
+	j, err := journal.Open(filepath.Join(t.TempDir(), "j.db"), journal.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	rec, err := j.Begin(ctxb, journal.BeginRequest{Kind: journal.KindContainer, Name: "c", Fingerprint: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Intent(ctxb, rec.ID, "create", StepRuntimeContainer, ContainerArgs(r.Handler(), rec.ID)); err != nil {
+		t.Fatal(err)
+	}
+	// A crash between intent and Create, or after it: the undo must cope with both.
+	c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) { in.ID = rec.ID })
+	if err := j.Rollback(ctxb, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.State(ctxb, c.id); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("State after the undo: %v, want ErrNotFound", err)
+	}
+}
+
+// childEnv makes the test binary act as a short-lived daemon: it creates and starts
+// the container described by the JSON in the variable, then exits without cleaning
+// up.
+const childEnv = "OCI_TEST_CHILD_CREATE"
+
+type childJob struct {
+	Config Config
+	ID     string
+	Bundle string
+	Spec   *specs.Spec
+	Log    string
+}
+
+func childCreate() int {
+	var job childJob
+	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &job); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	r, err := New(job.Config)
+	if err == nil {
+		_, err = r.Create(ctxb, job.ID, job.Bundle, job.Spec, job.Log)
+	}
+	if err == nil {
+		err = r.Start(ctxb, job.ID)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}
+
+func TestContainerOutlivesDaemon(t *testing.T) {
+	r := newRuntime(t)
+	c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Hand the ID over to a "daemon" process that dies right after starting it.
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	job, err := json.Marshal(childJob{
+		Config: Config{Handler: "runc", Root: r.root, StateDir: r.stateDir},
+		ID:     c.id, Bundle: c.bundle, Spec: c.spec, Log: c.logPath,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+string(job))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("daemon process: %v\n%s", err, out)
+	}
+	st, err := r.State(ctxb, c.id)
+	if err != nil || st.Status != StatusRunning {
+		t.Fatalf("state after the daemon exited = %+v, %v; want running", st, err)
+	}
+	conmon, err := r.ConmonPID(c.id)
+	if err != nil || !alive(conmon) {
+		t.Fatalf("conmon %d not alive after the daemon exited: %v", conmon, err)
+	}
+	// A new daemon life can still stop and delete it.
+	if err := r.Stop(ctxb, c.id, syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, ok, err := r.ExitStatus(c.id); err != nil || !ok || code != 137 {
+		t.Fatalf("ExitStatus = %d, %v, %v", code, ok, err)
+	}
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	if alive(conmon) {
+		t.Fatalf("conmon %d alive after Delete", conmon)
+	}
+	requireNoZombies(t)
+}

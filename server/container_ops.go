@@ -1,0 +1,284 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/oci"
+)
+
+// StartContainer starts a created container.
+func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_CREATED {
+		return nil, errContainerState(c.rec.ID, st, "CREATED")
+	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.Start(ctx, c.rec.ID); err != nil {
+		return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
+	}
+	if err := s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, now()); err != nil {
+		return nil, err
+	}
+	s.log.Info("container started", "id", c.rec.ID, "name", c.rec.Name)
+	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+// stopSignal is the container's stop signal: the image's, else SIGTERM.
+func stopSignal(name string) syscall.Signal {
+	if name == "" {
+		return syscall.SIGTERM
+	}
+	sig, err := oci.ParseSignal(name)
+	if err != nil {
+		return syscall.SIGTERM
+	}
+	return sig
+}
+
+// StopContainer sends the stop signal, waits up to the timeout, then SIGKILL. Stopping a
+// stopped container is success.
+func (s *Server) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.stopContainer(ctx, c, time.Duration(req.GetTimeout())*time.Second); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Duration) error {
+	if c.state() == runtimeapi.ContainerState_CONTAINER_EXITED {
+		return nil
+	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return err
+	}
+	if err := rt.Stop(ctx, c.rec.ID, stopSignal(c.obj.StopSig), timeout); err != nil {
+		return fmt.Errorf("stop container %s: %w", c.rec.ID, err)
+	}
+	if c.state() == runtimeapi.ContainerState_CONTAINER_CREATED {
+		// Never started: the runtime's init process is killed; record a plain exit.
+		return s.journal.SetMarkers(ctx, c.rec.ID, map[string]*string{
+			markerExitCode: stringPtr("0"), markerReason: stringPtr("Completed"), markerFinishedAt: now(),
+		})
+	}
+	// Wait briefly for conmon's exit file, so the status says how it ended.
+	for range 50 {
+		if _, _, ok, _ := rt.ExitStatus(c.rec.ID); ok {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.recordExit(ctx, c); err != nil {
+		return err
+	}
+	s.log.Info("container stopped", "id", c.rec.ID, "name", c.rec.Name)
+	return nil
+}
+
+// RemoveContainer stops (SIGKILL) and removes a container: the journal undoes its steps,
+// last first (the runtime container, then its storage), and deletes the record. An unknown
+// ID is success, per the CRI.
+func (s *Server) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
+	rec, err := s.findRecord(journal.KindContainer, req.GetContainerId())
+	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+		return &runtimeapi.RemoveContainerResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.removeContainer(ctx, rec); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RemoveContainerResponse{}, nil
+}
+
+func (s *Server) removeContainer(ctx context.Context, rec journal.Record) error {
+	rctx, cancel := detached(ctx, runtimeCreateTimeout)
+	defer cancel()
+	err := s.journal.Remove(rctx, rec.ID)
+	var uerr *journal.UndoError
+	switch {
+	case errors.As(err, &uerr):
+		s.log.Warn("container removed, but an undo failed and will be retried", "id", rec.ID, "name", rec.Name, "err", err)
+	case errors.Is(err, journal.ErrNotFound):
+	case err != nil:
+		return fmt.Errorf("remove container %s: %w", rec.ID, err)
+	default:
+		s.log.Info("container removed", "id", rec.ID, "name", rec.Name)
+	}
+	return nil
+}
+
+// containersOf returns the created containers of a sandbox.
+func (s *Server) containersOf(sandboxID string) []journal.Record {
+	return s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.Parent == sandboxID && r.HoldsName
+	})
+}
+
+// ContainerStatus reports a container.
+func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.recordExit(ctx, c); err != nil {
+		s.log.Warn("container exit not readable", "id", c.rec.ID, "err", err)
+	}
+	if c, err = s.findContainer(c.rec.ID); err != nil {
+		return nil, err
+	}
+	st := &runtimeapi.ContainerStatus{
+		Id: c.rec.ID, Metadata: c.config.GetMetadata(), State: c.state(),
+		CreatedAt: c.obj.CreatedAt.UnixNano(), StartedAt: markerTime(c.rec, markerStartedAt),
+		FinishedAt: markerTime(c.rec, markerFinishedAt),
+		Image:      c.config.GetImage(), ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID,
+		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
+		Mounts: c.config.GetMounts(), LogPath: c.obj.LogPath,
+	}
+	if v, ok := c.rec.Marker(markerExitCode); ok {
+		code, _ := strconv.Atoi(v)
+		st.ExitCode = int32(code)
+		st.Reason, _ = c.rec.Marker(markerReason)
+	}
+	resp := &runtimeapi.ContainerStatusResponse{Status: st}
+	if req.GetVerbose() {
+		resp.Info = map[string]string{"info": mustJSON(map[string]any{
+			"sandbox_id": c.obj.SandboxID, "runtime_handler": c.obj.Handler, "bundle": c.obj.Bundle, "rootfs": c.obj.Rootfs,
+			"journal": map[string]any{"state": c.rec.State, "steps": c.rec.Steps, "markers": c.rec.Markers},
+		})}
+	}
+	return resp, nil
+}
+
+// ListContainers lists created containers; cached and in-progress ones are hidden.
+func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	f := req.GetFilter()
+	recs := s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.State == journal.StateCreated && strings.HasPrefix(r.ID, f.GetId()) &&
+			(f.GetPodSandboxId() == "" || strings.HasPrefix(r.Parent, f.GetPodSandboxId()))
+	})
+	resp := &runtimeapi.ListContainersResponse{}
+	for _, rec := range recs {
+		c, err := decodeContainer(rec)
+		if err != nil {
+			s.log.Warn("skipping undecodable container", "id", rec.ID, "err", err)
+			continue
+		}
+		if f.GetState() != nil && f.GetState().GetState() != c.state() {
+			continue
+		}
+		if !labelsMatch(c.config.GetLabels(), f.GetLabelSelector()) {
+			continue
+		}
+		resp.Containers = append(resp.Containers, &runtimeapi.Container{
+			Id: rec.ID, PodSandboxId: c.obj.SandboxID, Metadata: c.config.GetMetadata(), Image: c.config.GetImage(),
+			ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID, State: c.state(), CreatedAt: c.obj.CreatedAt.UnixNano(),
+			Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
+		})
+	}
+	return resp, nil
+}
+
+// ExecSync runs a command in a running container and returns its output and exit code.
+func (s *Server) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetCmd()) == 0 {
+		return nil, invalidf("cmd is required")
+	}
+	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, errContainerState(c.rec.ID, st, "RUNNING")
+	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return nil, err
+	}
+	stdout, stderr, code, err := rt.ExecSync(ctx, c.rec.ID, req.GetCmd(), time.Duration(req.GetTimeout())*time.Second)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, oci.ErrExecTimeout) {
+			return nil, status.Errorf(codes.DeadlineExceeded, "exec in container %s timed out after %ds: %v", c.rec.ID, req.GetTimeout(), err)
+		}
+		return nil, fmt.Errorf("exec in container %s: %w", c.rec.ID, err)
+	}
+	return &runtimeapi.ExecSyncResponse{Stdout: stdout, Stderr: stderr, ExitCode: int32(code)}, nil
+}
+
+// ReopenContainerLog asks conmon to reopen the container's log file (after rotation).
+func (s *Server) ReopenContainerLog(ctx context.Context, req *runtimeapi.ReopenContainerLogRequest) (*runtimeapi.ReopenContainerLogResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return nil, errContainerState(c.rec.ID, st, "RUNNING")
+	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.ReopenLog(ctx, c.rec.ID); err != nil {
+		return nil, fmt.Errorf("reopen log of %s: %w", c.rec.ID, err)
+	}
+	return &runtimeapi.ReopenContainerLogResponse{}, nil
+}
+
+// UpdateContainerResources changes a container's cgroup limits.
+func (s *Server) UpdateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if st := c.state(); st == runtimeapi.ContainerState_CONTAINER_EXITED {
+		return nil, errContainerState(c.rec.ID, st, "CREATED or RUNNING")
+	}
+	res, err := oci.Resources(req.GetLinux())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.UpdateResources(ctx, c.rec.ID, res); err != nil {
+		return nil, fmt.Errorf("update resources of %s: %w", c.rec.ID, err)
+	}
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+// OnContainerExit records a container's exit as soon as conmon reports it (the runtimes'
+// exit watchers call it), so the status survives a restart without polling.
+func (s *Server) OnContainerExit(id string) {
+	c, err := s.findContainer(id)
+	if err != nil {
+		return // not ours, or not yet created: ContainerStatus will record it
+	}
+	if err := s.recordExit(context.Background(), c); err != nil {
+		s.log.Warn("container exit not recorded", "id", id, "err", err)
+		return
+	}
+	s.log.Info("container exited", "id", id, "name", c.rec.Name)
+}

@@ -1,0 +1,172 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/storage"
+)
+
+// imageService is the CRI ImageService over containers/storage and containers/image.
+type imageService struct {
+	runtimeapi.UnimplementedImageServiceServer
+	s *Server
+}
+
+func (i *imageService) store() (*storage.Store, error) {
+	if i.s.images == nil {
+		return nil, status.Error(codes.Unavailable, "image storage is not available on this daemon")
+	}
+	return i.s.images, nil
+}
+
+// imageError maps the storage package's errors to gRPC codes.
+func imageError(err error) error {
+	switch {
+	case errors.Is(err, storage.ErrImageNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, storage.ErrImageInUse):
+		return status.Error(codes.FailedPrecondition, err.Error())
+	case errors.Is(err, storage.ErrInvalidReference):
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return err
+}
+
+func toCRIImage(img storage.Image) *runtimeapi.Image {
+	out := &runtimeapi.Image{
+		Id: img.ID, RepoTags: img.RepoTags, RepoDigests: img.RepoDigests, Size: img.Size,
+		Pinned: img.Pinned, Spec: &runtimeapi.ImageSpec{Image: img.ID},
+	}
+	// The image's user as CRI wants it: a numeric uid, or a user name.
+	uid, _, _ := strings.Cut(img.Config.User, ":")
+	if uid != "" {
+		var n int64
+		if _, err := fmt.Sscanf(uid, "%d", &n); err == nil && fmt.Sprint(n) == uid {
+			out.Uid = &runtimeapi.Int64Value{Value: n}
+		} else {
+			out.Username = uid
+		}
+	}
+	return out
+}
+
+// PullImage pulls an image through the configured registries and mirrors.
+func (i *imageService) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
+	st, err := i.store()
+	if err != nil {
+		return nil, err
+	}
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, invalidf("image reference is required")
+	}
+	var auth *storage.Auth
+	if a := req.GetAuth(); a != nil {
+		auth = &storage.Auth{Username: a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(),
+			IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken()}
+	}
+	start := time.Now()
+	img, err := st.PullImage(ctx, ref, auth)
+	if err != nil {
+		return nil, imageError(fmt.Errorf("pull %s: %w", ref, err))
+	}
+	i.s.log.Info("image pulled", "image", ref, "id", img.ID, "took", time.Since(start).Round(time.Millisecond))
+	return &runtimeapi.PullImageResponse{ImageRef: img.ID}, nil
+}
+
+// ListImages lists the images in storage, optionally those matching a reference.
+func (i *imageService) ListImages(ctx context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	st, err := i.store()
+	if err != nil {
+		return nil, err
+	}
+	resp := &runtimeapi.ListImagesResponse{}
+	if ref := req.GetFilter().GetImage().GetImage(); ref != "" {
+		img, err := st.ImageStatus(ctx, ref)
+		if errors.Is(err, storage.ErrImageNotFound) {
+			return resp, nil
+		}
+		if err != nil {
+			return nil, imageError(err)
+		}
+		resp.Images = append(resp.Images, toCRIImage(img))
+		return resp, nil
+	}
+	imgs, err := st.ListImages(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, img := range imgs {
+		resp.Images = append(resp.Images, toCRIImage(img))
+	}
+	return resp, nil
+}
+
+// ImageStatus reports an image; an unknown image is a nil image, not an error (CRI).
+func (i *imageService) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
+	st, err := i.store()
+	if err != nil {
+		return nil, err
+	}
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, invalidf("image reference is required")
+	}
+	img, err := st.ImageStatus(ctx, ref)
+	if errors.Is(err, storage.ErrImageNotFound) {
+		return &runtimeapi.ImageStatusResponse{}, nil
+	}
+	if err != nil {
+		return nil, imageError(err)
+	}
+	resp := &runtimeapi.ImageStatusResponse{Image: toCRIImage(img)}
+	if req.GetVerbose() {
+		resp.Info = map[string]string{"info": mustJSON(img)}
+	}
+	return resp, nil
+}
+
+// RemoveImage removes an image by ID, tag or digest; an unknown image is success (CRI).
+// An image a container still uses is refused with FailedPrecondition.
+func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
+	st, err := i.store()
+	if err != nil {
+		return nil, err
+	}
+	ref := req.GetImage().GetImage()
+	if ref == "" {
+		return nil, invalidf("image reference is required")
+	}
+	err = st.RemoveImage(ctx, ref)
+	if err != nil && !errors.Is(err, storage.ErrImageNotFound) {
+		return nil, imageError(fmt.Errorf("remove image %s: %w", ref, err))
+	}
+	return &runtimeapi.RemoveImageResponse{}, nil
+}
+
+// ImageFsInfo reports the usage of the image store's filesystem.
+func (i *imageService) ImageFsInfo(ctx context.Context, req *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	st, err := i.store()
+	if err != nil {
+		return nil, err
+	}
+	u, err := st.FsInfo(ctx)
+	if err != nil {
+		return nil, err
+	}
+	usage := &runtimeapi.FilesystemUsage{
+		Timestamp:  time.Now().UnixNano(),
+		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
+		UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
+		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
+	}
+	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{usage}}, nil
+}
