@@ -41,7 +41,7 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 		Path:       conf.Path,
 		Root:       s.cfg.RuntimeRoot(handler),
 		ConmonPath: s.cfg.ConmonPath,
-		StateDir: ociStateDir(s.cfg.RunRoot, handler),
+		StateDir:   ociStateDir(s.cfg.RunRoot, handler),
 	})
 	if err != nil {
 		return nil, err
