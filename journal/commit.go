@@ -31,6 +31,10 @@ type committer struct {
 
 	nCommits, nWrites int64
 	observe           func(time.Duration, int)
+
+	// txMu is held during each write transaction; Check holds it to keep writers out,
+	// since bbolt's check is not safe alongside a writer.
+	txMu sync.Mutex
 }
 
 // write is one record put or delete, with the matching names/ change.
@@ -122,7 +126,9 @@ func (c *committer) loop() {
 		err := broken
 		if err == nil {
 			start := time.Now()
+			c.txMu.Lock()
 			err = c.db.Update(func(tx *bolt.Tx) error { return apply(tx, batch) })
+			c.txMu.Unlock()
 			if err == nil && c.observe != nil {
 				c.observe(time.Since(start), len(batch))
 			}

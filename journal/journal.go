@@ -257,7 +257,12 @@ func (j *Journal) Close() error {
 }
 
 // Check runs bbolt's consistency check and the journal's own invariants on the file.
+// Commits wait while it runs.
 func (j *Journal) Check() []error {
+	if j.commits != nil {
+		j.commits.txMu.Lock()
+		defer j.commits.txMu.Unlock()
+	}
 	var problems []error
 	err := j.db.View(func(tx *bolt.Tx) error {
 		for cerr := range tx.Check() {

@@ -760,3 +760,32 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckWhileCommitting is the regression test of a false "reachable freed page" report:
+// bbolt's check is not safe alongside a writer, so Check must keep commits out.
+func TestCheckWhileCommitting(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			rec := begin(t, j, fmt.Sprintf("pod-%d", i), time.Time{})
+			step(t, j, rec.ID, kindA, "1")
+		}
+	}()
+	for range 50 {
+		if problems := j.Check(); len(problems) > 0 {
+			t.Errorf("Check during commits: %v", problems)
+			break
+		}
+	}
+	close(stop)
+	wg.Wait()
+}
