@@ -245,18 +245,20 @@ func (j *Journal) SetMarker(ctx context.Context, id, key string, value *string) 
 
 // SetMarkers sets (value non-nil) or clears (nil) several markers in one durable write.
 func (j *Journal) SetMarkers(ctx context.Context, id string, markers map[string]*string) error {
-	return j.update(id, func(r *Record) {
-		for key, value := range markers {
-			if value == nil {
-				delete(r.Markers, key)
-				continue
-			}
-			if r.Markers == nil {
-				r.Markers = map[string]string{}
-			}
-			r.Markers[key] = *value
+	return j.update(id, func(r *Record) { setMarkers(r, markers) })
+}
+
+func setMarkers(r *Record, markers map[string]*string) {
+	for key, value := range markers {
+		if value == nil {
+			delete(r.Markers, key)
+			continue
 		}
-	})
+		if r.Markers == nil {
+			r.Markers = map[string]string{}
+		}
+		r.Markers[key] = *value
+	}
 }
 
 func (j *Journal) update(id string, mutate func(r *Record)) error {

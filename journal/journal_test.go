@@ -367,7 +367,7 @@ func TestRemove(t *testing.T) {
 	step(t, j, rec.ID, kindB, "2")
 	j.Ready(rec.ID, 1)
 	j.Answer(ctx, rec.ID, true)
-	if err := j.UndoSteps(ctx, rec.ID, kindB); err != nil {
+	if err := j.UndoSteps(ctx, rec.ID, nil, kindB); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.Remove(ctx, rec.ID); err != nil {

@@ -231,10 +231,11 @@ func (j *Journal) backoff(attempts int) time.Duration {
 }
 
 // UndoSteps undoes the completed steps of the given kinds in a live record, last first, and
-// marks them undone durably: for example StopPodSandbox tears the network down while the
-// sandbox stays. The first failure stops it and is returned; the step stays done so the
-// caller can try again.
-func (j *Journal) UndoSteps(ctx context.Context, id string, kinds ...StepKind) error {
+// in one durable write marks them undone and sets the given markers (nil values clear):
+// for example StopPodSandbox tears the network down while the sandbox stays, and records
+// that it did. The first failure stops it and is returned; the step stays done and no
+// marker is set, so the caller can try again.
+func (j *Journal) UndoSteps(ctx context.Context, id string, markers map[string]*string, kinds ...StepKind) error {
 	rec, err := j.Get(id)
 	if err != nil {
 		return err
@@ -258,7 +259,7 @@ func (j *Journal) UndoSteps(ctx context.Context, id string, kinds ...StepKind) e
 		}
 		done = append(done, step.Seq)
 	}
-	if len(done) == 0 {
+	if len(done) == 0 && len(markers) == 0 {
 		return nil
 	}
 	return j.update(id, func(r *Record) {
@@ -267,6 +268,7 @@ func (j *Journal) UndoSteps(ctx context.Context, id string, kinds ...StepKind) e
 			r.Steps[seq].Status = StepUndone
 			r.Steps[seq].Finished = now
 		}
+		setMarkers(r, markers)
 	})
 }
 

@@ -34,18 +34,13 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	if !lost {
 		return false, nil
 	}
-	if _, done := rec.Marker(markerNetworkStopped); !done {
-		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
-		err := s.journal.UndoSteps(nctx, rec.ID, netns.StepAttach)
-		cancel()
-		if err != nil {
-			return false, fmt.Errorf("sandbox %s lost its namespaces: cni detach: %w", rec.ID, err)
-		}
-		if err := s.journal.SetMarker(ctx, rec.ID, markerNetworkStopped, now()); err != nil {
-			return false, err
-		}
+	nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
+	defer cancel()
+	at := now()
+	if err := s.journal.UndoSteps(nctx, rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach); err != nil {
+		return false, fmt.Errorf("sandbox %s lost its namespaces: cni detach: %w", rec.ID, err)
 	}
-	return true, s.journal.SetMarker(ctx, rec.ID, markerStopped, now())
+	return true, nil
 }
 
 func (s *Server) reconcileContainer(ctx context.Context, rec journal.Record) (bool, error) {

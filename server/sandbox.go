@@ -130,20 +130,14 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
 		}
 	}
-	if _, done := sb.rec.Marker(markerNetworkStopped); !done {
+	if _, stopped := sb.rec.Marker(markerStopped); !stopped {
+		// CNI DEL (the undo of the attach step) and both markers in one commit.
 		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
-		err := s.journal.UndoSteps(nctx, sb.rec.ID, netns.StepAttach)
+		at := now()
+		err := s.journal.UndoSteps(nctx, sb.rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
-		}
-		if err := s.journal.SetMarker(ctx, sb.rec.ID, markerNetworkStopped, now()); err != nil {
-			return nil, err
-		}
-	}
-	if _, done := sb.rec.Marker(markerStopped); !done {
-		if err := s.journal.SetMarker(ctx, sb.rec.ID, markerStopped, now()); err != nil {
-			return nil, err
 		}
 		s.log.Info("pod sandbox stopped", "id", sb.rec.ID, "name", sb.rec.Name)
 	}
