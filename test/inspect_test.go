@@ -1,0 +1,203 @@
+package test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// journalInspect runs `crijournal inspect` against the daemon's configuration.
+func (d *daemon) journalInspect(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(daemonBinary(t), append([]string{"inspect", "--config", d.configPath}, args...)...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (d *daemon) inspectJSON(t *testing.T, args ...string) []journal.Record {
+	t.Helper()
+	out, err := d.journalInspect(t, append([]string{"--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("crijournal inspect --json: %v\n%s", err, out)
+	}
+	var recs []journal.Record
+	if err := json.Unmarshal([]byte(out), &recs); err != nil {
+		t.Fatalf("crijournal inspect --json printed %q: %v", out, err)
+	}
+	return recs
+}
+
+var metricsAddrRE = regexp.MustCompile(`metrics served.*address=(http://127\.0\.0\.1:[0-9]+/metrics)`)
+
+// metric returns the value of one sample of the daemon's metrics (0 when absent).
+func (d *daemon) metric(t *testing.T, sample string) float64 {
+	t.Helper()
+	logged, _ := os.ReadFile(d.logPath)
+	all := metricsAddrRE.FindAllStringSubmatch(string(logged), -1)
+	if all == nil {
+		t.Fatalf("no metrics address in the daemon's log")
+	}
+	m := all[len(all)-1] // the daemon's latest start
+	resp, err := http.Get(m[1])
+	if err != nil {
+		t.Fatalf("scrape %s: %v", m[1], err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
+			v, _ := strconv.ParseFloat(rest, 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// TestInspectAndMetrics follows a creation that times out with `crijournal inspect` (live,
+// then post-mortem) and the metrics endpoint.
+func TestInspectAndMetrics(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, daemonOptions{cacheTTL: 30 * time.Second, extraTOML: []string{`metrics_address = "127.0.0.1:0"`}})
+	pod := podConfig(t, "inspected", "e2e", randomHex(t, 16), 0, false)
+
+	// While the CNI ADD is slow: live inspect shows the creation and its stage.
+	nADD := len(d.addedIDs(t))
+	d.slowCNI(t, slowADD)
+	first := d.runpBackground(t, "-T", "1s", pod)
+	created := d.waitADD(t, nADD+1, 5*time.Second)
+	out, err := d.journalInspect(t)
+	if err != nil || !strings.Contains(out, created[:13]) || !strings.Contains(out, "creating") || !strings.Contains(out, "sandbox network creation") {
+		t.Fatalf("live inspect during the slow creation (err %v):\n%s", err, out)
+	}
+	one, err := d.journalInspect(t, created[:20])
+	if err != nil || !strings.Contains(one, "netns-pin") || !strings.Contains(one, "cni-attach") || !strings.Contains(one, "intent") {
+		t.Fatalf("inspect of one record during the creation (err %v):\n%s", err, one)
+	}
+	// A duplicate made now finds the name in progress: counted by stage.
+	dup := d.runpBackground(t, "-T", "1s", pod)
+	if r := <-first; r.err == nil {
+		t.Fatalf("the first runp succeeded: %s", r.stdout)
+	}
+	<-dup
+	d.slowCNI(t, 0)
+	d.waitNetworkDone(t, created, 2*slowADD)
+
+	// After the timeout: the cached record with its expiry.
+	recs := d.inspectJSON(t, "--state", "cached")
+	if len(recs) != 1 || recs[0].ID != created || recs[0].Expiry.IsZero() {
+		t.Fatalf("live inspect --state cached = %+v, want the cached sandbox %s with an expiry", recs, created)
+	}
+	table, _ := d.journalInspect(t, "--state", "cached")
+	if !strings.Contains(table, "cached") || !strings.Contains(table, "in ") {
+		t.Errorf("inspect table does not show the expiry:\n%s", table)
+	}
+	if out, err := d.journalInspect(t, "--check"); err != nil || !strings.Contains(out, "journal OK") {
+		t.Errorf("live inspect --check = %v:\n%s", err, out)
+	}
+
+	// Metrics moved as the scenario went.
+	for sample, want := range map[string]float64{
+		`crijournal_resource_cache_events_total{event="cached",kind="sandbox"}`:                        1,
+		`crijournal_resources_stalled_at_stage_total{kind="sandbox",stage="sandbox network creation"}`: 1,
+		`crijournal_journal_records{kind="sandbox",state="cached"}`:                                    1,
+	} {
+		if got := d.metric(t, sample); got != want {
+			t.Errorf("%s = %v, want %v", sample, got, want)
+		}
+	}
+	if got := d.metric(t, `crijournal_cri_operations_total{code="DeadlineExceeded",method="/runtime.v1.RuntimeService/RunPodSandbox"}`); got < 2 {
+		t.Errorf("RunPodSandbox DeadlineExceeded count = %v, want at least 2", got)
+	}
+	if got := d.metric(t, "crijournal_journal_commit_duration_seconds_count"); got < 2 {
+		t.Errorf("journal commits counted = %v, want at least 2", got)
+	}
+
+	// Daemon down: the same records, from the file.
+	d.stop(t)
+	offline := d.inspectJSON(t)
+	if len(offline) != 1 || offline[0].ID != created || offline[0].State != journal.StateCached {
+		t.Fatalf("post-mortem inspect = %+v, want the cached sandbox %s", offline, created)
+	}
+
+	// The retry claims it after a restart; the metrics say so.
+	d.restart(t)
+	if id := d.mustRunp(t, pod); id != created {
+		t.Fatalf("retry after restart got %s, want %s", id, created)
+	}
+	if got := d.metric(t, `crijournal_resource_cache_events_total{event="claimed",kind="sandbox"}`); got != 1 {
+		t.Errorf("claimed events = %v, want 1", got)
+	}
+	d.removePod(t, created)
+	d.stop(t)
+	d.assertNoLeaks(t)
+}
+
+// TestInspectCheckFindsDamage: `inspect --check` on a damaged journal exits non-zero and
+// names the problem, whether the damage is to bbolt's pages or to the journal's invariants.
+func TestInspectCheckFindsDamage(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, daemonOptions{})
+	d.mustRunp(t, podConfig(t, "checked", "e2e", randomHex(t, 16), 0, true))
+	d.stop(t)
+	path := d.root + "/journal.db"
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := d.journalInspect(t, "--check"); err != nil || !strings.Contains(out, "journal OK") {
+		t.Fatalf("inspect --check of a sound journal = %v:\n%s", err, out)
+	}
+	tests := []struct {
+		name   string
+		damage func(t *testing.T)
+		want   string
+	}{
+		{"dangling name", func(t *testing.T) {
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			db.Update(func(tx *bolt.Tx) error {
+				return tx.Bucket([]byte("names")).Put([]byte("sandbox/k8s_ghost_e2e_x_0"), []byte(strings.Repeat("a", 64)))
+			})
+		}, "missing record"},
+		{"random bytes in the data pages", func(t *testing.T) {
+			f, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			junk := make([]byte, len(good)-8192)
+			for i := range junk {
+				junk[i] = byte(i*131 + 7)
+			}
+			f.WriteAt(junk, 8192)
+		}, "corrupt"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := os.WriteFile(path, good, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			tt.damage(t)
+			out, err := d.journalInspect(t, "--check")
+			if err == nil || !strings.Contains(out, tt.want) {
+				t.Fatalf("inspect --check of a damaged journal = %v, want a failure naming %q:\n%s", err, tt.want, out)
+			}
+		})
+	}
+	// Leave a sound journal for the cleanup.
+	os.WriteFile(path, good, 0o600)
+}
