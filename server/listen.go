@@ -19,7 +19,10 @@ func Listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", path, err)
 	}
-	if _, err := os.Lstat(path); err == nil {
+	if info, err := os.Lstat(path); err == nil {
+		if info.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen on %s: a file that is not a socket is in the way; move it aside", path)
+		}
 		conn, derr := net.DialTimeout("unix", path, time.Second)
 		if derr == nil {
 			conn.Close()
