@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// run executes the root command with args and returns what it printed.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func TestVersionAndConfig(t *testing.T) {
+	out, err := run(t, "version")
+	if err != nil || !strings.HasPrefix(out, "crijournal dev") {
+		t.Fatalf("version = %q, %v", out, err)
+	}
+	cfgFile := filepath.Join(t.TempDir(), "c.toml")
+	os.WriteFile(cfgFile, []byte("cache_ttl = \"7s\"\n"), 0o600)
+	out, err = run(t, "config", "--config", cfgFile, "--log-level", "debug")
+	if err != nil || !strings.Contains(out, "cache_ttl = '7s'") || !strings.Contains(out, "log_level = 'debug'") {
+		t.Fatalf("config = %v:\n%s", err, out)
+	}
+	os.WriteFile(cfgFile, []byte("cache_tll = \"7s\"\n"), 0o600)
+	if _, err := run(t, "config", "--config", cfgFile); err == nil || !strings.Contains(err.Error(), "cache_tll") {
+		t.Fatalf("an unknown key was not named: %v", err)
+	}
+}
+
+func TestInspectOffline(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "journal.db")
+	j, err := journal.Open(path, journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	a, _ := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindSandbox, Name: "k8s_a_ns_u_0", Fingerprint: "f"})
+	j.Intent(ctx, a.ID, "sandbox network creation", "cni-attach", map[string]string{"netns": "/run/x"})
+	b, _ := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindContainer, Name: "k8s_c_a_ns_u_0", Fingerprint: "f"})
+	j.Intent(ctx, b.ID, "container storage creation", "storage-container", nil)
+	j.Close()
+
+	common := []string{"--config", filepath.Join(dir, "none.toml"), "--journal-path", path, "--socket", filepath.Join(dir, "cri.sock")}
+	os.WriteFile(filepath.Join(dir, "none.toml"), nil, 0o600)
+	tests := []struct {
+		args []string
+		want []string
+		not  []string
+	}{
+		{args: []string{"inspect"}, want: []string{a.ID[:13], b.ID[:13], "sandbox network creation", "creating"}},
+		{args: []string{"inspect", "--kind", "container"}, want: []string{b.ID[:13]}, not: []string{a.ID[:13]}},
+		{args: []string{"inspect", "k8s_a_ns_u_0"}, want: []string{a.ID, "cni-attach", "/run/x", "intent"}},
+		{args: []string{"inspect", "--json", "--state", "cached"}, want: []string{"[]"}},
+		{args: []string{"inspect", "--check"}, want: []string{"journal OK"}},
+	}
+	for _, tt := range tests {
+		out, err := run(t, append(tt.args, common...)...)
+		if err != nil {
+			t.Errorf("%v: %v", tt.args, err)
+			continue
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(out, w) {
+				t.Errorf("%v: output lacks %q:\n%s", tt.args, w, out)
+			}
+		}
+		for _, n := range tt.not {
+			if strings.Contains(out, n) {
+				t.Errorf("%v: output has %q:\n%s", tt.args, n, out)
+			}
+		}
+	}
+	if _, err := run(t, append([]string{"inspect", "nosuchrecord"}, common...)...); err == nil {
+		t.Error("inspect of an unknown record succeeded")
+	}
+}
