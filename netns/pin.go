@@ -24,11 +24,14 @@ var ErrInvalid = errors.New("invalid argument")
 // part of the pin path and may be stored by callers.
 type Kind string
 
-// The kinds of namespace a sandbox pins.
+// The kinds of namespace a sandbox pins. Pin makes Net, IPC and UTS pins;
+// a PID pin is made by StartPause only, together with the process that is
+// the namespace's init.
 const (
 	Net Kind = "net"
 	IPC Kind = "ipc"
 	UTS Kind = "uts"
+	PID Kind = "pid"
 )
 
 // cloneFlag returns the unshare(2) flag of k, or 0 if k is not a known kind.
@@ -40,6 +43,8 @@ func (k Kind) cloneFlag() int {
 		return unix.CLONE_NEWIPC
 	case UTS:
 		return unix.CLONE_NEWUTS
+	case PID:
+		return unix.CLONE_NEWPID
 	}
 	return 0
 }
@@ -62,10 +67,10 @@ func validateID(id string) error {
 	return nil
 }
 
-// PinPath returns the path at which Pin pins the namespace of the given kind
-// for sandboxID under dir: <dir>/<kind>ns/<sandboxID>. It returns "" if kind
-// is unknown or sandboxID is not valid, so that no path is ever built from an
-// unvalidated string.
+// PinPath returns the path at which Pin (or StartPause, for PID) pins the
+// namespace of the given kind for sandboxID under dir:
+// <dir>/<kind>ns/<sandboxID>. It returns "" if kind is unknown or sandboxID is
+// not valid, so that no path is ever built from an unvalidated string.
 func PinPath(dir string, kind Kind, sandboxID string) string {
 	if kind.cloneFlag() == 0 || validateID(sandboxID) != nil {
 		return ""
@@ -100,6 +105,11 @@ func Pin(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname stri
 		f := k.cloneFlag()
 		if f == 0 {
 			return nil, fmt.Errorf("pin namespaces of %s: kind %q: %w: unknown kind", sandboxID, k, ErrInvalid)
+		}
+		if k == PID {
+			// unshare(CLONE_NEWPID) does not move the caller: /proc/thread-self/ns/pid
+			// would pin the host's namespace. StartPause pins it with its init.
+			return nil, fmt.Errorf("pin namespaces of %s: kind %q: %w: a pid namespace is pinned by StartPause", sandboxID, k, ErrInvalid)
 		}
 		if flags&f != 0 {
 			return nil, fmt.Errorf("pin namespaces of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
@@ -236,7 +246,7 @@ const maxStackedMounts = 8
 // namespace still in use by a process stays alive for that process only) and
 // removes the file. It is idempotent: a path that is not a mount point, or
 // does not exist, is success. path must look like a pin (an absolute, clean
-// path <dir>/{net,ipc,uts}ns/<sandboxID>); anything else is refused with
+// path <dir>/{net,ipc,uts,pid}ns/<sandboxID>); anything else is refused with
 // ErrInvalid, so a corrupted undo record cannot remove arbitrary files.
 func Unpin(ctx context.Context, path string) error {
 	if err := checkPinPath(path); err != nil {
@@ -270,9 +280,9 @@ func checkPinPath(path string) error {
 		return fmt.Errorf("pin path %q: %w: not an absolute clean path", path, ErrInvalid)
 	}
 	switch filepath.Base(filepath.Dir(path)) {
-	case string(Net) + "ns", string(IPC) + "ns", string(UTS) + "ns":
+	case string(Net) + "ns", string(IPC) + "ns", string(UTS) + "ns", string(PID) + "ns":
 	default:
-		return fmt.Errorf("pin path %q: %w: not in a netns, ipcns or utsns directory", path, ErrInvalid)
+		return fmt.Errorf("pin path %q: %w: not in a netns, ipcns, utsns or pidns directory", path, ErrInvalid)
 	}
 	if err := validateID(filepath.Base(path)); err != nil {
 		return fmt.Errorf("pin path %q: %w", path, err)

@@ -15,7 +15,15 @@ const (
 	StepPin journal.StepKind = "netns-pin"
 	// StepAttach attaches a sandbox to the CNI network. Args: see AttachArgs.
 	StepAttach journal.StepKind = "cni-attach"
+	// StepPause starts a sandbox's pause process in a new, pinned pid namespace.
+	// Args: see PauseArgs.
+	StepPause journal.StepKind = "pause-process"
 )
+
+// ArgPath is the key of StepPause's argument: the pin of the pid namespace. The pause
+// process's PID is not recorded: it is only known after the intent is committed, and
+// the undo finds the process through the pin (see StopPause).
+const ArgPath = "path"
 
 // Keys of StepAttach's arguments.
 const (
@@ -35,6 +43,11 @@ func PinArgs(dir, sandboxID string, kinds []Kind) map[string]string {
 		args[string(k)] = PinPath(dir, k, sandboxID)
 	}
 	return args
+}
+
+// PauseArgs returns the journal arguments of a StepPause for the pin StartPause would make.
+func PauseArgs(dir, sandboxID string) map[string]string {
+	return map[string]string{ArgPath: PinPath(dir, PID, sandboxID)}
 }
 
 // AttachArgs returns the journal arguments of a StepAttach: everything Detach needs.
@@ -69,6 +82,9 @@ func RegisterUndos(reg *journal.Registry, networks NetworkSource) {
 			}
 		}
 		return errors.Join(errs...)
+	})
+	reg.Register(StepPause, func(ctx context.Context, rec journal.Record, step journal.Step) error {
+		return StopPause(ctx, step.Args[ArgPath], 0)
 	})
 	reg.Register(StepAttach, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		return DetachStep(ctx, networks, step.Args)

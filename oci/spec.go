@@ -59,9 +59,10 @@ type SpecInput struct {
 	Rootfs string
 	// Namespaces holds the pinned namespace paths of the sandbox, by kind: "net",
 	// "ipc", "uts" and optionally "pid". A kind that is absent means the host's
-	// namespace for net, ipc and uts, and a new pid namespace for pid (unless the
-	// container asks for the node's pid namespace). The container always gets a new
-	// mount namespace.
+	// namespace for net, ipc and uts. The container joins the "pid" one only when
+	// its own namespace option pid is POD; otherwise (CONTAINER, or no "pid"
+	// path) it gets a new pid namespace, and the host's for pid NODE. The
+	// container always gets a new mount namespace.
 	Namespaces map[string]string
 	// Hostname is set in the container's UTS namespace when it has one (it defaults
 	// to the sandbox config's hostname); with the host's UTS namespace it is ignored.
@@ -429,9 +430,11 @@ func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]sp
 	nss := []specs.LinuxNamespace{{Type: specs.MountNamespace}}
 	switch {
 	case opts.GetPid() == runtimeapi.NamespaceMode_NODE:
-	case paths["pid"] != "":
+	case opts.GetPid() == runtimeapi.NamespaceMode_POD && paths["pid"] != "":
+		// The pod's shared pid namespace (held by its pause process).
 		nss = append(nss, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: paths["pid"]})
 	default:
+		// CONTAINER (and POD in a pod without a shared pid namespace): its own.
 		nss = append(nss, specs.LinuxNamespace{Type: specs.PIDNamespace})
 	}
 	for _, k := range []struct {

@@ -551,6 +551,33 @@ func TestSpecNamespaces(t *testing.T) {
 	if _, ok := nsTypes(mustSpec(t, in, testHost()))[specs.PIDNamespace]; ok {
 		t.Fatal("pid NODE still has a pid namespace")
 	}
+	// The pod's pid namespace is joined only by a container whose own option is POD.
+	for _, tc := range []struct {
+		name  string
+		paths map[string]string
+		mode  runtimeapi.NamespaceMode
+		want  string // path of the pid namespace; "-" for none (the host's)
+	}{
+		{"pod mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_POD, "/ns/pidns/x"},
+		{"pod mode, pod has none", map[string]string{"net": "/ns/netns/x"}, runtimeapi.NamespaceMode_POD, ""},
+		{"container mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_CONTAINER, ""},
+		{"container mode, pod has none", nil, runtimeapi.NamespaceMode_CONTAINER, ""},
+		{"node mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_NODE, "-"},
+	} {
+		t.Run("pid "+tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			in.Namespaces = tc.paths
+			sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: tc.mode}
+			got, ok := nsTypes(mustSpec(t, in, testHost()))[specs.PIDNamespace]
+			if !ok {
+				got = "-"
+			}
+			if got != tc.want {
+				t.Errorf("pid namespace path %q, want %q (\"\" is a new one, \"-\" the host's)", got, tc.want)
+			}
+		})
+	}
+
 	sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
 	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("user namespace: %v", err)

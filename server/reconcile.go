@@ -10,10 +10,11 @@ import (
 
 // Reconcile brings a created record in line with the world at startup. A container that
 // exited while the daemon was down gets its exit recorded (from conmon's exit file, or as
-// unknown when the runtime lost it in a reboot). A sandbox whose
-// network namespace pin is gone (a reboot empties /run) can never be ready again: it gets
-// CNI DEL anyway, so host-local frees its addresses, and is marked stopped; its record
-// stays until the kubelet removes it. It reports whether anything changed.
+// unknown when the runtime lost it in a reboot). A sandbox whose namespace pins are gone
+// (a reboot empties /run), or whose shared pid namespace lost its pause process, can never
+// be ready again: it gets CNI DEL anyway, so host-local frees its addresses, and is marked
+// stopped; its record stays until the kubelet removes it. It reports whether anything
+// changed.
 func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error) {
 	if rec.Kind == journal.KindContainer {
 		return s.reconcileContainer(ctx, rec)
@@ -26,8 +27,13 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 		return false, nil
 	}
 	lost := false
-	for _, path := range sb.obj.Namespaces {
+	for kind, path := range sb.obj.Namespaces {
 		if !netns.IsPinned(path) {
+			lost = true
+		}
+		// A shared pid namespace whose pause process died (killed while the daemon
+		// was down) takes no new process: the pod's containers cannot run again.
+		if kind == string(netns.PID) && !netns.PauseAlive(path) {
 			lost = true
 		}
 	}

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -18,6 +20,7 @@ import (
 const (
 	stageSandboxReserve    = "sandbox name reservation"
 	stageSandboxNamespaces = "sandbox namespaces pinning"
+	stageSandboxPause      = "sandbox pid namespace (pause process)"
 	stageSandboxNetwork    = "sandbox network creation"
 )
 
@@ -27,7 +30,8 @@ const flowSandboxCreate = "sandbox-create"
 // pinTimeout bounds pinning namespaces, which only makes syscalls.
 const pinTimeout = 30 * time.Second
 
-// RunPodSandbox creates a pod sandbox: pinned namespaces and, unless the pod uses the
+// RunPodSandbox creates a pod sandbox: pinned namespaces, a pause process holding a
+// shared pid namespace when the pod asks for one (pid POD), and, unless the pod uses the
 // host's network, a CNI attachment. Each step is journaled before it acts.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
@@ -87,7 +91,33 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		}
 	}
 
-	// Step 2: attach the network, detached from the request so a slow network can still
+	// Step 2: a shared pid namespace, held by a pause process (this very binary) as its
+	// init. It stays until the sandbox is removed, as CRI-O's infra container does.
+	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid() == runtimeapi.NamespaceMode_POD {
+		err := s.step(ctx, flowSandboxCreate, rec, stageSandboxPause, netns.StepPause, netns.PauseArgs(s.cfg.NamespaceDir, id), func() error {
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("start pause process: find the daemon's binary: %w", err)
+			}
+			pctx, cancel := detached(ctx, pinTimeout)
+			defer cancel()
+			path, pid, err := netns.StartPause(pctx, s.cfg.NamespaceDir, id, exe)
+			if err != nil {
+				return err
+			}
+			if sb.Namespaces == nil {
+				sb.Namespaces = map[string]string{}
+			}
+			sb.Namespaces[string(netns.PID)] = path
+			s.log.Debug("pause process started", "id", id, "pid", pid, "pidns", path)
+			return nil
+		})
+		if err != nil {
+			return nil, s.fail(ctx, rec, stageSandboxPause, err)
+		}
+	}
+
+	// Step 3: attach the network, detached from the request so a slow network can still
 	// finish and be cached for the retry rather than thrown away.
 	if !hostNetwork {
 		netnsPath := sb.Namespaces[string(netns.Net)]

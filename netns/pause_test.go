@@ -1,0 +1,440 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMain lets the test binary serve as the pause process: StartPause runs it
+// as "<test binary> pause <sandbox ID>", as the daemon runs "crijournal pause".
+func TestMain(m *testing.M) {
+	if len(os.Args) >= 2 && os.Args[1] == "pause" {
+		RunPause()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// requireNsenter stops the test unless it runs as root with nsenter.
+func requireNsenter(t *testing.T) {
+	t.Helper()
+	requireRoot(t)
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		need(t, "netns pause tests need nsenter (util-linux); CI must install it")
+	}
+}
+
+// testBinary is the path of this test binary, which serves as the pause
+// binary (see TestMain).
+func testBinary(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// startTestPause starts a pause process for a new sandbox under a temp dir and
+// stops it when the test ends.
+func startTestPause(t *testing.T) (dir, id, path string, pid int) {
+	t.Helper()
+	dir, id = t.TempDir(), newSandboxID(t)
+	path, pid, err := StartPause(context.Background(), dir, id, testBinary(t))
+	if err != nil {
+		t.Fatalf("StartPause: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := StopPause(context.Background(), path, 0); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	return dir, id, path, pid
+}
+
+// procStatus returns a field of /proc/<pid>/status ("" if the process is gone).
+func procStatus(pid int, field string) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// waitGone waits until pid is gone or a zombie.
+func waitGone(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still alive after %v (state %q)", pid, within, procStatus(pid, "State"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitReaped waits until pid is gone from /proc: not even a zombie. StartPause
+// reaps the pause processes it started when they exit.
+func waitReaped(t *testing.T, pid int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d not reaped after %v (state %q)", pid, within, procStatus(pid, "State"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// nsMembers lists the processes whose pid namespace is the one pinned at
+// path, with their state letter.
+func nsMembers(t *testing.T, path string) map[int]string {
+	t.Helper()
+	want := inode(t, path)
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int]string{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+e.Name()+"/ns/pid", &st) != nil || st.Ino != want {
+			continue
+		}
+		if s := procStatus(pid, "State"); s != "" {
+			out[pid] = s[:1]
+		}
+	}
+	return out
+}
+
+func TestStartPause(t *testing.T) {
+	requireNsenter(t)
+	dir, id, path, pid := startTestPause(t)
+
+	if want := filepath.Join(dir, "pidns", id); path != want || PinPath(dir, PID, id) != want {
+		t.Fatalf("path %q, PinPath %q, want %q", path, PinPath(dir, PID, id), want)
+	}
+	if !IsPinned(path) || !mounted(t, path) {
+		t.Fatalf("%s is not a pinned namespace", path)
+	}
+	if inode(t, path) == inode(t, "/proc/self/ns/pid") {
+		t.Fatal("the pinned pid namespace is the host's")
+	}
+	if got, want := inode(t, "/proc/"+strconv.Itoa(pid)+"/ns/pid"), inode(t, path); got != want {
+		t.Fatalf("pause process %d is in pid namespace %d, want the pinned %d", pid, got, want)
+	}
+	nspid := strings.Fields(procStatus(pid, "NSpid"))
+	if len(nspid) != 2 || nspid[0] != strconv.Itoa(pid) || nspid[1] != "1" {
+		t.Fatalf("NSpid of the pause process is %q, want [%d 1]", nspid, pid)
+	}
+	cmdline, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00"); len(args) != 3 || args[1] != "pause" || args[2] != id {
+		t.Fatalf("pause process command line %q", args)
+	}
+	if sid, _ := unix.Getsid(pid); sid != pid {
+		t.Errorf("pause process %d is in session %d, want its own", pid, sid)
+	}
+	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err != nil || len(env) != 0 {
+		t.Errorf("pause process environment %q (%v), want empty", env, err)
+	}
+	if !PauseAlive(path) {
+		t.Fatal("PauseAlive = false for a running pause process")
+	}
+
+	// A process that joins the namespace is not PID 1 there, and an orphan it
+	// leaves is reaped by the pause process.
+	out := run(t, "nsenter", "--pid="+path, "sh", "-c", `echo $$; sleep 0.2 & exit 0`)
+	if inner, err := strconv.Atoi(out); err != nil || inner <= 1 {
+		t.Fatalf("a process that joined the namespace has PID %q there, want more than 1", out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		members := nsMembers(t, path)
+		if len(members) == 1 && members[pid] != "" && members[pid] != "Z" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the namespace holds %v 5s later, want only the pause process %d (orphans reaped)", members, pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// A second pause process for the same sandbox is refused, and the first
+	// stays.
+	if _, _, err := StartPause(context.Background(), dir, id, testBinary(t)); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("StartPause of an existing pin: %v, want fs.ErrExist", err)
+	}
+	if !alive(pid) || !IsPinned(path) {
+		t.Fatal("a refused StartPause touched the existing pause process or pin")
+	}
+}
+
+func TestStopPause(t *testing.T) {
+	requireNsenter(t)
+	_, _, path, pid := startTestPause(t)
+	// Someone else in the namespace: it dies with the pause process.
+	joined := exec.Command("nsenter", "--pid="+path, "sleep", "60")
+	if err := joined.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = joined.Process.Kill(); _ = joined.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for len(nsMembers(t, path)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the sleep did not join the namespace: %v", nsMembers(t, path))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	members := nsMembers(t, path)
+
+	if err := StopPause(context.Background(), path, pid); err != nil {
+		t.Fatalf("StopPause: %v", err)
+	}
+	for p := range members {
+		if alive(p) {
+			t.Errorf("process %d of the namespace is alive after StopPause (state %s)", p, procStatus(p, "State"))
+		}
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("pin %s still there after StopPause: %v", path, err)
+	}
+	if mounted(t, path) {
+		t.Errorf("%s still mounted", path)
+	}
+	if PauseAlive(path) {
+		t.Error("PauseAlive = true after StopPause")
+	}
+	waitReaped(t, pid, 5*time.Second)
+	if err := StopPause(context.Background(), path, pid); err != nil {
+		t.Fatalf("second StopPause: %v", err)
+	}
+}
+
+func TestStopPauseWrongPID(t *testing.T) {
+	requireNsenter(t)
+	_, _, path, pid := startTestPause(t)
+	stranger := exec.Command("sleep", "60")
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() })
+
+	// Neither a stranger nor this test process is killed for the pause
+	// process; the pause process is found through the pin all the same.
+	for _, wrong := range []int{stranger.Process.Pid, os.Getpid()} {
+		_, _, path, pid := startTestPause(t)
+		if err := StopPause(context.Background(), path, wrong); err != nil {
+			t.Fatalf("StopPause with PID %d: %v", wrong, err)
+		}
+		waitGone(t, pid, 5*time.Second)
+	}
+	if !alive(stranger.Process.Pid) {
+		t.Fatalf("StopPause killed process %d, which is not a pause process", stranger.Process.Pid)
+	}
+	// The first pause process, not asked about, still runs.
+	if !alive(pid) || !PauseAlive(path) {
+		t.Fatal("StopPause of other pins touched an unrelated pause process")
+	}
+}
+
+func TestStopPauseEmptyOrGone(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	dir, id := t.TempDir(), newSandboxID(t)
+	path := PinPath(dir, PID, id)
+
+	// Nothing there at all.
+	if err := StopPause(ctx, path, 0); err != nil {
+		t.Fatalf("StopPause of nothing: %v", err)
+	}
+	// A pin file that was never mounted, and no process: a crash before the
+	// start.
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if PauseAlive(path) {
+		t.Fatal("PauseAlive = true for an unmounted pin file")
+	}
+	if err := StopPause(ctx, path, 0); err != nil {
+		t.Fatalf("StopPause of an unmounted pin file: %v", err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("pin still there: %v", err)
+	}
+
+	// A pinned namespace whose pause process died.
+	_, _, pinned, pid := startTestPause(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitReaped(t, pid, 5*time.Second)
+	if PauseAlive(pinned) {
+		t.Fatal("PauseAlive = true after the pause process died")
+	}
+	if err := StopPause(ctx, pinned, 0); err != nil {
+		t.Fatalf("StopPause of a namespace whose pause process died: %v", err)
+	}
+	if _, err := os.Lstat(pinned); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("pin still there: %v", err)
+	}
+
+	// A failed start leaves nothing.
+	if _, _, err := StartPause(ctx, dir, id, "/nonexistent/pause"); err == nil {
+		t.Fatal("StartPause of a missing program succeeded")
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a failed StartPause left its pin: %v", err)
+	}
+}
+
+// startUnpinned starts "<test binary> pause <id>", in a new pid namespace or
+// not, without a pin, and kills it when the test ends.
+func startUnpinned(t *testing.T, id string, newNS bool) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(testBinary(t), "pause", id)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if newNS {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd
+}
+
+// TestStopPauseUnpinned covers a crash between the start of the pause process
+// and its pin: the undo finds the process by its command line.
+func TestStopPauseUnpinned(t *testing.T) {
+	requireRoot(t)
+	dir, id := t.TempDir(), newSandboxID(t)
+	path := PinPath(dir, PID, id)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	orphan := startUnpinned(t, id, true)
+	// Not it: another sandbox's pause process, and the same command line in
+	// the caller's own pid namespace.
+	other := startUnpinned(t, newSandboxID(t), true)
+	sameNS := startUnpinned(t, id, false)
+	time.Sleep(100 * time.Millisecond)
+
+	if err := StopPause(context.Background(), path, 0); err != nil {
+		t.Fatalf("StopPause: %v", err)
+	}
+	waitGone(t, orphan.Process.Pid, 5*time.Second)
+	for _, c := range []*exec.Cmd{other, sameNS} {
+		if !alive(c.Process.Pid) {
+			t.Errorf("StopPause killed %v (process %d), which is not the sandbox's pause process", c.Args, c.Process.Pid)
+		}
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("pin still there: %v", err)
+	}
+}
+
+func TestStartPauseInvalid(t *testing.T) {
+	ctx := context.Background()
+	dir, id := t.TempDir(), newSandboxID(t)
+	for name, tc := range map[string]struct{ dir, id, binary string }{
+		"bad id":           {dir, "../x", "/bin/true"},
+		"relative dir":     {"rel", id, "/bin/true"},
+		"no program":       {dir, id, ""},
+		"relative program": {dir, id, "true"},
+	} {
+		if _, _, err := StartPause(ctx, tc.dir, tc.id, tc.binary); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	for _, p := range []string{"", "rel/pidns/" + id, filepath.Join(dir, "netns", id), filepath.Join(dir, "pidns", "..")} {
+		if err := StopPause(ctx, p, 0); !errors.Is(err, ErrInvalid) {
+			t.Errorf("StopPause(%q): %v, want ErrInvalid", p, err)
+		}
+	}
+	if _, err := Pin(ctx, dir, id, []Kind{PID}, ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Pin of a pid namespace: %v, want ErrInvalid", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("refused calls left %d entries in %s", len(entries), dir)
+	}
+}
+
+// TestRunPause checks the pause process's signals: SIGHUP, SIGQUIT and SIGABRT
+// are ignored, SIGTERM and SIGINT end it with status 0.
+func TestRunPause(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		cmd := exec.Command(testBinary(t), "pause")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Ready once SIGHUP is ignored (SigIgn), which RunPause does after
+		// asking for the other signals.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mask, _ := strconv.ParseUint(procStatus(cmd.Process.Pid, "SigIgn"), 16, 64)
+			if mask&(1<<(syscall.SIGHUP-1)) != 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				t.Fatal("the pause process did not set up its signals within 5s")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, ignored := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGABRT} {
+			_ = cmd.Process.Signal(ignored)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if !alive(cmd.Process.Pid) {
+			_ = cmd.Wait()
+			t.Fatalf("SIGHUP, SIGQUIT or SIGABRT ended the pause process: %v", cmd.ProcessState)
+		}
+		_ = cmd.Process.Signal(sig)
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("pause process after %v: %v, want exit status 0", sig, err)
+			}
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("pause process still running 5s after %v", sig)
+		}
+	}
+}
