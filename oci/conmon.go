@@ -26,6 +26,10 @@ var bundleFiles = []string{"config.json", "ctl", "winsz", "attach"}
 type meta struct {
 	Bundle  string `json:"bundle"`
 	LogPath string `json:"log_path,omitempty"`
+	// CgroupsPath is the spec's cgroupsPath, kept here (not only in the bundle's
+	// config.json) so that a Delete retried after a failed one still finds the cgroup:
+	// a failed Delete removes config.json, and the bundle may be gone with its storage.
+	CgroupsPath string `json:"cgroups_path,omitempty"`
 }
 
 func (r *Runtime) metaFile(id string) string { return filepath.Join(r.containerDir(id), "meta.json") }
@@ -88,7 +92,11 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 
 	// Record the bundle before anything is put in it, so that a Delete after a crash
 	// finds what to clean.
-	b, err := json.Marshal(meta{Bundle: bundle, LogPath: logPath})
+	m := meta{Bundle: bundle, LogPath: logPath}
+	if spec.Linux != nil {
+		m.CgroupsPath = spec.Linux.CgroupsPath
+	}
+	b, err := json.Marshal(m)
 	if err != nil {
 		return 0, err
 	}
@@ -296,20 +304,28 @@ func (r *Runtime) ConmonPID(id string) (int, error) {
 	return pid, nil
 }
 
-// openConmon returns a pidfd of the container's conmon if it is alive, or nil. The
-// process is checked to be conmon for this ID, not a stranger that got the PID. A
-// dead conmon left a zombie of this process is reaped.
-func (r *Runtime) openConmon(id string) (*os.File, error) {
+// openConmon returns a pidfd of the container's conmon if it is alive, and its PID,
+// or nil. The process is checked to be conmon for this ID, not a stranger that got the
+// PID. A dead conmon left a zombie of this process is reaped.
+func (r *Runtime) openConmon(id string) (*os.File, int, error) {
 	pid, err := r.ConmonPID(id)
 	if errors.Is(err, ErrNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
+		// Create records conmon's PID just after starting it: a daemon killed in
+		// between left a conmon that no file names, which would go on to create the
+		// container after everything else is cleaned up. The state directory says
+		// that Create got that far; the command line finds that conmon.
+		if !exists(r.containerDir(id)) {
+			return nil, 0, nil
+		}
+		if pid = r.findConmon(id); pid == 0 {
+			return nil, 0, nil
+		}
+	} else if err != nil {
+		return nil, 0, err
 	}
 	f, err := openPidfd(pid)
 	if err != nil {
-		return nil, nil // gone
+		return nil, 0, nil // gone
 	}
 	if exited(f) {
 		// A zombie has no command line left; its name will do.
@@ -317,14 +333,33 @@ func (r *Runtime) openConmon(id string) (*os.File, error) {
 			reapPidfd(f)
 		}
 		f.Close()
-		return nil, nil
+		return nil, 0, nil
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil || !isConmonOf(cmdline, r.exitsDir(), id) {
 		f.Close()
-		return nil, nil
+		return nil, 0, nil
 	}
-	return f, nil
+	return f, pid, nil
+}
+
+// findConmon returns the PID of a live process whose command line is that of a conmon
+// this runtime started for id, or 0.
+func (r *Runtime) findConmon(id string) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && isConmonOf(cmdline, r.exitsDir(), id) {
+			return pid
+		}
+	}
+	return 0
 }
 
 // isConmonOf reports whether a /proc/<pid>/cmdline is that of a conmon this
@@ -348,9 +383,10 @@ const conmonGrace = 2 * time.Second
 
 // stopConmon gives the container's conmon grace to finish (it exits once the
 // container has and the exit is recorded), then kills it and whatever it still runs.
-// It reports whether it had to kill.
+// It reports whether a conmon was running: one that was may have been creating the
+// container meanwhile.
 func (r *Runtime) stopConmon(ctx context.Context, id string, grace time.Duration) (bool, error) {
-	f, err := r.openConmon(id)
+	f, pid, err := r.openConmon(id)
 	if err != nil || f == nil {
 		return false, err
 	}
@@ -362,9 +398,8 @@ func (r *Runtime) stopConmon(ctx context.Context, id string, grace time.Duration
 		// Ours to reap if it was handed to us (a conmon of an earlier life of the
 		// daemon, when the daemon's parent is this process's ancestor subreaper).
 		reapPidfd(f)
-		return false, nil
+		return true, nil
 	}
-	pid, _ := r.ConmonPID(id)
 	if err := killTree(ctx, pid, f, true); err != nil {
 		return true, fmt.Errorf("kill conmon %d of %s: %w", pid, id, err)
 	}
@@ -377,7 +412,7 @@ func (r *Runtime) waitExitRecorded(ctx context.Context, id string) {
 	if exists(r.exitFile(id)) {
 		return
 	}
-	f, err := r.openConmon(id)
+	f, _, err := r.openConmon(id)
 	if err != nil || f == nil {
 		return
 	}
@@ -433,21 +468,25 @@ func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 	return nil
 }
 
-// cgroupsPathOf returns the cgroupsPath of the spec in bundle ("" if unknown).
-func cgroupsPathOf(bundle string) string {
-	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
-	if err != nil {
-		return ""
+// cgroupsPathOf returns the cgroupsPath of a container from its meta, or else from the
+// spec in its bundle ("" if unknown).
+func cgroupsPathOf(m meta) string {
+	p := m.CgroupsPath
+	if p == "" && m.Bundle != "" {
+		b, err := os.ReadFile(filepath.Join(m.Bundle, "config.json"))
+		if err != nil {
+			return ""
+		}
+		var s struct {
+			Linux struct {
+				CgroupsPath string `json:"cgroupsPath"`
+			} `json:"linux"`
+		}
+		if json.Unmarshal(b, &s) != nil {
+			return ""
+		}
+		p = s.Linux.CgroupsPath
 	}
-	var s struct {
-		Linux struct {
-			CgroupsPath string `json:"cgroupsPath"`
-		} `json:"linux"`
-	}
-	if json.Unmarshal(b, &s) != nil {
-		return ""
-	}
-	p := s.Linux.CgroupsPath
 	if !filepath.IsAbs(p) || hasDotDot(p) || filepath.Clean(p) == "/" {
 		return ""
 	}

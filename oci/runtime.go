@@ -362,12 +362,14 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 	if _, err := r.runtimeCmd(ctx, nil, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 		errs = append(errs, err)
 	}
-	killed, err := r.stopConmon(ctx, id, grace)
+	running, err := r.stopConmon(ctx, id, grace)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	if killed {
-		// conmon may have been part way through creating the container.
+	if running {
+		// conmon may have been part way through creating the container (it may even
+		// have finished and exited while it was given its grace: a conmon started by
+		// a daemon that has since died, whose runtime was slow).
 		if _, err := r.runtimeCmd(ctx, nil, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 		}
@@ -377,12 +379,12 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
 	}
 	meta := r.readMeta(id)
-	if meta.Bundle != "" {
-		if cg := cgroupsPathOf(meta.Bundle); cg != "" {
-			if err := removeCgroup(cg); err != nil {
-				errs = append(errs, err)
-			}
+	if cg := cgroupsPathOf(meta); cg != "" {
+		if err := removeCgroup(cg); err != nil {
+			errs = append(errs, err)
 		}
+	}
+	if meta.Bundle != "" {
 		for _, name := range bundleFiles {
 			if err := os.Remove(filepath.Join(meta.Bundle, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)

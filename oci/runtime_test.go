@@ -390,6 +390,68 @@ func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
 	requireNoZombies(t)
 }
 
+// TestDeleteRemovesLeftCgroupWithoutConfig retries a Delete whose first attempt failed:
+// that attempt removed the bundle's config.json (and the caller may have removed the
+// bundle), and the runtime left the container's cgroup (its init was a zombie nobody
+// reaped yet). The retry must still find and remove the cgroup.
+func TestDeleteRemovesLeftCgroupWithoutConfig(t *testing.T) {
+	cgroupV1(t)
+	r := newRuntime(t)
+	c := createContainer(t, r, []string{"sleep", "30"}, nil)
+	if _, err := r.runtimeCmd(ctxb, nil, "delete", "--force", c.id); err != nil {
+		t.Fatal(err)
+	}
+	for _, ctrl := range []string{"memory", "pids"} {
+		if err := os.MkdirAll(c.cgroupDir(ctrl), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(c.bundle, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	for _, ctrl := range []string{"memory", "pids"} {
+		if _, err := os.Stat(c.cgroupDir(ctrl)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left by Delete (%v)", c.cgroupDir(ctrl), err)
+		}
+	}
+}
+
+// TestDeleteKillsUnrecordedConmon deletes a container whose Create was cut off (the
+// daemon killed) after conmon started but before its PID was recorded: Delete must
+// find that conmon by its command line and kill it, or it would go on to create the
+// container after the cleanup. A stand-in (sh, with conmon's arguments) plays
+// conmon, sleeping as a slow one does.
+func TestDeleteKillsUnrecordedConmon(t *testing.T) {
+	r := newRuntime(t)
+	id := randomHex(t, 8)
+	if err := os.Mkdir(r.containerDir(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", "-c", "sleep 30; :", "conmon", "--sync", "-c", id, "--exit-dir", r.exitsDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	start := time.Now()
+	if err := r.Delete(ctxb, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the unrecorded conmon %d still runs %v after Delete", cmd.Process.Pid, time.Since(start).Round(time.Millisecond))
+	}
+	if _, err := os.Stat(r.containerDir(id)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state directory left by Delete (%v)", err)
+	}
+}
+
 func TestResourcesInCgroup(t *testing.T) {
 	cgroupV1(t)
 	r := newRuntime(t)

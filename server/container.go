@@ -131,8 +131,8 @@ func markerTime(rec journal.Record, key string) int64 {
 func stringPtr(s string) *string { return &s }
 
 // recordExit stores a container's exit in its record, once: from conmon's exit file, or
-// as unknown when the runtime lost the container (a reboot). It does nothing while the
-// container runs.
+// as unknown when the runtime lost the container (a reboot). While the container runs it
+// only records a start that the record lacks.
 func (s *Server) recordExit(ctx context.Context, c container) error {
 	if _, done := c.rec.Marker(markerFinishedAt); done {
 		return nil
@@ -150,12 +150,22 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	case !ok:
 		st, serr := rt.State(ctx, c.rec.ID)
 		if serr == nil && st.Status != oci.StatusStopped {
+			_, started := c.rec.Marker(markerStartedAt)
+			if !started && (st.Status == oci.StatusRunning || st.Status == oci.StatusPaused) {
+				// Started by a StartContainer that did not live to record it (the daemon
+				// died between runc start and the marker): it runs, say so, or it would
+				// stay CREATED and every StartContainer retry would fail.
+				return s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, now())
+			}
 			return nil // still alive
 		}
 		if _, started := c.rec.Marker(markerStartedAt); !started && serr == nil {
 			return nil // created, never started
 		}
 		code, at, reason = 255, time.Now(), "ContainerStatusUnknown"
+	case rt.OOMKilled(c.rec.ID):
+		// conmon saw the cgroup run out of memory: the kubelet reports this reason.
+		reason = "OOMKilled"
 	case code != 0:
 		reason = "Error"
 	}

@@ -118,10 +118,13 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
 	})
 	if err != nil {
+		err = s.fail(ctx, rec, "container spec", err)
 		if errors.Is(err, oci.ErrInvalidSpec) {
+			// Converted after fail wraps it: a status error wrapped in another error
+			// would show "rpc error: code = ... desc =" twice in the message.
 			err = status.Error(codes.InvalidArgument, err.Error())
 		}
-		return nil, s.fail(ctx, rec, "container spec", err)
+		return nil, err
 	}
 
 	// Step 2: the OCI container, created by the runtime under conmon.

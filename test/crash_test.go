@@ -65,6 +65,11 @@ type crashTrigger struct {
 	settle func(t *testing.T, d *daemon, pod, crashed string) crashOutcome
 	// allowed lists the outcomes that are correct for this trigger.
 	allowed []crashOutcome
+	// containers: the flow is a container's. The daemon pulls the test
+	// image from a loopback registry and starts conmon through the tests'
+	// wrapper (conmonWrapper), the pod is a containerPod, and only
+	// container records are checked at the crash (the pod's is created).
+	containers bool
 }
 
 // crashCase is one row of the matrix: a failure point of a flow and the
@@ -166,7 +171,8 @@ var (
 )
 
 // crashMatrix lists every failure point the crash test covers. Add rows
-// here when a flow gains steps (the container flow will).
+// here when a flow gains steps. The container flows' triggers are in
+// container_test.go.
 var crashMatrix = []crashCase{
 	{"sandbox-create", "sandbox-create/netns-pin/before-intent", createSandboxTrigger},
 	{"sandbox-create", "sandbox-create/netns-pin/after-intent", createSandboxTrigger},
@@ -189,6 +195,22 @@ var crashMatrix = []crashCase{
 	{"sandbox-rollback", "journal/rollback/netns-pin/before-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/netns-pin/after-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/before-forget", rollbackSandboxTrigger},
+
+	{"container-create", "container-create/storage-container/before-intent", createContainerTrigger},
+	{"container-create", "container-create/storage-container/after-intent", createContainerTrigger},
+	{"container-create", "container-create/storage-container/after-action", createContainerTrigger},
+	{"container-create", "container-create/oci-container/before-intent", createContainerTrigger},
+	{"container-create", "container-create/oci-container/after-intent", createContainerTrigger},
+	{"container-create", "container-create/oci-container/after-action", createContainerTrigger},
+	{"container-create", "container-create/before-answer", createContainerTrigger},
+	{"container-create", "container-create/after-answer", createContainerTrigger},
+	{"container-create", "container-create/after-answer", timedOutContainerTrigger},
+
+	{"container-remove", "journal/remove/oci-container/before-undo", removeContainerTrigger},
+	{"container-remove", "journal/remove/oci-container/after-undo", removeContainerTrigger},
+	{"container-remove", "journal/remove/storage-container/before-undo", removeContainerTrigger},
+	{"container-remove", "journal/remove/storage-container/after-undo", removeContainerTrigger},
+	{"container-remove", "journal/remove/before-forget", removeContainerTrigger},
 }
 
 // TestCrashMatrix kills the daemon at every failure point of the table (each
@@ -257,14 +279,25 @@ func TestCrashMatrix(t *testing.T) {
 // runCrashCase runs one row of the crash matrix and returns its outcome.
 func runCrashCase(t *testing.T, c crashCase) crashOutcome {
 	t.Helper()
-	d := startDaemon(t, daemonOptions{env: []string{failpoint.EnvVar + "=" + c.point + "=kill"}})
+	opts := daemonOptions{env: []string{failpoint.EnvVar + "=" + c.point + "=kill"}}
+	if c.trigger.containers {
+		opts.registries = startImageRegistry(t).mirror()
+		opts.conmonPath = conmonWrapper(t)
+	}
+	d := startDaemon(t, opts)
 	pod := podConfig(t, "crash", "e2e", randomHex(t, 16), 0, false)
+	if c.trigger.containers {
+		pod = d.containerPod(t, "crash", false)
+	}
 	t.Logf("%s: %s", c.name(), c.trigger.how)
 	known := c.trigger.provoke(t, d, pod)
 	d.requireKilledAt(t, c.point, 10*time.Second)
 
 	// The journal as the crash left it, before recovery touches it.
 	recs := d.records(t)
+	if c.trigger.containers {
+		recs = slices.DeleteFunc(recs, func(r journal.Record) bool { return r.Kind != journal.KindContainer })
+	}
 	for _, r := range recs {
 		t.Logf("journal at the crash: %s", describeSteps(r))
 	}

@@ -250,6 +250,7 @@ func sweepStaleNodes() []string {
 		if n, _ := fmt.Sscanf(string(owner), "%d %s", &pid, &start); n == 2 && procStart(pid) == start {
 			continue // its test process is alive
 		}
+		sweepContainers(dir)
 		for _, m := range mountsBelow(dir) {
 			_ = unix.Unmount(m, unix.MNT_DETACH)
 		}
@@ -352,11 +353,21 @@ var idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // daemonOptions tune one daemon. Zero values take the defaults noted.
 type daemonOptions struct {
-	cacheTTL       time.Duration // cache_ttl; default 2m
-	sweepInterval  time.Duration // cache_sweep_interval; default 1s
-	networkTimeout time.Duration // network_timeout; default 5m
-	env            []string      // extra environment, such as failpoints
-	extraTOML      []string      // extra top-level lines of the configuration file
+	cacheTTL       time.Duration    // cache_ttl; default 2m
+	sweepInterval  time.Duration    // cache_sweep_interval; default 1s
+	networkTimeout time.Duration    // network_timeout; default 5m
+	env            []string         // extra environment, such as failpoints
+	extraTOML      []string         // extra top-level lines of the configuration file
+	registries     []registryMirror // [[registries]] pull redirections (image tests)
+	conmonPath     string           // conmon_path; default: conmon in PATH
+	runtimePath    string           // runtimes.runc.path; default: runc in PATH
+	storageDriver  string           // storage_driver; default vfs
+}
+
+// registryMirror is one [[registries]] entry of the daemon's configuration.
+type registryMirror struct {
+	prefix, location string
+	insecure         bool
 }
 
 // daemon is one crijournal serving on its own socket, with its own
@@ -375,6 +386,11 @@ type daemon struct {
 	ipamDir    string // host-local's dataDir
 	configPath string
 	logPath    string
+
+	// Containers (see container_test.go).
+	podLogDir    string // the kubelet's pod log directories live here
+	cgroupParent string // cgroup_parent of the container tests' pods
+	ociStateDir  string // conmon's state directory (exit files, attach sockets)
 
 	bridge  string // Linux bridge of the pod network
 	network string // CNI network name
@@ -425,13 +441,16 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 		logPath:    filepath.Join(base, "daemon.log"),
 		network:    "cjtest",
 	}
+	d.podLogDir = filepath.Join(base, "pod-logs")
+	d.cgroupParent = "/cje2e-" + filepath.Base(base)
+	d.ociStateDir = ociStateDir(d.runRoot)
 	var ip [3]byte
 	d.bridge, d.subnet, ip = newNetwork(t)
 	d.gateway = fmt.Sprintf("%d.%d.%d.1", ip[0], ip[1], ip[2])
 	t.Cleanup(func() { d.cleanup(t) })
 	writeFile(t, filepath.Join(base, ownerFile), selfOwner(), 0o644)
 
-	for _, dir := range []string{d.root, d.runRoot, d.nsDir, d.confDir, d.pluginDir, d.cacheDir, d.ipamDir} {
+	for _, dir := range []string{d.root, d.runRoot, d.nsDir, d.confDir, d.pluginDir, d.cacheDir, d.ipamDir, d.podLogDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -521,10 +540,23 @@ func (d *daemon) writeConfig(t *testing.T) {
 		`journal_lock_timeout = "5s"`,
 		`log_level = "debug"`,
 		`log_format = "text"`,
-		`storage_driver = "vfs"`,
+	}
+	if d.opts.storageDriver == "" {
+		lines = append(lines, `storage_driver = "vfs"`)
+	} else {
+		lines = append(lines, "storage_driver = "+q(d.opts.storageDriver))
+	}
+	if d.opts.conmonPath != "" {
+		lines = append(lines, "conmon_path = "+q(d.opts.conmonPath))
 	}
 	lines = append(lines, d.opts.extraTOML...)
 	lines = append(lines, "", "[runtimes.runc]", "root = "+q(filepath.Join(d.runRoot, "runc")))
+	if d.opts.runtimePath != "" {
+		lines = append(lines, "path = "+q(d.opts.runtimePath))
+	}
+	for _, r := range d.opts.registries {
+		lines = append(lines, "", "[[registries]]", "prefix = "+q(r.prefix), "location = "+q(r.location), fmt.Sprintf("insecure = %v", r.insecure))
+	}
 	writeFile(t, d.configPath, strings.Join(lines, "\n")+"\n", 0o644)
 }
 
@@ -707,12 +739,18 @@ func (d *daemon) cleanup(t *testing.T) {
 		}
 		d.stop(t)
 	}
+	// Containers the test left (it failed, or stopped early): they outlive the
+	// daemon, so they are removed here.
+	d.removeContainersLeft(t)
 	if t.Failed() {
 		t.Logf("daemon log %s (last 300 lines):\n%s", d.logPath, d.logTail(300))
 		if calls, err := os.ReadFile(filepath.Join(d.base, "cni-calls.log")); err == nil {
 			t.Logf("CNI plugin calls:\n%s", calls)
 		}
 	}
+	// Pause processes of sandboxes left behind (they outlive the daemon, as
+	// containers do), found through their pid namespace pins, so before those go.
+	removePauseProcesses(t.Logf, d.nsDir)
 	// Mounts first (deepest first), so that namespaces die and take their
 	// veths with them, then the bridge, then the files.
 	for _, m := range mountsBelow(d.base) {

@@ -14,10 +14,11 @@ import (
 	"time"
 )
 
-// assertNoLeaks fails the test if the node holds anything of a sandbox other
-// than the kept ones: namespace pins, mounts under the namespace directory,
-// IP allocations, veths on the test bridge, libcni cache entries and, when
-// the daemon is stopped, journal records.
+// assertNoLeaks fails the test if the node holds anything of a sandbox or a
+// container other than the kept ones: namespace pins, mounts, IP
+// allocations, veths on the test bridge, libcni cache entries, runtime
+// containers, conmons, storage containers, cgroups and, when the daemon is
+// stopped, journal records.
 func (d *daemon) assertNoLeaks(t *testing.T, keep ...string) {
 	t.Helper()
 	if leaks := d.leaks(t, keep...); len(leaks) > 0 {
@@ -67,7 +68,7 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 	var leaks []string
 
 	// Namespace pins (files, mounted or not).
-	for _, kind := range []string{"netns", "ipcns", "utsns"} {
+	for _, kind := range []string{"netns", "ipcns", "utsns", "pidns"} {
 		dir := filepath.Join(d.nsDir, kind)
 		entries, err := os.ReadDir(dir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -85,7 +86,7 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 	// be mount points (a runtime may make them shared or private).
 	for _, m := range mountsBelow(d.nsDir) {
 		switch m {
-		case d.nsDir, filepath.Join(d.nsDir, "netns"), filepath.Join(d.nsDir, "ipcns"), filepath.Join(d.nsDir, "utsns"):
+		case d.nsDir, filepath.Join(d.nsDir, "netns"), filepath.Join(d.nsDir, "ipcns"), filepath.Join(d.nsDir, "utsns"), filepath.Join(d.nsDir, "pidns"):
 			continue
 		}
 		if !kept(filepath.Base(m)) {
@@ -131,6 +132,10 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 		}
 		return nil
 	})
+
+	// Containers: runtime containers, conmons, storage containers, cgroups,
+	// conmon's state files, mounts (see container_test.go).
+	leaks = append(leaks, d.containerLeaks(t, kept)...)
 
 	// The journal, when it can be read (the daemon holds its lock).
 	if alive, _ := d.running(); !alive {

@@ -1,0 +1,468 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/failpoint"
+	"github.com/crijournal/crijournal/journal"
+)
+
+// Shared pid namespaces: a pod whose namespace option pid is POD (the
+// kubelet's shareProcessNamespace) gets a pause process, the daemon's own
+// binary run as "crijournal pause <sandbox ID>", as PID 1 of a pid namespace
+// pinned at <namespace_dir>/pidns/<sandbox ID>; its containers with pid POD
+// join it. Other pods have no pause process.
+
+// CRI namespace modes, as crictl reads them from JSON (numbers).
+const (
+	nsModePod       = int(runtimeapi.NamespaceMode_POD)
+	nsModeContainer = int(runtimeapi.NamespaceMode_CONTAINER)
+)
+
+// pidPod writes a pod configuration like containerPod's with the given pid
+// namespace mode.
+func (d *daemon) pidPod(t *testing.T, name string, pidMode int) string {
+	t.Helper()
+	uid := randomHex(t, 16)
+	logDir := filepath.Join(d.podLogDir, "e2e_"+name+"_"+uid)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 0},
+		"hostname":      "e2e",
+		"log_directory": logDir,
+		"labels":        map[string]string{"e2e": "crijournal"},
+		"linux": map[string]any{
+			"cgroup_parent":    d.cgroupParent,
+			"security_context": map[string]any{"namespace_options": map[string]any{"pid": pidMode}},
+		},
+	}
+	return writePodJSON(t, "pod-"+sanitize(name)+"-"+uid[:8], cfg)
+}
+
+// withPidMode sets a container's pid namespace mode.
+func withPidMode(mode int) ctrOption {
+	return func(cfg map[string]any) {
+		cfg["linux"] = map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"pid": mode}}}
+	}
+}
+
+// pidnsPin is where the daemon pins a sandbox's shared pid namespace.
+func (d *daemon) pidnsPin(id string) string { return filepath.Join(d.nsDir, "pidns", id) }
+
+// pauseProcesses lists the live (not zombie) pause processes of a sandbox:
+// "<binary> pause <id>".
+func pauseProcesses(id string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+		if len(args) != 3 || args[1] != "pause" || args[2] != id {
+			continue
+		}
+		if st := procState(pid); st == "" || st == "Z" || st == "X" {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
+}
+
+// removePauseProcesses kills the pause processes of the sandboxes whose pid
+// namespace pins are in nsDir: a test that stops its daemon with sandboxes
+// left (the node is then removed by unmounting its pins) would otherwise
+// leave them running, as it would leave containers. It is meant for the
+// harness's cleanup and sweep, before the pins are unmounted.
+func removePauseProcesses(logf func(string, ...any), nsDir string) {
+	entries, _ := os.ReadDir(filepath.Join(nsDir, "pidns"))
+	for _, e := range entries {
+		for _, pid := range pauseProcesses(e.Name()) {
+			logf("cleanup: killing pause process %d of %s", pid, e.Name())
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// procState returns the state letter of a process ("" when it is gone).
+func procState(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return ""
+	}
+	return string(b[i+2])
+}
+
+// nsInode returns the inode of a namespace file (0 if it cannot be read).
+func nsInode(path string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// pauseReaper kills, when the test ends, the pause processes of the sandboxes
+// it was told of that are still alive: a failed test must not leave them
+// running (the harness knows nothing of them). Create it before the daemon,
+// so that it runs after the daemon's cleanup has removed what it could.
+type pauseReaper struct {
+	mu  sync.Mutex
+	ids []string
+}
+
+func newPauseReaper(t *testing.T) *pauseReaper {
+	r := &pauseReaper{}
+	t.Cleanup(func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, id := range r.ids {
+			for _, pid := range pauseProcesses(id) {
+				t.Logf("cleanup: killing pause process %d of %s", pid, id)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return r
+}
+
+func (r *pauseReaper) add(id string) {
+	r.mu.Lock()
+	r.ids = append(r.ids, id)
+	r.mu.Unlock()
+}
+
+// requirePause fails the test unless the sandbox has exactly one pause
+// process, PID 1 of the pid namespace pinned for it, and returns its PID.
+func (d *daemon) requirePause(t *testing.T, id string) int {
+	t.Helper()
+	pids := pauseProcesses(id)
+	if len(pids) != 1 {
+		t.Fatalf("sandbox %s has pause processes %v, want one", id, pids)
+	}
+	pid := pids[0]
+	pin := d.pidnsPin(id)
+	if !isNamespace(pin) {
+		t.Fatalf("the pid namespace of %s is not pinned at %s", id, pin)
+	}
+	if got, want := nsInode(fmt.Sprintf("/proc/%d/ns/pid", pid)), nsInode(pin); got == 0 || got != want {
+		t.Fatalf("pause process %d of %s is in pid namespace %d, want the pinned %d", pid, id, got, want)
+	}
+	if nsInode(pin) == nsInode("/proc/self/ns/pid") {
+		t.Fatalf("the pinned pid namespace of %s is the host's", id)
+	}
+	return pid
+}
+
+// requireNoPause waits until the sandbox has no live pause process (a killed
+// orphan may stay a zombie of PID 1 for a while) and no pid namespace pin.
+func (d *daemon) requireNoPause(t *testing.T, id, why string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		pids := pauseProcesses(id)
+		_, err := os.Lstat(d.pidnsPin(id))
+		if len(pids) == 0 && errors.Is(err, fs.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: sandbox %s still has pause processes %v and pin %s (%v) after %v", why, id, pids, d.pidnsPin(id), err, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// requireNoPidnsPins fails the test if anything is left in the pid namespace
+// pin directory.
+func (d *daemon) requireNoPidnsPins(t *testing.T) {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(d.nsDir, "pidns"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("leaked pid namespace pin %s", filepath.Join(d.nsDir, "pidns", e.Name()))
+	}
+}
+
+// psLine is one process as busybox ps prints it.
+type psLine struct {
+	pid     int
+	command string
+}
+
+// containerPs runs busybox ps in a container and returns its processes.
+func (d *daemon) containerPs(t *testing.T, id string) []psLine {
+	t.Helper()
+	out := d.execSync(t, id, "ps")
+	// The header says where COMMAND starts: "PID USER COMMAND", or with TIME.
+	lines := strings.Split(out, "\n")
+	header := strings.Fields(lines[0])
+	if len(header) < 2 || header[0] != "PID" || header[len(header)-1] != "COMMAND" {
+		t.Fatalf("ps in %s printed an unexpected header:\n%s", id, out)
+	}
+	var procs []psLine
+	for _, line := range lines[1:] {
+		f := strings.Fields(line)
+		if len(f) < len(header) {
+			continue
+		}
+		pid, err := strconv.Atoi(f[0])
+		if err != nil {
+			t.Fatalf("ps in %s printed %q", id, line)
+		}
+		procs = append(procs, psLine{pid, strings.Join(f[len(header)-1:], " ")})
+	}
+	if len(procs) == 0 {
+		t.Fatalf("ps in %s printed no process:\n%s", id, out)
+	}
+	return procs
+}
+
+func countCommand(procs []psLine, command string) int {
+	n := 0
+	for _, p := range procs {
+		if p.command == command {
+			n++
+		}
+	}
+	return n
+}
+
+func commandOf(procs []psLine, pid int) string {
+	for _, p := range procs {
+		if p.pid == pid {
+			return p.command
+		}
+	}
+	return ""
+}
+
+// TestPidNamespaceShared runs a pod that shares its pid namespace: its
+// containers see each other and the pause process as PID 1, a container that
+// asks for its own pid namespace does not; the pause process survives
+// stopp and goes with rmp, leaving nothing.
+func TestPidNamespaceShared(t *testing.T) {
+	t.Parallel()
+	reaper := newPauseReaper(t)
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	bin := daemonBinary(t)
+
+	pod := d.pidPod(t, "shared", nsModePod)
+	podID := d.mustRunp(t, pod)
+	reaper.add(podID)
+	pausePID := d.requirePause(t, podID)
+	t.Logf("pause process of %s: %d", podID, pausePID)
+
+	sleep := []string{"sleep", "3600"}
+	a := d.run(t, podID, containerConfig(t, "a", 0, sleep, withPidMode(nsModePod)), pod)
+	b := d.run(t, podID, containerConfig(t, "b", 0, sleep, withPidMode(nsModePod)), pod)
+	own := d.run(t, podID, containerConfig(t, "own", 0, sleep, withPidMode(nsModeContainer)), pod)
+
+	wantPause := bin + " pause " + podID
+	for _, id := range []string{a, b} {
+		procs := d.containerPs(t, id)
+		t.Logf("ps in %s: %v", id, procs)
+		if got := commandOf(procs, 1); got != wantPause {
+			t.Errorf("PID 1 in container %s is %q, want the pause process %q", id, got, wantPause)
+		}
+		if n := countCommand(procs, "sleep 3600"); n != 2 {
+			t.Errorf("ps in container %s shows %d sleep 3600, want 2 (its own and the other container's): %v", id, n, procs)
+		}
+	}
+	// A container with pid CONTAINER has a pid namespace of its own.
+	procs := d.containerPs(t, own)
+	if got := commandOf(procs, 1); got != "sleep 3600" {
+		t.Errorf("PID 1 in container %s (pid CONTAINER) is %q, want its own sleep 3600: %v", own, got, procs)
+	}
+	if n := countCommand(procs, "sleep 3600"); n != 1 {
+		t.Errorf("container %s (pid CONTAINER) sees %d sleep 3600, want only its own: %v", own, n, procs)
+	}
+	d.assertNoLeaks(t, podID, a, b, own)
+
+	// stopp stops the containers; the pause process stays until rmp.
+	d.mustCrictl(t, "stopp", podID)
+	d.requireState(t, podID, "SANDBOX_NOTREADY")
+	if pid := d.requirePause(t, podID); pid != pausePID {
+		t.Fatalf("after stopp the pause process is %d, want the same %d", pid, pausePID)
+	}
+	d.mustCrictl(t, "rmp", podID)
+	d.requirePods(t, "after rmp")
+	d.requireNoPause(t, podID, "after rmp", 10*time.Second)
+	d.requireNoPidnsPins(t)
+	d.assertNoLeaks(t)
+	d.stop(t)
+	d.assertNoLeaks(t)
+}
+
+// TestPidNamespaceNotShared runs a pod that does not share its pid namespace
+// (what the kubelet asks for by default): no pause process, no pid namespace
+// pin, and its containers do not see each other.
+func TestPidNamespaceNotShared(t *testing.T) {
+	t.Parallel()
+	reaper := newPauseReaper(t)
+	d, _ := startContainerDaemon(t, daemonOptions{})
+
+	pod := d.pidPod(t, "private", nsModeContainer)
+	podID := d.mustRunp(t, pod)
+	reaper.add(podID)
+	if pids := pauseProcesses(podID); len(pids) != 0 {
+		t.Fatalf("a pod with pid CONTAINER has pause processes %v", pids)
+	}
+	if _, err := os.Lstat(d.pidnsPin(podID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a pod with pid CONTAINER has a pid namespace pin: %v", err)
+	}
+	sleep := []string{"sleep", "3600"}
+	a := d.run(t, podID, containerConfig(t, "a", 0, sleep, withPidMode(nsModeContainer)), pod)
+	// pid POD in a pod without a shared pid namespace: a namespace of its own.
+	b := d.run(t, podID, containerConfig(t, "b", 0, sleep, withPidMode(nsModePod)), pod)
+	for _, id := range []string{a, b} {
+		procs := d.containerPs(t, id)
+		if got := commandOf(procs, 1); got != "sleep 3600" {
+			t.Errorf("PID 1 in container %s is %q, want its own sleep 3600: %v", id, got, procs)
+		}
+		if n := countCommand(procs, "sleep 3600"); n != 1 {
+			t.Errorf("container %s sees %d sleep 3600, want only its own: %v", id, n, procs)
+		}
+	}
+	d.removePod(t, podID)
+	d.requirePods(t, "after rmp")
+	d.requireNoPidnsPins(t)
+	d.stop(t)
+	d.assertNoLeaks(t)
+}
+
+// TestPidNamespaceCrash kills the daemon while a pod with a shared pid
+// namespace is made or removed, restarts it, and checks that recovery kills
+// the pause process and removes its pin. A pod whose pause process died while
+// the daemon was down is reported not ready after the restart.
+func TestPidNamespaceCrash(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		point string
+		// provoke makes the daemon reach the point; it returns the sandbox ID
+		// when it knows it.
+		provoke func(t *testing.T, d *daemon, pod string) string
+	}{
+		{"sandbox-create/pause-process/after-action", runpCrashes},
+		{"sandbox-create/cni-attach/after-intent", runpCrashes},
+		{"journal/remove/pause-process/before-undo", func(t *testing.T, d *daemon, pod string) string {
+			id := d.mustRunp(t, pod)
+			d.mustCrictl(t, "stopp", id)
+			if _, _, err := d.crictl(t, "rmp", id); err == nil {
+				t.Fatalf("crictl rmp %s succeeded: the daemon did not crash at the armed point", id)
+			}
+			return id
+		}},
+	} {
+		t.Run(strings.ReplaceAll(tc.point, "/", "_"), func(t *testing.T) {
+			t.Parallel()
+			reaper := newPauseReaper(t)
+			d := startDaemon(t, daemonOptions{env: []string{failpoint.EnvVar + "=" + tc.point + "=kill"}})
+			pod := podConfig(t, "pidcrash", "e2e", randomHex(t, 16), 0, false) // pid POD: the CRI default
+			known := tc.provoke(t, d, pod)
+			d.requireKilledAt(t, tc.point, 10*time.Second)
+
+			recs := d.records(t)
+			if len(recs) != 1 || (known != "" && recs[0].ID != known) {
+				var got []string
+				for _, r := range recs {
+					got = append(got, describeSteps(r))
+				}
+				t.Fatalf("journal at the crash: %q, want the one record of the crashed request", got)
+			}
+			id := recs[0].ID
+			reaper.add(id)
+			t.Logf("journal at the crash: %s", describeSteps(recs[0]))
+			if !slices.ContainsFunc(recs[0].Steps, func(s journal.Step) bool { return s.Kind == "pause-process" }) {
+				t.Fatalf("no pause-process step in the journal at the crash")
+			}
+			// The pause process outlived the daemon, pinned.
+			d.requirePause(t, id)
+
+			d.restartUnarmed(t)
+			d.requireNoPause(t, id, "after recovery", 15*time.Second)
+			d.requirePods(t, "after recovery")
+			d.requireNoPidnsPins(t)
+			d.stop(t)
+			d.assertNoLeaks(t)
+			d.checkJournal(t)
+		})
+	}
+
+	t.Run("pause_died_while_down", func(t *testing.T) {
+		t.Parallel()
+		reaper := newPauseReaper(t)
+		d := startDaemon(t, daemonOptions{})
+		pod := podConfig(t, "pidlost", "e2e", randomHex(t, 16), 0, false)
+		id := d.mustRunp(t, pod)
+		reaper.add(id)
+		pid := d.requirePause(t, id)
+		d.stop(t)
+		// The pause process outlives a stopped daemon, like a container.
+		if got := d.requirePause(t, id); got != pid {
+			t.Fatalf("after the daemon stopped the pause process is %d, want %d", got, pid)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); len(pauseProcesses(id)) > 0; {
+			if time.Now().After(deadline) {
+				t.Fatalf("pause process %d still alive 5s after SIGKILL", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		d.restart(t)
+		// Its containers can never run again: reconciled as not ready, and the
+		// network is torn down.
+		d.requirePods(t, "after the restart", id)
+		st := d.requireState(t, id, "SANDBOX_NOTREADY")
+		if st.Status.Network != nil && st.Status.Network.IP != "" {
+			t.Errorf("a sandbox that lost its pid namespace still reports IP %s", st.Status.Network.IP)
+		}
+		d.requireRemoveRPC(t, id, "a sandbox whose pause process died")
+		d.requirePods(t, "after the removal")
+		d.requireNoPause(t, id, "after the removal", 10*time.Second)
+		d.requireNoPidnsPins(t)
+		d.stop(t)
+		d.assertNoLeaks(t)
+		d.checkJournal(t)
+	})
+}
+
+// runpCrashes runs crictl runp, which must fail: the daemon dies on the way.
+func runpCrashes(t *testing.T, d *daemon, pod string) string {
+	t.Helper()
+	if id, _, err := d.runp(t, pod); err == nil {
+		t.Fatalf("crictl runp returned %s: the daemon did not crash at the armed point", id)
+	}
+	return ""
+}
