@@ -37,7 +37,23 @@
 //
 // CNI plugins are started with a parent-death signal (SIGKILL) from a locked
 // OS thread, so a plugin cannot outlive a daemon killed during ADD and finish
-// an allocation nobody will ever account for.
+// an allocation nobody will ever account for. The IPAM plugin a plugin starts
+// has no such signal: [KillPlugins] (run by the undo of the attach step, before
+// DEL) kills every process whose environment names the sandbox as
+// CNI_CONTAINERID.
+//
+// # Shared PID namespaces
+//
+// A PID namespace cannot be pinned empty: it dies with its init. For pods that
+// share one (pid POD), [StartPause] starts `crijournal pause` ([RunPause]) as
+// PID 1 of a new PID namespace and pins it at <dir>/pidns/<sandboxID>;
+// [StopPause] kills only a process it has identified as that pause (through a
+// pidfd, so a recycled PID is never hit) and unpins it. See pause.go.
+//
+// # Journal steps
+//
+// steps.go names this package's step kinds ([StepPin], [StepPause],
+// [StepAttach]) and registers their undos with the journal's registry.
 //
 // # Conventions
 //
@@ -47,6 +63,6 @@
 // paths (sandbox IDs, interface names, network names) are validated before any
 // path is built from them; invalid ones give [ErrInvalid].
 //
-// This package must not import any other crijournal package: the journal wraps
-// these functions as undo steps, not the other way round.
+// Apart from registering its undos with package journal (steps.go), this package
+// imports no other crijournal package.
 package netns

@@ -29,8 +29,9 @@
 //     relative or has a ".." segment, a host path that does not exist (a link is
 //     followed), image volumes, ID-mapped and recursive read-only mounts.
 //   - Namespaces: a new mount namespace; the sandbox's net, ipc and uts namespaces
-//     by path (absent: the host's); the sandbox's pid namespace if given, the host's
-//     for pid NODE, else a new one. User namespaces are refused. The hostname is set
+//     by path (absent: the host's); the sandbox's pid namespace (held by its pause
+//     process) when the container's pid option is POD and the sandbox has one, the
+//     host's for pid NODE, else a new one. User namespaces are refused. The hostname is set
 //     when the container has a UTS namespace other than the host's.
 //   - Resources: cpu period, quota and shares, cpuset cpus and mems, memory limit
 //     (and swap, hugepages and unified settings where the machine supports them)
