@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -11,7 +10,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
@@ -50,13 +48,8 @@ type container struct {
 
 func decodeContainer(rec journal.Record) (container, error) {
 	c := container{rec: rec, config: &runtimeapi.ContainerConfig{}}
-	if err := json.Unmarshal(rec.Object, &c.obj); err != nil {
-		return c, fmt.Errorf("container %s: decode journal object: %w", rec.ID, err)
-	}
-	if err := proto.Unmarshal(c.obj.Config, c.config); err != nil {
-		return c, fmt.Errorf("container %s: decode config: %w", rec.ID, err)
-	}
-	return c, nil
+	err := decodeObject(rec, &c.obj, &c.obj.Config, c.config)
+	return c, err
 }
 
 func (s *Server) findContainer(id string) (container, error) {

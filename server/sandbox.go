@@ -50,13 +50,20 @@ type sandbox struct {
 
 func decodeSandbox(rec journal.Record) (sandbox, error) {
 	sb := sandbox{rec: rec, config: &runtimeapi.PodSandboxConfig{}}
-	if err := json.Unmarshal(rec.Object, &sb.obj); err != nil {
-		return sb, fmt.Errorf("sandbox %s: decode journal object: %w", rec.ID, err)
+	err := decodeObject(rec, &sb.obj, &sb.obj.Config, sb.config)
+	return sb, err
+}
+
+// decodeObject reads a record's object (JSON) into obj, then the CRI config that obj
+// carries as protobuf (*configBytes, filled by the first step) into config.
+func decodeObject(rec journal.Record, obj any, configBytes *[]byte, config proto.Message) error {
+	if err := json.Unmarshal(rec.Object, obj); err != nil {
+		return fmt.Errorf("%s %s: decode journal object: %w", rec.Kind, rec.ID, err)
 	}
-	if err := proto.Unmarshal(sb.obj.Config, sb.config); err != nil {
-		return sb, fmt.Errorf("sandbox %s: decode config: %w", rec.ID, err)
+	if err := proto.Unmarshal(*configBytes, config); err != nil {
+		return fmt.Errorf("%s %s: decode config: %w", rec.Kind, rec.ID, err)
 	}
-	return sb, nil
+	return nil
 }
 
 func (sb sandbox) state() runtimeapi.PodSandboxState {
