@@ -134,13 +134,15 @@ func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, e
 	return s.image(ctx, img)
 }
 
-// isManifestUnknown reports whether err says that the registry has no such tag or digest.
+// isManifestUnknown reports whether err says that the registry has no such repository,
+// tag or digest.
 func isManifestUnknown(err error) bool {
 	var ec errcode.ErrorCoder
-	if errors.As(err, &ec) && ec.ErrorCode() == v2.ErrorCodeManifestUnknown {
+	if errors.As(err, &ec) && (ec.ErrorCode() == v2.ErrorCodeManifestUnknown || ec.ErrorCode() == v2.ErrorCodeNameUnknown) {
 		return true
 	}
-	return strings.Contains(err.Error(), "manifest unknown")
+	msg := strings.ToLower(err.Error())
+	return strings.Contains(msg, "manifest unknown") || strings.Contains(msg, "name unknown")
 }
 
 // ListImages returns every image in the store.

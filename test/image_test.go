@@ -175,6 +175,7 @@ func TestImages(t *testing.T) {
 	if !strings.Contains(stderr, "missing") {
 		t.Errorf("the failed pull does not name the image: %s", stderr)
 	}
+	requireCode(t, "pull of an image the registry does not have", err, stderr, "NotFound")
 
 	// inspecti of an unknown image fails; rmi of one succeeds (CRI: nothing
 	// to remove); rmi of ours removes it.
