@@ -76,7 +76,7 @@ func (i *imageService) PullImage(ctx context.Context, req *runtimeapi.PullImageR
 	start := time.Now()
 	img, err := st.PullImage(ctx, ref, auth)
 	if err != nil {
-		return nil, imageError(fmt.Errorf("pull %s: %w", ref, err))
+		return nil, imageError(err) // storage names the image
 	}
 	i.s.log.Info("image pulled", "image", ref, "id", img.ID, "took", time.Since(start).Round(time.Millisecond))
 	return &runtimeapi.PullImageResponse{ImageRef: img.ID}, nil
