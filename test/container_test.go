@@ -1499,14 +1499,8 @@ type ctrStatus struct {
 // inspect returns the container's status from crictl inspect -o json.
 func (d *daemon) inspect(t *testing.T, id string) ctrStatus {
 	t.Helper()
-	out := d.mustCrictl(t, "inspect", "-o", "json", id)
 	var st ctrStatus
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("crictl inspect -o json %s: %v\n%s", id, err, out)
-	}
-	if st.Status.ID != id {
-		t.Fatalf("crictl inspect %s: status.id is %q\n%s", id, st.Status.ID, out)
-	}
+	d.crictlStatus(t, "inspect", id, &st, func() string { return st.Status.ID })
 	return st
 }
 

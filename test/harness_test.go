@@ -900,15 +900,22 @@ type podStatus struct {
 // inspectp returns the sandbox's status from crictl inspectp -o json.
 func (d *daemon) inspectp(t *testing.T, id string) podStatus {
 	t.Helper()
-	out := d.mustCrictl(t, "inspectp", "-o", "json", id)
 	var st podStatus
-	if err := json.Unmarshal([]byte(out), &st); err != nil {
-		t.Fatalf("crictl inspectp -o json %s: %v\n%s", id, err, out)
-	}
-	if st.Status.ID != id {
-		t.Fatalf("crictl inspectp %s: status.id is %q\n%s", id, st.Status.ID, out)
-	}
+	d.crictlStatus(t, "inspectp", id, &st, func() string { return st.Status.ID })
 	return st
+}
+
+// crictlStatus runs `crictl <verb> -o json id`, decodes it into st, and requires that the
+// status it describes (statusID, read after decoding) is id's.
+func (d *daemon) crictlStatus(t *testing.T, verb, id string, st any, statusID func() string) {
+	t.Helper()
+	out := d.mustCrictl(t, verb, "-o", "json", id)
+	if err := json.Unmarshal([]byte(out), st); err != nil {
+		t.Fatalf("crictl %s -o json %s: %v\n%s", verb, id, err, out)
+	}
+	if got := statusID(); got != id {
+		t.Fatalf("crictl %s %s: status.id is %q\n%s", verb, id, got, out)
+	}
 }
 
 // requireState fails the test unless crictl inspectp reports the state.

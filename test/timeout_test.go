@@ -97,24 +97,7 @@ func TestTimeouts(t *testing.T) {
 		_, stderr, err := d.crictl(t, "inspectp", created)
 		requireCode(t, "inspectp of a cached sandbox", err, stderr, "NotFound")
 
-		id := d.mustRunp(t, pod)
-		if id != created {
-			t.Fatalf("the retry got sandbox %s, want %s, the one the daemon created for the timed-out request", id, created)
-		}
-		d.requirePods(t, "after the retry", id)
-		st := d.requireState(t, id, "SANDBOX_READY")
-		if st.Status.Network != nil && st.Status.Network.IP != "" {
-			d.requireReachable(t, st.Status.Network.IP)
-		}
-		if adds := d.addedIDs(t); !slices.Equal(adds, []string{id}) {
-			t.Errorf("CNI ADD calls %v, want only the one of %s", adds, id)
-		}
-		d.assertNoLeaks(t, id)
-
-		d.removePod(t, id)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.requireRetryGetsCached(t, pod, created, "the retry")
 	})
 
 	t.Run("retry with another attempt gets a new sandbox, the cached one expires", func(t *testing.T) {
@@ -298,11 +281,19 @@ func TestCacheSurvivesRestart(t *testing.T) {
 
 	d.restart(t)
 	d.requirePods(t, "after the restart (cached: hidden)")
+	d.requireRetryGetsCached(t, pod, created, "the retry after the restart")
+}
+
+// requireRetryGetsCached retries pod and requires the cached sandbox created: the same
+// ID, listed, ready and reachable, with no second CNI ADD; then removes it and checks that
+// the node and the journal are clean.
+func (d *daemon) requireRetryGetsCached(t *testing.T, pod, created, what string) {
+	t.Helper()
 	id := d.mustRunp(t, pod)
 	if id != created {
-		t.Fatalf("the retry after the restart got sandbox %s, want %s", id, created)
+		t.Fatalf("%s got sandbox %s, want %s, the one the daemon created for the timed-out request", what, id, created)
 	}
-	d.requirePods(t, "after the retry", id)
+	d.requirePods(t, "after "+what, id)
 	st := d.requireState(t, id, "SANDBOX_READY")
 	if st.Status.Network != nil && st.Status.Network.IP != "" {
 		d.requireReachable(t, st.Status.Network.IP)
