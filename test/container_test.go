@@ -312,7 +312,7 @@ func TestContainerExit(t *testing.T) {
 	// kubelet expects.
 	oom := d.run(t, podID, containerConfig(t, "oom", 0, []string{"sh", "-c", "a=0123456789abcdef; while true; do a=$a$a; done"},
 		withMemoryLimit(16<<20)), pod)
-	rec = d.waitContainerRecord(t, "with an exit", 20*time.Second, func(r journal.Record) bool {
+	d.waitContainerRecord(t, "with an exit", 20*time.Second, func(r journal.Record) bool {
 		_, ok := r.Marker("finished_at")
 		return r.ID == oom && ok
 	})
@@ -669,7 +669,6 @@ func TestContainerLatency(t *testing.T) {
 	podCfg := loadPodConfig(t, pod)
 	cri := d.cri(t)
 	var lat []time.Duration
-	var ids []string
 	for i := range n {
 		cfg := loadContainerConfig(t, containerConfig(t, fmt.Sprintf("c%d", i), 0, []string{"sleep", "3600"}))
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -684,7 +683,6 @@ func TestContainerLatency(t *testing.T) {
 			t.Fatalf("container %d: %v", i, err)
 		}
 		lat = append(lat, took)
-		ids = append(ids, resp.ContainerId)
 	}
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
