@@ -115,31 +115,38 @@ func (j *Journal) Done(id string, seq int) error {
 	return err
 }
 
-// Ready stores the finished object of a creation whose steps are all done (state ready).
-// Like Done it rides on the next commit; Answer makes it durable.
+// Ready stores the finished object of a creation whose steps are all done (state ready)
+// and returns once that is durable: from then on a crash no longer throws the work away,
+// recovery caches it for the kubelet's retry. The step marks queued before it ride on the
+// same commit.
 func (j *Journal) Ready(id string, object any) error {
 	raw, err := json.Marshal(object)
 	if err != nil {
 		return fmt.Errorf("ready %s: encode object: %w", id, err)
 	}
 	j.mu.Lock()
-	defer j.mu.Unlock()
 	e, err := j.lookup(id)
+	switch {
+	case err != nil:
+	case e.rec.State != StateCreating:
+		err = fmt.Errorf("ready %s: state %s: %w", id, e.rec.State, ErrWrongState)
+	case !e.rec.AllDone():
+		err = fmt.Errorf("ready %s: not every step is done: %w", id, ErrWrongState)
+	}
 	if err != nil {
+		j.mu.Unlock()
 		return err
 	}
-	if e.rec.State != StateCreating {
-		return fmt.Errorf("ready %s: state %s: %w", id, e.rec.State, ErrWrongState)
-	}
-	if !e.rec.AllDone() {
-		return fmt.Errorf("ready %s: not every step is done: %w", id, ErrWrongState)
-	}
-	_, err = j.change(e, false, func(r *Record) {
+	p, err := j.change(e, true, func(r *Record) {
 		r.State = StateReady
 		r.Stage = ""
 		r.Object = raw
 	})
-	return err
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return wait(p)
 }
 
 // Answer settles a ready record: created when the request that made it is still live (the

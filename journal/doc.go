@@ -30,8 +30,8 @@
 // is rebuilt from the file at Open. Every change is applied to the index under one mutex and
 // queued, in that same order, to a single committer goroutine that writes everything queued
 // so far in one bbolt transaction (group commit): it commits as soon as the previous commit
-// finishes, never waiting for more work. Calls that must be durable (Intent, Answer,
-// Claim, Remove, ...) wait for their commit; Done and Ready ride on the next commit, which is
+// finishes, never waiting for more work. Calls that must be durable (Intent, Ready, Answer,
+// Claim, Remove, ...) wait for their commit; Done rides on the next commit, which is
 // safe because every undo is idempotent; Begin rides too, since nothing exists outside the
 // journal before the first intent.
 //

@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage"
@@ -138,10 +137,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		return nil, s.fail(ctx, rec, stageContainerRuntime, err)
 	}
 
-	if err := failpoint.Inject(flowContainerCreate + "/before-answer"); err != nil {
-		return nil, s.fail(ctx, rec, "answer", err)
-	}
-	if _, err := s.finish(ctx, id, obj); err != nil {
+	if _, err := s.finish(ctx, flowContainerCreate, id, obj); err != nil {
 		return nil, err
 	}
 	s.log.Info("container created", "id", id, "name", name, "sandbox", sb.rec.ID, "image", obj.Image)

@@ -154,18 +154,24 @@ func (s *Server) rollback(ctx context.Context, id string) error {
 	return err
 }
 
-// finish settles a creation whose steps are all done: created if the request is still
-// live, cached if not, in which case the request fails with DeadlineExceeded.
-func (s *Server) finish(ctx context.Context, id string, object any) (journal.Record, error) {
+// finish settles a creation whose steps are all done: ready (durable), then created if
+// the request is still live, or cached if not, in which case the request fails with
+// DeadlineExceeded. flow names the failure points "<flow>/before-answer" (between ready
+// and the answer) and "<flow>/after-answer".
+func (s *Server) finish(ctx context.Context, flow, id string, object any) (journal.Record, error) {
 	if err := s.journal.Ready(id, object); err != nil {
 		return journal.Record{}, err
+	}
+	if err := failpoint.Inject(flow + "/before-answer"); err != nil {
+		rec, _ := s.journal.Get(id)
+		return rec, s.fail(ctx, rec, "answer", err)
 	}
 	live := ctx.Err() == nil
 	rec, err := s.journal.Answer(ctx, id, live)
 	if err != nil {
 		return rec, err
 	}
-	if err := failpoint.Inject(string(rec.Kind) + "-create/after-answer"); err != nil {
+	if err := failpoint.Inject(flow + "/after-answer"); err != nil {
 		return rec, err
 	}
 	if !live {

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
@@ -139,10 +138,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		}
 	}
 
-	if err := failpoint.Inject(flowSandboxCreate + "/before-answer"); err != nil {
-		return nil, s.fail(ctx, rec, "answer", err)
-	}
-	if _, err := s.finish(ctx, id, sb); err != nil {
+	if _, err := s.finish(ctx, flowSandboxCreate, id, sb); err != nil {
 		return nil, err
 	}
 	s.log.Info("pod sandbox created", "id", id, "name", name, "ips", sb.IPs)

@@ -326,8 +326,9 @@ func runCrashCase(t *testing.T, c crashCase) crashOutcome {
 
 // requireJournalAtPoint checks what the journal file holds when the daemon
 // died at the point: an intent is durable before its action ("after-intent",
-// "after-action" find the step), a removal is durable before anything is
-// undone, and an answered creation is durably created.
+// "after-action" find the step), a finished creation is durably ready before
+// it is answered, a removal is durable before anything is undone, and an
+// answered creation is durably created.
 func requireJournalAtPoint(t *testing.T, c crashCase, recs []journal.Record, known string) {
 	t.Helper()
 	parts := strings.Split(c.point, "/")
@@ -364,6 +365,11 @@ func requireJournalAtPoint(t *testing.T, c crashCase, recs []journal.Record, kno
 		// A rollback need not be durable first: creating or undoing.
 		if rec.State != journal.StateCreating && rec.State != journal.StateUndoing {
 			t.Errorf("journal at the crash at %s: state %s, want %s or %s", c.point, rec.State, journal.StateCreating, journal.StateUndoing)
+		}
+	case last == "before-answer":
+		// Every step done and the object stored, durably: recovery caches it.
+		if rec.State != journal.StateReady {
+			t.Errorf("journal at the crash at %s: state %s, want %s (ready is durable before the answer)", c.point, rec.State, journal.StateReady)
 		}
 	case last == "after-answer":
 		// Created for a live request, cached for one past its deadline:
