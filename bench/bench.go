@@ -241,7 +241,11 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 	res := PodResult{Name: name}
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "bench", Uid: fmt.Sprintf("%s-uid-%d", o.Prefix, i)},
-		Hostname: name, Linux: &runtimeapi.LinuxPodSandboxConfig{},
+		Hostname: name,
+		// As a kubelet sends it for a pod without shareProcessNamespace.
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
+		}},
 	}
 	start := time.Now()
 	var id string
@@ -281,7 +285,10 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 		err = retry(OpCreateContainer, func(c context.Context) error {
 			resp, err := rt.CreateContainer(c, &runtimeapi.CreateContainerRequest{PodSandboxId: id, SandboxConfig: cfg,
 				Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "c"},
-					Image: &runtimeapi.ImageSpec{Image: o.Image}, Command: o.Command}})
+					Image: &runtimeapi.ImageSpec{Image: o.Image}, Command: o.Command,
+					Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+						NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
+					}}}})
 			if err == nil {
 				cid = resp.ContainerId
 			}
