@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -37,6 +40,11 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	name, err := sandboxName(cfg)
 	if err != nil {
 		return nil, err
+	}
+	if h := req.GetRuntimeHandler(); h != "" {
+		if _, ok := s.cfg.Runtimes[h]; !ok {
+			return nil, invalidf("runtime handler %q is not configured (configured: %s)", h, strings.Join(slices.Sorted(maps.Keys(s.cfg.Runtimes)), ", "))
+		}
 	}
 	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 	var network *netns.Network

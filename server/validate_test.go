@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
@@ -88,5 +89,21 @@ func TestToStatus(t *testing.T) {
 		if got := status.Code(toStatus(tt.err)); got != tt.want {
 			t.Errorf("toStatus(%v) = %v, want %v", tt.err, got, tt.want)
 		}
+	}
+}
+
+func TestRunPodSandboxRefusesUnknownRuntimeHandler(t *testing.T) {
+	s := testServer(t)
+	s.cfg.Runtimes = map[string]config.Runtime{"runc": {}}
+	req := &runtimeapi.RunPodSandboxRequest{
+		Config:         &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "n", Namespace: "d", Uid: "u"}},
+		RuntimeHandler: "kata",
+	}
+	_, err := s.RunPodSandbox(context.Background(), req)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "kata") {
+		t.Fatalf("RunPodSandbox with an unknown handler = %v, want InvalidArgument naming it", err)
+	}
+	if recs := s.journal.List(nil); len(recs) != 0 {
+		t.Fatalf("a refused request left records: %v", recs)
 	}
 }
