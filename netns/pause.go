@@ -443,3 +443,57 @@ func isLiveInit(proc string) bool {
 	ids := strings.Fields(nspid)
 	return len(ids) > 1 && ids[len(ids)-1] == "1"
 }
+
+// WatchPause calls onExit once the pause process holding the pid namespace pinned at path
+// exits, so that its sandbox can be reported not ready without polling. It finds the
+// process through the pin (as PauseAlive does), so it also works for a pause process
+// started before a daemon restart, and waits on a pidfd in a goroutine until the process
+// exits or ctx ends. When no pause process is alive it calls onExit at once.
+func WatchPause(ctx context.Context, path string, onExit func()) error {
+	if !IsPinned(path) {
+		onExit()
+		return nil
+	}
+	pin, err := statPin(path)
+	if err != nil {
+		return fmt.Errorf("watch pause process of %s: %w", path, err)
+	}
+	pid := pauseMatcher{pin: &pin}.find(0)
+	if pid == 0 {
+		onExit()
+		return nil
+	}
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		onExit()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("watch pause process %d: pidfd_open: %w", pid, err)
+	}
+	f := os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))
+	go func() {
+		defer f.Close()
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			rc, err := f.SyscallConn()
+			if err != nil {
+				return
+			}
+			// A pidfd reads ready once the process has exited; the read fails when f
+			// is closed (ctx ended).
+			_ = rc.Read(func(fd uintptr) bool { return pidfdExited(int(fd)) })
+		}()
+		select {
+		case <-exited:
+			if ctx.Err() == nil {
+				onExit()
+			}
+		case <-ctx.Done():
+			f.Close()
+			<-exited
+		}
+	}()
+	return nil
+}

@@ -38,6 +38,9 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 		}
 	}
 	if !lost {
+		if p := sb.obj.Namespaces[string(netns.PID)]; p != "" {
+			s.watchPause(rec.ID, p)
+		}
 		return false, nil
 	}
 	nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)

@@ -21,6 +21,9 @@ import (
 const (
 	markerNetworkStopped = "network_stopped"
 	markerStopped        = "stopped"
+	// markerPauseExited is set when the pause process holding the pod's shared pid
+	// namespace exits while the sandbox lives: no process can join it again.
+	markerPauseExited = "pause_exited"
 )
 
 // sandboxObject is what the journal keeps of a created sandbox (Record.Object).
@@ -67,6 +70,9 @@ func decodeObject(rec journal.Record, obj any, configBytes *[]byte, config proto
 }
 
 func (sb sandbox) state() runtimeapi.PodSandboxState {
+	if _, gone := sb.rec.Marker(markerPauseExited); gone {
+		return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
+	}
 	if _, stopped := sb.rec.Marker(markerStopped); stopped {
 		return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	}
@@ -271,4 +277,26 @@ func labelsMatch(labels, selector map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// watchPause marks the sandbox not ready as soon as the pause process holding its shared
+// pid namespace exits while the sandbox lives (killed, say, by an OOM or a person), without
+// polling. The removal of the sandbox kills the pause itself: that exit is ignored.
+func (s *Server) watchPause(id, path string) {
+	err := netns.WatchPause(context.Background(), path, func() {
+		rec, err := s.journal.Get(id)
+		if err != nil || (rec.State != journal.StateCreated && rec.State != journal.StateCached) {
+			return
+		}
+		if _, done := rec.Marker(markerPauseExited); done {
+			return
+		}
+		s.log.Warn("the pause process of the sandbox exited: the sandbox is not ready", "id", id, "name", rec.Name)
+		if err := s.journal.SetMarker(context.Background(), id, markerPauseExited, now()); err != nil {
+			s.log.Warn("cannot mark the sandbox not ready", "id", id, "err", err)
+		}
+	})
+	if err != nil {
+		s.log.Warn("cannot watch the pause process; its exit will be noticed at the next start", "id", id, "err", err)
+	}
 }

@@ -146,7 +146,11 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		}
 	}
 
-	if _, err := s.finish(ctx, flowSandboxCreate, id, sb); err != nil {
+	settled, err := s.finish(ctx, flowSandboxCreate, id, sb)
+	if p := sb.Namespaces[string(netns.PID)]; p != "" && (settled.State == journal.StateCreated || settled.State == journal.StateCached) {
+		s.watchPause(id, p)
+	}
+	if err != nil {
 		return nil, err
 	}
 	s.log.Info("pod sandbox created", "id", id, "name", name, "ips", sb.IPs)

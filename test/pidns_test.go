@@ -466,3 +466,37 @@ func runpCrashes(t *testing.T, d *daemon, pod string) string {
 	}
 	return ""
 }
+
+// TestPidNamespacePauseDies: when the pause process of a running pod dies, the pod is
+// reported NOTREADY at once (the daemon watches the process), and removing it leaves
+// nothing behind.
+func TestPidNamespacePauseDies(t *testing.T) {
+	t.Parallel()
+	reaper := newPauseReaper(t)
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.pidPod(t, "pausedies", nsModePod)
+	podID := d.mustRunp(t, pod)
+	reaper.add(podID)
+	pausePID := d.requirePause(t, podID)
+	d.requireState(t, podID, "SANDBOX_READY")
+
+	if err := syscall.Kill(pausePID, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the pause process %d: %v", pausePID, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := d.inspectp(t, podID)
+		if st.Status.State == "SANDBOX_NOTREADY" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod is %s 5 s after its pause process was killed, want SANDBOX_NOTREADY", st.Status.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.mustCrictl(t, "stopp", podID)
+	d.mustCrictl(t, "rmp", podID)
+	d.requireNoPidnsPins(t)
+	d.stop(t)
+	d.assertNoLeaks(t)
+}
