@@ -27,6 +27,19 @@ func (i *imageService) store() (*storage.Store, error) {
 	return i.s.images, nil
 }
 
+// storeFor returns the store and the image reference a request names, which is required.
+func (i *imageService) storeFor(spec *runtimeapi.ImageSpec) (*storage.Store, string, error) {
+	st, err := i.store()
+	if err != nil {
+		return nil, "", err
+	}
+	ref := spec.GetImage()
+	if ref == "" {
+		return nil, "", invalidf("image reference (image.image) is required")
+	}
+	return st, ref, nil
+}
+
 // imageError maps the storage package's errors to gRPC codes.
 func imageError(err error) error {
 	switch {
@@ -60,13 +73,9 @@ func toCRIImage(img storage.Image) *runtimeapi.Image {
 
 // PullImage pulls an image through the configured registries and mirrors.
 func (i *imageService) PullImage(ctx context.Context, req *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-	st, err := i.store()
+	st, ref, err := i.storeFor(req.GetImage())
 	if err != nil {
 		return nil, err
-	}
-	ref := req.GetImage().GetImage()
-	if ref == "" {
-		return nil, invalidf("image reference is required")
 	}
 	var auth *storage.Auth
 	if a := req.GetAuth(); a != nil {
@@ -112,13 +121,9 @@ func (i *imageService) ListImages(ctx context.Context, req *runtimeapi.ListImage
 
 // ImageStatus reports an image; an unknown image is a nil image, not an error (CRI).
 func (i *imageService) ImageStatus(ctx context.Context, req *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
-	st, err := i.store()
+	st, ref, err := i.storeFor(req.GetImage())
 	if err != nil {
 		return nil, err
-	}
-	ref := req.GetImage().GetImage()
-	if ref == "" {
-		return nil, invalidf("image reference is required")
 	}
 	img, err := st.ImageStatus(ctx, ref)
 	if errors.Is(err, storage.ErrImageNotFound) {
@@ -137,13 +142,9 @@ func (i *imageService) ImageStatus(ctx context.Context, req *runtimeapi.ImageSta
 // RemoveImage removes an image by ID, tag or digest; an unknown image is success (CRI).
 // An image a container still uses is refused with FailedPrecondition.
 func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
-	st, err := i.store()
+	st, ref, err := i.storeFor(req.GetImage())
 	if err != nil {
 		return nil, err
-	}
-	ref := req.GetImage().GetImage()
-	if ref == "" {
-		return nil, invalidf("image reference is required")
 	}
 	err = st.RemoveImage(ctx, ref)
 	if err != nil && !errors.Is(err, storage.ErrImageNotFound) {

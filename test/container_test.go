@@ -173,9 +173,7 @@ func TestContainerLifecycle(t *testing.T) {
 	if left := d.images(t); len(left) != 0 {
 		t.Errorf("after rmi crictl images lists %+v", left)
 	}
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // memoryCgroup returns the memory cgroup of a running container's init
@@ -278,9 +276,7 @@ func TestContainerBadRequests(t *testing.T) {
 	d.requireCtrState(t, id, "CONTAINER_RUNNING")
 	d.removeCtr(t, id)
 	d.removePod(t, podID)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestContainerExit checks that a container's exit is recorded by the daemon
@@ -344,9 +340,7 @@ func TestContainerExit(t *testing.T) {
 	d.mustCrictl(t, "rm", five)
 	d.requirePs(t, "after rm")
 	d.removePod(t, podID)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestPodStopRemoveContainers checks that StopPodSandbox stops the pod's
@@ -419,9 +413,7 @@ func TestPodStopRemoveContainers(t *testing.T) {
 	d.requireRemoveRPC(t, pod2ID, "a ready pod with a running container")
 	d.requirePods(t, "after RemovePodSandbox")
 	d.requirePs(t, "after RemovePodSandbox")
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestCrashDuringStart kills the daemon (SIGKILL) while StartContainer
@@ -495,9 +487,7 @@ exec `+shellQuote(runc)+` "$@"
 	d.requireExited(t, id, 137)
 	d.mustCrictl(t, "rm", id)
 	d.removePod(t, podID)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestContainerOverlay runs containers on the overlay driver, whose root
@@ -577,9 +567,7 @@ func TestContainerOverlay(t *testing.T) {
 
 	d.removePod(t, podID)
 	d.mustCrictl(t, "rmi", testImage)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestContainerConcurrency creates, starts and removes containers in two
@@ -653,9 +641,7 @@ func TestContainerConcurrency(t *testing.T) {
 	for _, p := range pods {
 		d.removePod(t, p)
 	}
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestContainerLatency measures CreateContainer + StartContainer through the
@@ -697,9 +683,7 @@ func TestContainerLatency(t *testing.T) {
 	d.removePod(t, podID)
 	t.Logf("stopp + rmp of a pod with %d running containers took %v", n, time.Since(start).Round(time.Millisecond))
 	d.requirePs(t, "after rmp")
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // The container timeout tests slow conmon down (conmonWrapper) so that a
@@ -796,9 +780,7 @@ func TestContainerTimeouts(t *testing.T) {
 		t.Helper()
 		d.removePod(t, podID)
 		d.requirePs(t, "after rmp")
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	}
 
 	t.Run("retry gets the same container", func(t *testing.T) {
@@ -902,9 +884,7 @@ func TestContainerTimeouts(t *testing.T) {
 		if recs := d.containerRecords(t); len(recs) != 0 {
 			t.Errorf("after rmp the journal holds %d container records", len(recs))
 		}
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("duplicate while running waits and fails at its deadline, the next retry gets it", func(t *testing.T) {
@@ -972,9 +952,7 @@ func TestContainerTimeouts(t *testing.T) {
 			}
 		}
 		t.Logf("the creation of %s, whose pod was removed meanwhile, left nothing; the daemon logged:\n%s", created, strings.Join(ended, "\n"))
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("true duplicate of a created container returns it at once", func(t *testing.T) {
@@ -1215,9 +1193,7 @@ func TestContainerSurvivesRestart(t *testing.T) {
 	d.requirePs(t, "after rm")
 	d.assertNoLeaks(t, podID)
 	d.removePod(t, podID)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestCrashDuringSlowConmon kills the daemon (SIGKILL), or stops it
@@ -1302,9 +1278,7 @@ func TestCrashDuringSlowConmon(t *testing.T) {
 			d.assertNoLeaks(t, podID, id)
 			d.removeCtr(t, id)
 			d.removePod(t, podID)
-			d.stop(t)
-			d.assertNoLeaks(t)
-			d.checkJournal(t)
+			d.stopClean(t)
 		})
 	}
 }

@@ -318,9 +318,7 @@ func runCrashCase(t *testing.T, c crashCase) crashOutcome {
 	}
 	t.Logf("%s: outcome %s", c.name(), out)
 
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 	return out
 }
 
@@ -677,9 +675,7 @@ func TestCrashDuringSlowCNI(t *testing.T) {
 			}
 			d.requireWholeSandbox(t, again)
 			d.removePod(t, again)
-			d.stop(t)
-			d.assertNoLeaks(t)
-			d.checkJournal(t)
+			d.stopClean(t)
 		})
 	}
 }
@@ -752,7 +748,5 @@ func TestSIGTERMDuringSlowCreation(t *testing.T) {
 		t.Errorf("creation interrupted by SIGTERM: outcome %s, want %s or %s", out, outcomeGone, outcomeCached)
 	}
 	t.Logf("creation interrupted by SIGTERM: outcome %s", out)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }

@@ -196,7 +196,5 @@ func TestImages(t *testing.T) {
 	if left := d.images(t); len(left) != 0 {
 		t.Fatalf("after rmi by ID crictl images lists %+v", left)
 	}
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }

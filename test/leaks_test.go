@@ -26,6 +26,15 @@ func (d *daemon) assertNoLeaks(t *testing.T, keep ...string) {
 	}
 }
 
+// stopClean ends a test's daemon and requires a clean node: it stops the daemon, checks
+// that nothing leaked (journal records included) and that the journal file is sound.
+func (d *daemon) stopClean(t *testing.T) {
+	t.Helper()
+	d.stop(t)
+	d.assertNoLeaks(t)
+	d.checkJournal(t)
+}
+
 // waitNoLeaks polls until the node holds nothing but the kept sandboxes, for
 // things that are cleaned up in the background (cache expiry).
 func (d *daemon) waitNoLeaks(t *testing.T, within time.Duration, keep ...string) {

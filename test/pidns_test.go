@@ -412,9 +412,7 @@ func TestPidNamespaceCrash(t *testing.T) {
 			d.requireNoPause(t, id, "after recovery", 15*time.Second)
 			d.requirePods(t, "after recovery")
 			d.requireNoPidnsPins(t)
-			d.stop(t)
-			d.assertNoLeaks(t)
-			d.checkJournal(t)
+			d.stopClean(t)
 		})
 	}
 
@@ -452,9 +450,7 @@ func TestPidNamespaceCrash(t *testing.T) {
 		d.requirePods(t, "after the removal")
 		d.requireNoPause(t, id, "after the removal", 10*time.Second)
 		d.requireNoPidnsPins(t)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 }
 

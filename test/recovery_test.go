@@ -76,9 +76,7 @@ func TestReboot(t *testing.T) {
 	}
 	d.requirePods(t, "after stopp and rmp")
 	d.assertNoLeaks(t)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // simulateReboot does to a stopped daemon's node what a reboot does: every
@@ -197,9 +195,7 @@ func TestRecoveryPermanentlyFailingUndo(t *testing.T) {
 	id := d.mustRunp(t, pod)
 	d.requireWholeSandbox(t, id)
 	d.removePod(t, id)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // lateFailure is the message of a CNI ADD failed by failCNILate.
@@ -392,9 +388,7 @@ func TestDamagedJournal(t *testing.T) {
 		d.requireState(t, id, "SANDBOX_READY")
 		d.removePod(t, id)
 	}
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // panicRE finds a Go panic or goroutine dump in a process's output.

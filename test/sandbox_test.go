@@ -102,9 +102,7 @@ func TestSandboxLifecycle(t *testing.T) {
 			d.requireRemoveRPC(t, randomID(t), "an unknown ID: success per the CRI")
 			d.assertNoLeaks(t)
 
-			d.stop(t)
-			d.assertNoLeaks(t)
-			d.checkJournal(t)
+			d.stopClean(t)
 		})
 	}
 }
@@ -177,9 +175,7 @@ func TestBadRequests(t *testing.T) {
 		d.requirePods(t, "after operations on an unknown ID")
 	})
 
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
 
 // TestRestartKeepsSandboxes restarts the daemon under a created sandbox, by
@@ -236,9 +232,7 @@ func TestRestartKeepsSandboxes(t *testing.T) {
 
 			d.removePod(t, id)
 			d.requirePods(t, "after stopp and rmp")
-			d.stop(t)
-			d.assertNoLeaks(t)
-			d.checkJournal(t)
+			d.stopClean(t)
 		})
 	}
 }
@@ -277,9 +271,7 @@ func TestNetworkFailures(t *testing.T) {
 		id := d.mustRunp(t, pod)
 		d.requireState(t, id, "SANDBOX_READY")
 		d.removePod(t, id)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("DEL fails: stop fails until it succeeds", func(t *testing.T) {
@@ -298,9 +290,7 @@ func TestNetworkFailures(t *testing.T) {
 		d.assertNoLeaks(t, id)
 		d.mustCrictl(t, "rmp", id)
 		d.requirePods(t, "after rmp")
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("DEL fails during remove: the name is released, the undo retried", func(t *testing.T) {
@@ -343,8 +333,6 @@ func TestNetworkFailures(t *testing.T) {
 		d.waitNoLeaks(t, expiryWait, id)
 
 		d.removePod(t, id)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 }

@@ -117,9 +117,7 @@ func TestTimeouts(t *testing.T) {
 		d.requirePods(t, "after the cached sandbox expired", id)
 
 		d.removePod(t, id)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("never re-requested, the cached sandbox expires", func(t *testing.T) {
@@ -133,9 +131,7 @@ func TestTimeouts(t *testing.T) {
 		d.waitNoLeaks(t, expiryWait)
 		d.requirePods(t, "after the cached sandbox expired")
 
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("duplicate while running waits and fails at its deadline, the next retry gets it", func(t *testing.T) {
@@ -182,9 +178,7 @@ func TestTimeouts(t *testing.T) {
 		d.assertNoLeaks(t, id)
 
 		d.removePod(t, id)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("duplicate waiting when the creation finishes fails, the next retry gets it", func(t *testing.T) {
@@ -224,9 +218,7 @@ func TestTimeouts(t *testing.T) {
 		d.assertNoLeaks(t, id)
 
 		d.removePod(t, id)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 
 	t.Run("true duplicate of a created sandbox returns it at once", func(t *testing.T) {
@@ -249,9 +241,7 @@ func TestTimeouts(t *testing.T) {
 		d.assertNoLeaks(t, id)
 
 		d.removePod(t, id)
-		d.stop(t)
-		d.assertNoLeaks(t)
-		d.checkJournal(t)
+		d.stopClean(t)
 	})
 }
 
@@ -304,7 +294,5 @@ func (d *daemon) requireRetryGetsCached(t *testing.T, pod, created, what string)
 	d.assertNoLeaks(t, id)
 
 	d.removePod(t, id)
-	d.stop(t)
-	d.assertNoLeaks(t)
-	d.checkJournal(t)
+	d.stopClean(t)
 }
