@@ -427,7 +427,7 @@ func (r *Runtime) waitExitRecorded(ctx context.Context, id string) {
 // ReopenLog asks the container's conmon to reopen its log file, after the log was
 // rotated, by writing "2 0 0\n" (reopen logs) to the ctl fifo in the bundle as CRI-O
 // does, and waits (bounded by ctx and 5s) for the log file to exist again. A
-// container without a live conmon gives ErrNotRunning.
+// container whose exit is recorded, or without a live conmon, gives ErrNotRunning.
 func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
@@ -435,6 +435,11 @@ func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 	m := r.readMeta(id)
 	if m.Bundle == "" {
 		return fmt.Errorf("reopen log of %s: %w", id, ErrNotFound)
+	}
+	// An exited container's conmon may still hold the fifo open for a moment while it
+	// finishes (writing the exit file, closing the log); the exit file decides.
+	if exists(r.exitFile(id)) {
+		return fmt.Errorf("reopen log of %s: %w", id, ErrNotRunning)
 	}
 	// O_NONBLOCK: with no reader (conmon gone) the open fails with ENXIO instead of
 	// blocking.
