@@ -41,6 +41,16 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err != nil {
 		return nil, err
 	}
+	// Through the pod's gate for the whole creation, then look again: a removal of
+	// the pod that finished between the two looks must not get a container after it.
+	leave, ok := s.pods.enter(sb.rec.ID)
+	if !ok {
+		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is being removed", sb.rec.ID)
+	}
+	defer leave()
+	if sb, err = s.findSandbox(sb.rec.ID); err != nil {
+		return nil, err
+	}
 	if sb.state() != runtimeapi.PodSandboxState_SANDBOX_READY {
 		return nil, status.Errorf(codes.FailedPrecondition, "pod sandbox %s is not ready (stopped)", sb.rec.ID)
 	}

@@ -178,6 +178,13 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 	if err != nil {
 		return nil, err
 	}
+	// No container creation may be running in the pod while its containers are
+	// listed and removed: one that finished afterwards would belong to no pod.
+	reopen, err := s.pods.close(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("remove sandbox %s: a container creation in it is still running: %w", rec.ID, err)
+	}
+	defer reopen()
 	// The pod's containers first; cached or half-made ones are rolled back.
 	for _, c := range s.containersOf(rec.ID) {
 		if c.State == journal.StateCreated {

@@ -43,6 +43,7 @@ type Server struct {
 	runtimes RuntimeSource
 	version  string
 	log      *slog.Logger
+	pods     podGates // keeps a pod's container creations and its removal apart
 }
 
 // RuntimeSource hands out the OCI runtime of a runtime handler.

@@ -932,26 +932,62 @@ func TestContainerTimeouts(t *testing.T) {
 		finish(t, d, podID)
 	})
 
-	t.Run("removing the pod while its container is being created leaves nothing", func(t *testing.T) {
+	// RemovePodSandbox waits for the container creations running in the pod,
+	// so that none finishes after the removal has listed the pod's containers.
+	t.Run("removing the pod while a timed-out creation runs waits for it and leaves nothing", func(t *testing.T) {
 		t.Parallel()
-		d, pod, podID := setup(t, daemonOptions{cacheTTL: shortTTL})
+		d, pod, podID := setup(t, daemonOptions{cacheTTL: time.Minute})
 		created := d.timeOutCreate(t, podID, containerConfig(t, "slow", 0, sleeper), pod)
+		start := time.Now()
 		d.removePod(t, podID)
+		t.Logf("stopp+rmp during the creation of %s took %v", created, time.Since(start).Round(time.Millisecond))
 		d.requirePods(t, "after rmp")
 		d.requirePs(t, "after rmp")
-		// The creation goes on; when it ends (created and cached, or failed
-		// for want of its pod), it must be cleaned up.
-		d.waitNoLeaks(t, slowConmonDelay+expiryWait)
+		// At once, not after the cache's minute: the creation had ended
+		// (cached) before rmp returned, and rmp removed it.
+		d.assertNoLeaks(t)
 		if recs := d.containerRecords(t); len(recs) != 0 {
-			t.Errorf("the journal still holds %s", describeSteps(recs[0]))
+			t.Errorf("after rmp the journal still holds %s", describeSteps(recs[0]))
 		}
-		var ended []string
-		for line := range strings.Lines(d.logTail(400)) {
-			if strings.Contains(line, created) && (strings.Contains(line, "level=INFO") || strings.Contains(line, "level=WARN")) {
-				ended = append(ended, strings.TrimSpace(line))
+		d.stopClean(t)
+	})
+
+	t.Run("removing the pod while a live creation runs removes the container it returns", func(t *testing.T) {
+		t.Parallel()
+		d, pod, podID := setup(t, daemonOptions{})
+		d.slowConmon(t, 3*time.Second)
+		result := make(chan crictlResult, 1)
+		go func() {
+			var r crictlResult // stdout: the container's ID
+			r.stdout, r.stderr, r.err = d.create(t, []string{"-T", "20s"}, podID, containerConfig(t, "live", 0, sleeper), pod)
+			result <- r
+		}()
+		d.waitConmonCall(t, 1, 5*time.Second)
+		d.slowConmon(t, 0)
+		d.mustCrictl(t, "stopp", podID)
+		start := time.Now()
+		d.mustCrictl(t, "rmp", podID)
+		t.Logf("rmp during a live creation took %v", time.Since(start).Round(time.Millisecond))
+		var id string
+		select {
+		case r := <-result:
+			if r.err != nil {
+				t.Fatalf("the live create failed: %v: %s", r.err, r.stderr)
 			}
+			id = r.stdout
+		case <-time.After(10 * time.Second):
+			t.Fatal("the live create did not return within 10s of rmp")
 		}
-		t.Logf("the creation of %s, whose pod was removed meanwhile, left nothing; the daemon logged:\n%s", created, strings.Join(ended, "\n"))
+		// The creation was answered, and rmp, which waited for it, removed
+		// the container with the pod: nothing of it is left, now or later.
+		_, stderr, err := d.crictl(t, "inspect", id)
+		requireCode(t, "inspect of the container after its pod was removed", err, stderr, "NotFound")
+		d.requirePods(t, "after rmp")
+		d.requirePs(t, "after rmp")
+		d.assertNoLeaks(t)
+		if recs := d.containerRecords(t); len(recs) != 0 {
+			t.Errorf("after rmp the journal still holds %s", describeSteps(recs[0]))
+		}
 		d.stopClean(t)
 	})
 
