@@ -28,7 +28,8 @@ type reservation struct {
 //     is created normally meanwhile, its ID; if it becomes cached while we wait, this
 //     request still fails at its own deadline (the next retry gets it: handing it to a
 //     client that may have given up could leak it);
-//   - cached from a different request: rolled back, and the name is taken afresh;
+//   - cached from a different request: rolled back, and AlreadyExists saying so (the
+//     next request can take the name);
 //   - anything else from a different request: AlreadyExists.
 func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reservation, error) {
 	what := string(req.Kind)
@@ -42,11 +43,16 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 		h := held.Holder
 		if h.Fingerprint != req.Fingerprint {
 			if h.State == journal.StateCached {
+				// Nobody will claim it: its request's retries would carry its
+				// fingerprint. Free the name, and say so; this request is refused like
+				// any other that finds the name taken by a different one.
 				s.log.Info("name reused by a different request: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name)
 				if err := s.rollback(ctx, h.ID); err != nil && !errors.As(err, new(*journal.UndoError)) {
 					return reservation{}, err
 				}
-				continue
+				return reservation{}, status.Errorf(codes.AlreadyExists,
+					"%s name %q was held by %s %s, made from a different request and finished after that request's deadline; it has been rolled back, so a retry can use the name",
+					what, req.Name, what, h.ID)
 			}
 			return reservation{}, status.Errorf(codes.AlreadyExists,
 				"%s name %q is already used by %s %s (%s), made from a different request; remove it first or change the attempt",

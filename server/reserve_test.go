@@ -52,8 +52,9 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 		holder   func(t *testing.T, s *Server) string // makes the holder, returns its ID
 		fp       string
 		wantSame bool       // the answer is the holder's ID
-		wantNew  bool       // a new record was begun
 		wantCode codes.Code // for errors
+		// wantFreed: the holder was rolled back, and the next request takes the name.
+		wantFreed bool
 	}{
 		{name: "created, same request: true duplicate", fp: "fp", wantSame: true,
 			holder: func(t *testing.T, s *Server) string {
@@ -67,7 +68,8 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 				settle(t, s, r.ID, false)
 				return r.ID
 			}},
-		{name: "cached, different request: rolled back, name taken afresh", fp: "other", wantNew: true,
+		{name: "cached, different request: rolled back, AlreadyExists, the next request takes the name", fp: "other",
+			wantCode: codes.AlreadyExists, wantFreed: true,
 			holder: func(t *testing.T, s *Server) string {
 				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
 				settle(t, s, r.ID, false)
@@ -104,6 +106,18 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 				if tt.wantCode == codes.DeadlineExceeded && !strings.Contains(err.Error(), "test stage") {
 					t.Errorf("message %q does not name the stage", err)
 				}
+				if tt.wantFreed {
+					if !strings.Contains(err.Error(), "rolled back") {
+						t.Errorf("message %q does not say the holder was rolled back", err)
+					}
+					if _, err := s.journal.Get(holder); !errors.Is(err, journal.ErrNotFound) {
+						t.Errorf("the cached holder was not rolled back: %v", err)
+					}
+					res, err := s.reserve(ctx, beginReq("pod", tt.fp))
+					if err != nil || res.existingID != "" || res.record.State != journal.StateCreating {
+						t.Errorf("the next request: reservation %+v, %v; want a new record", res, err)
+					}
+				}
 				return
 			}
 			if err != nil {
@@ -111,14 +125,6 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 			}
 			if tt.wantSame && res.existingID != holder {
 				t.Errorf("answered %q, want the holder %s", res.existingID, holder)
-			}
-			if tt.wantNew {
-				if res.existingID != "" || res.record.ID == holder || res.record.State != journal.StateCreating {
-					t.Errorf("reservation = %+v, want a new record", res)
-				}
-				if _, err := s.journal.Get(holder); !errors.Is(err, journal.ErrNotFound) {
-					t.Errorf("the cached holder was not rolled back: %v", err)
-				}
 			}
 		})
 	}

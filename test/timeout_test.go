@@ -120,6 +120,34 @@ func TestTimeouts(t *testing.T) {
 		d.stopClean(t)
 	})
 
+	t.Run("a different request under the cached name is refused and frees the name", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: time.Minute})
+		uid := randomHex(t, 16)
+		created := d.timeOut(t, podConfig(t, "slow", "e2e", uid, 0, false))
+		d.waitNetworkDone(t, created, 2*slowADD)
+
+		// Same name (name, namespace, uid, attempt), different configuration.
+		other := writePodJSON(t, "pod-other", map[string]any{
+			"metadata": map[string]any{"name": "slow", "namespace": "e2e", "uid": uid, "attempt": 0},
+			"hostname": "another-host",
+		})
+		_, stderr, err := d.runp(t, other)
+		requireCode(t, "runp of a different request under a cached sandbox's name", err, stderr, "AlreadyExists")
+		if !strings.Contains(stderr, created) || !strings.Contains(stderr, "rolled back") {
+			t.Errorf("the error does not name the cached sandbox %s and say it was rolled back:\n%s", created, stderr)
+		}
+		// The cached sandbox is gone at once, not after the minute of its TTL.
+		d.assertNoLeaks(t)
+		id := d.mustRunp(t, other)
+		if id == created {
+			t.Fatalf("the different request got the cached sandbox %s", id)
+		}
+		d.requireState(t, id, "SANDBOX_READY")
+		d.removePod(t, id)
+		d.stopClean(t)
+	})
+
 	t.Run("never re-requested, the cached sandbox expires", func(t *testing.T) {
 		t.Parallel()
 		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
