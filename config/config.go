@@ -106,6 +106,11 @@ type Config struct {
 	// not be below UndoRetryMin. Default: 5m.
 	UndoRetryMax time.Duration `toml:"undo_retry_max" help:"longest delay between retries of a failed undo"`
 
+	// UndoTimeout bounds one undo (a CNI DEL, a runtime delete): one still running
+	// then is cancelled and retried later, so a resource that cannot be cleaned
+	// never holds up startup recovery or a removal. Default: 2m.
+	UndoTimeout time.Duration `toml:"undo_timeout" help:"longest run of one undo before it is cancelled and retried later"`
+
 	// JournalLockTimeout is how long opening the journal waits for the file
 	// lock held by another process (such as a daemon that is still running)
 	// before it fails. Default: 1s.
@@ -215,6 +220,7 @@ func Default() Config {
 		CacheSweepInterval: 10 * time.Second,
 		UndoRetryMin:       time.Second,
 		UndoRetryMax:       5 * time.Minute,
+		UndoTimeout:        2 * time.Minute,
 		JournalLockTimeout: time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -347,6 +353,7 @@ func (c Config) Validate() error {
 	positive("cache_sweep_interval", c.CacheSweepInterval)
 	positive("undo_retry_min", c.UndoRetryMin)
 	positive("undo_retry_max", c.UndoRetryMax)
+	positive("undo_timeout", c.UndoTimeout)
 	if c.UndoRetryMin > 0 && c.UndoRetryMax > 0 && c.UndoRetryMax < c.UndoRetryMin {
 		bad("undo_retry_max", "must not be below undo_retry_min (%v), got %v", c.UndoRetryMin, c.UndoRetryMax)
 	}

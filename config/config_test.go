@@ -362,6 +362,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		CacheSweepInterval: 1500 * time.Millisecond,
 		UndoRetryMin:       250 * time.Millisecond,
 		UndoRetryMax:       time.Hour,
+		UndoTimeout:        30 * time.Second,
 		JournalLockTimeout: 3 * time.Second,
 		JournalNoSync:      true,
 		LogLevel:           "debug",

@@ -33,6 +33,11 @@ type Options struct {
 	// UndoRetryMin and UndoRetryMax bound the exponential backoff between retries of a
 	// failed undo. Defaults 1s and 5m.
 	UndoRetryMin, UndoRetryMax time.Duration
+	// UndoTimeout bounds one undo: an undo still running then is cancelled (through its
+	// context) and counts as failed, to be retried later, so that a resource that cannot
+	// be cleaned (a CNI plugin that hangs) never holds up recovery, a removal or a
+	// rollback for ever. Default 2m.
+	UndoTimeout time.Duration
 	// Registry holds the undo functions; nil means an empty registry (every undo fails
 	// with "no undo registered" and is retried later).
 	Registry *Registry
@@ -70,6 +75,9 @@ func (o *Options) setDefaults() {
 		if o.UndoRetryMax < o.UndoRetryMin {
 			o.UndoRetryMax = o.UndoRetryMin
 		}
+	}
+	if o.UndoTimeout <= 0 {
+		o.UndoTimeout = 2 * time.Minute
 	}
 	if o.Registry == nil {
 		o.Registry = NewRegistry()

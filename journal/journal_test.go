@@ -283,6 +283,54 @@ func TestRollbackRunsUndosLIFOAndFreesName(t *testing.T) {
 	begin(t, j, "pod", time.Time{}) // the name is free
 }
 
+// TestHangingUndoTimesOut: an undo that does not return is cancelled after UndoTimeout and
+// counts as failed (retried later); the undos after it still run, in a rollback, a
+// removal and UndoSteps alike.
+func TestHangingUndoTimesOut(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(j *Journal, id string) error
+		live bool // the record is created first
+	}{
+		{name: "rollback", run: func(j *Journal, id string) error { return j.Rollback(ctx, id) }},
+		{name: "removal", live: true, run: func(j *Journal, id string) error { return j.Remove(ctx, id) }},
+		{name: "UndoSteps", live: true, run: func(j *Journal, id string) error { return j.UndoSteps(ctx, id, nil, kindB) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var u undoLog
+			reg := u.registry(kindA)
+			reg.Register(kindB, func(ctx context.Context, rec Record, step Step) error {
+				<-ctx.Done() // hangs until cancelled
+				return ctx.Err()
+			})
+			j, _ := testJournal(t, Options{Registry: reg, UndoTimeout: 50 * time.Millisecond})
+			rec := begin(t, j, "pod", time.Time{})
+			step(t, j, rec.ID, kindA, "1")
+			step(t, j, rec.ID, kindB, "2")
+			if tc.live {
+				j.Ready(rec.ID, 1)
+				j.Answer(ctx, rec.ID, true)
+			}
+			err := tc.run(j, rec.ID)
+			if err == nil || !strings.Contains(err.Error(), "undo_timeout") || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("got %v, want a failure naming undo_timeout", err)
+			}
+			got, _ := j.Get(rec.ID)
+			if got.Steps[1].Status == StepUndone {
+				t.Errorf("the hung undo is marked undone: %+v", got.Steps[1])
+			}
+			if tc.name != "UndoSteps" {
+				if got.State != StateUndoing || got.Steps[1].Status != StepUndoFailed || got.Steps[1].NextRetry.IsZero() {
+					t.Errorf("after the timeout: %s, step %+v; want undoing with a retry of the hung undo", got.State, got.Steps[1])
+				}
+				if diff := cmp.Diff([]string{"test-a:1"}, u.order()); diff != "" {
+					t.Errorf("the undo before the hung one did not run (-want +got):\n%s", diff)
+				}
+			}
+		})
+	}
+}
+
 func TestFailedUndoReleasesNameAndIsRetried(t *testing.T) {
 	clock := newFakeClock()
 	var u undoLog

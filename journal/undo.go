@@ -53,6 +53,20 @@ func (r *Registry) undo(ctx context.Context, rec Record, step Step) (err error) 
 	return fn(ctx, rec, step)
 }
 
+// undoStep runs the undo of one step, bounded by UndoTimeout, and reports it to the hooks.
+func (j *Journal) undoStep(ctx context.Context, rec Record, step Step) error {
+	uctx, cancel := context.WithTimeout(ctx, j.opts.UndoTimeout)
+	defer cancel()
+	err := j.opts.Registry.undo(uctx, rec, step)
+	if err != nil && ctx.Err() == nil && errors.Is(uctx.Err(), context.DeadlineExceeded) {
+		err = fmt.Errorf("undo %s did not finish within %s (undo_timeout): %w", step.Kind, j.opts.UndoTimeout, err)
+	}
+	if j.opts.Hooks.Undone != nil {
+		j.opts.Hooks.Undone(step.Kind, err)
+	}
+	return err
+}
+
 // Rollback undoes every step of a record that may still have an effect, last first, and
 // runs all of them even when one fails. When all succeed the record is deleted and its name
 // is free. When some fail the name is released anyway, the record stays (state undoing)
@@ -140,13 +154,10 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		}
 		uerr := failpoint.Inject(flow + string(step.Kind) + "/before-undo")
 		if uerr == nil {
-			uerr = j.opts.Registry.undo(ctx, rec, step)
+			uerr = j.undoStep(ctx, rec, step)
 		}
 		if uerr == nil {
 			uerr = failpoint.Inject(flow + string(step.Kind) + "/after-undo")
-		}
-		if j.opts.Hooks.Undone != nil {
-			j.opts.Hooks.Undone(step.Kind, uerr)
 		}
 		if uerr != nil {
 			failures = append(failures, StepFailure{Step: step, Err: uerr})
@@ -250,10 +261,7 @@ func (j *Journal) UndoSteps(ctx context.Context, id string, markers map[string]*
 		if !want[step.Kind] || !step.needsUndo() {
 			continue
 		}
-		err := j.opts.Registry.undo(ctx, rec, step)
-		if j.opts.Hooks.Undone != nil {
-			j.opts.Hooks.Undone(step.Kind, err)
-		}
+		err := j.undoStep(ctx, rec, step)
 		if err != nil {
 			return fmt.Errorf("undo %s of %s: %w", step.Kind, id, err)
 		}

@@ -13,8 +13,8 @@ import (
 // unknown when the runtime lost it in a reboot). A sandbox whose namespace pins are gone
 // (a reboot empties /run), or whose shared pid namespace lost its pause process, can never
 // be ready again: it gets CNI DEL anyway, so host-local frees its addresses, and is marked
-// stopped; its record stays until the kubelet removes it. It reports whether anything
-// changed.
+// stopped (also when the DEL fails: the removal runs it again); its record stays until the
+// kubelet removes it. It reports whether anything changed.
 func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error) {
 	if rec.Kind == journal.KindContainer {
 		return s.reconcileContainer(ctx, rec)
@@ -47,7 +47,12 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	defer cancel()
 	at := now()
 	if err := s.journal.UndoSteps(nctx, rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach); err != nil {
-		return false, fmt.Errorf("sandbox %s lost its namespaces: cni detach: %w", rec.ID, err)
+		// Still not ready, whatever the DEL did: the kubelet will stop and remove the
+		// pod, and the removal runs the DEL again (its failures retried by the journal).
+		if merr := s.journal.SetMarker(ctx, rec.ID, markerStopped, at); merr != nil {
+			err = fmt.Errorf("%w; and marking it stopped: %v", err, merr)
+		}
+		return true, fmt.Errorf("sandbox %s lost its namespaces: marked stopped, but its CNI DEL failed and is left to the removal: %w", rec.ID, err)
 	}
 	return true, nil
 }

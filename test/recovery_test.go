@@ -22,6 +22,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/migrations"
 )
@@ -76,6 +77,65 @@ func TestReboot(t *testing.T) {
 	}
 	d.requirePods(t, "after stopp and rmp")
 	d.assertNoLeaks(t)
+	d.stopClean(t)
+}
+
+// TestRecoveryHangingCNI restarts the daemon, after a crash during one
+// creation and a reboot under a created pod, with a CNI plugin whose calls
+// hang: the undo of the crashed creation (CNI DEL) and the DEL of the pod
+// that lost its namespaces cannot finish. Startup must not wait for them:
+// each is cancelled after undo_timeout and left to be done later (the
+// crashed creation by the journal's retries; the pod, marked NOTREADY, by
+// its removal). Once the plugin works again, nothing is left.
+func TestRecoveryHangingCNI(t *testing.T) {
+	t.Parallel()
+	const point = "sandbox-create/cni-attach/after-action"
+	d := startDaemon(t, daemonOptions{extraTOML: []string{`undo_timeout = "2s"`}})
+	uid := randomHex(t, 16)
+	created := d.mustRunp(t, podConfig(t, "hang-created", "e2e", uid, 0, false))
+	d.requireWholeSandbox(t, created)
+
+	d.stop(t)
+	d.mu.Lock()
+	d.opts.env = []string{failpoint.EnvVar + "=" + point + "=kill"}
+	d.mu.Unlock()
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	if id, _, err := d.runp(t, podConfig(t, "hang-crashed", "e2e", uid, 0, false)); err == nil {
+		t.Fatalf("crictl runp returned sandbox %s: the daemon did not crash at %s", id, point)
+	}
+	d.requireKilledAt(t, point, 10*time.Second)
+	adds := d.addedIDs(t)
+	crashed := adds[len(adds)-1]
+	d.simulateReboot(t)
+
+	d.slowCNI(t, time.Hour)
+	start := time.Now()
+	d.restartUnarmed(t)
+	t.Logf("the daemon served after %v with every CNI call hanging (undo_timeout 2s)", time.Since(start).Round(time.Millisecond))
+
+	d.requirePods(t, "after the restart", created)
+	d.requireState(t, created, "SANDBOX_NOTREADY")
+	recs := d.liveRecords(t)
+	i := slices.IndexFunc(recs, func(r journal.Record) bool { return r.ID == crashed })
+	if i < 0 {
+		t.Fatalf("the crashed creation %s is not in the journal after the restart, though its CNI DEL hung (records %v)", crashed, recs)
+	}
+	if r := recs[i]; r.State != journal.StateUndoing || r.HoldsName || len(r.FailedUndos()) == 0 ||
+		!strings.Contains(r.FailedUndos()[0].LastError, "undo_timeout") {
+		t.Errorf("the crashed creation after the restart: %s; want undoing, name released, its DEL failed by undo_timeout", describeSteps(r))
+	}
+
+	d.slowCNI(t, 0)
+	d.mustCrictl(t, "stopp", created)
+	d.mustCrictl(t, "rmp", created)
+	d.requirePods(t, "after rmp")
+	// The crashed creation's DEL is retried in the background (within the
+	// harness's 2s backoff cap).
+	d.waitNoLeaks(t, 10*time.Second)
+	if recs := d.liveRecords(t); len(recs) != 0 {
+		t.Errorf("the journal still holds %s", describeSteps(recs[0]))
+	}
 	d.stopClean(t)
 }
 

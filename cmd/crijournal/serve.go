@@ -87,6 +87,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		CacheTTL:     cfg.CacheTTL,
 		UndoRetryMin: cfg.UndoRetryMin,
 		UndoRetryMax: cfg.UndoRetryMax,
+		UndoTimeout:  cfg.UndoTimeout,
 		Registry:     registry,
 		Logger:       log,
 		Hooks:        m.JournalHooks(),
