@@ -26,7 +26,8 @@ type Options struct {
 	Concurrency int           // how many at a time
 	Image       string        // with an image, a container is created and started in each pod
 	Command     []string      // the container's command (default: sleep 3600)
-	Timeout     time.Duration // client timeout per request; 0: none. Timed-out requests are retried with the same name
+	Timeout     time.Duration // client timeout per request; 0: none. With one, failed requests are retried with the same name
+	MaxRetries  int           // with a Timeout, retries per request before the pod counts as failed (default 100)
 	Prefix      string        // pod name prefix, so runs do not collide
 	Progress    func(done, total int)
 }
@@ -75,6 +76,11 @@ type Report struct {
 	TimeToAllMs   float64        `json:"time_to_all_pods_ms"`
 	Failed        int            `json:"failed"`
 	RetriesTotal  int            `json:"retries_total"`
+	// Swept counts pods that no answered request returned, found by their label after
+	// the teardown (made by an abandoned or interrupted request) and removed.
+	Swept int `json:"swept"`
+	// TeardownErrors lists what could not be stopped or removed: left on the node.
+	TeardownErrors []string `json:"teardown_errors,omitempty"`
 	ErrorKinds    map[string]int `json:"error_kinds,omitempty"`
 	PerPod        []PodResult    `json:"per_pod,omitempty"`
 	samples       map[Op][]time.Duration
@@ -145,6 +151,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Command) == 0 {
 		o.Command = []string{"sleep", "3600"}
 	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = 100
+	}
 	conn, err := grpc.NewClient(o.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", o.Endpoint, err)
@@ -200,48 +209,91 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	close(work)
 	wg.Wait()
 	rep.TimeToAllPods = time.Since(start)
-	rep.PodsPerSecond = float64(o.Pods) / rep.TimeToAllPods.Seconds()
+	up := 0
+	for _, p := range rep.PerPod {
+		if p.Name != "" && p.Err == "" {
+			up++
+		}
+	}
+	rep.PodsPerSecond = float64(up) / rep.TimeToAllPods.Seconds()
 
 	// Tear down, also after an interrupt: with a context of its own.
 	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
 	defer ccancel()
-	ids := map[int]string{}
-	made.Range(func(k, v any) bool { ids[k.(int)] = v.(string); return true })
-	teardown := make(chan string)
-	var twg sync.WaitGroup
-	for range o.Concurrency {
-		twg.Add(1)
+	var ids []string
+	made.Range(func(_, v any) bool { ids = append(ids, v.(string)); return true })
+	rep.teardown(cctx, rt, ids, o.Concurrency, true)
+	// Then what no answered request returned: pods made by requests that were abandoned
+	// (client timeout) or interrupted, which the runtime finished all the same.
+	list, err := rt.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{LabelPrefix: o.Prefix}}})
+	if err != nil {
+		rep.TeardownErrors = append(rep.TeardownErrors, fmt.Sprintf("list the pods left: %v", err))
+	} else {
+		ids = ids[:0]
+		for _, sb := range list.GetItems() {
+			ids = append(ids, sb.GetId())
+		}
+		rep.Swept = len(ids)
+		rep.teardown(cctx, rt, ids, o.Concurrency, false)
+	}
+	rep.finish()
+	if ctx.Err() == nil && len(rep.TeardownErrors) > 0 {
+		return rep, fmt.Errorf("%d pods could not be cleaned up", len(rep.TeardownErrors))
+	}
+	return rep, ctx.Err()
+}
+
+// LabelPrefix is the label every pod of a run carries, with the run's prefix as value.
+const LabelPrefix = "io.crijournal.bench"
+
+// teardown stops and removes the sandboxes ids, concurrency at a time, measuring the
+// calls when measure is set, and recording what fails.
+func (r *Report) teardown(ctx context.Context, rt runtimeapi.RuntimeServiceClient, ids []string, concurrency int, measure bool) {
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Add(1)
 		go func() {
-			defer twg.Done()
-			for id := range teardown {
+			defer wg.Done()
+			for id := range work {
 				t := time.Now()
-				if _, err := rt.StopPodSandbox(cctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err == nil {
-					rep.add(OpStopPodSandbox, time.Since(t))
+				_, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
+				if err == nil && measure {
+					r.add(OpStopPodSandbox, time.Since(t))
 				}
 				t = time.Now()
-				if _, err := rt.RemovePodSandbox(cctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err == nil {
-					rep.add(OpRemovePodSandbox, time.Since(t))
+				if err == nil {
+					_, err = rt.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+				}
+				if err == nil && measure {
+					r.add(OpRemovePodSandbox, time.Since(t))
+				}
+				if err != nil {
+					r.mu.Lock()
+					r.TeardownErrors = append(r.TeardownErrors, fmt.Sprintf("%s: %v", id, err))
+					r.mu.Unlock()
 				}
 			}
 		}()
 	}
 	for _, id := range ids {
-		teardown <- id
+		work <- id
 	}
-	close(teardown)
-	twg.Wait()
-	rep.finish()
-	return rep, ctx.Err()
+	close(work)
+	wg.Wait()
 }
 
 // upPod brings one pod up, kubelet-style: a request that exceeds the client timeout is
-// abandoned and retried with the same name until it succeeds.
+// abandoned, and a failed request is retried with the same name until it succeeds (at
+// most MaxRetries times).
 func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i int, rep *Report) (PodResult, string) {
 	name := fmt.Sprintf("%s-%d", o.Prefix, i)
 	res := PodResult{Name: name}
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "bench", Uid: fmt.Sprintf("%s-uid-%d", o.Prefix, i)},
 		Hostname: name,
+		Labels:   map[string]string{LabelPrefix: o.Prefix},
 		// As a kubelet sends it for a pod without shareProcessNamespace.
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
@@ -250,6 +302,7 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 	start := time.Now()
 	var id string
 	retry := func(op Op, call func(context.Context) error) error {
+		attempts := 0
 		for {
 			rctx, cancel := ctx, context.CancelFunc(func() {})
 			if o.Timeout > 0 {
@@ -266,11 +319,12 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 				return ctx.Err()
 			}
 			res.Errors = append(res.Errors, status.Convert(err).Code().String()+": "+status.Convert(err).Message())
-			if o.Timeout == 0 || !retryable(err) {
+			if o.Timeout == 0 || attempts >= o.MaxRetries {
 				return err
 			}
+			attempts++
 			res.Retries++
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(retryDelay(err))
 		}
 	}
 	err := retry(OpRunPodSandbox, func(c context.Context) error {
@@ -309,8 +363,18 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 	return res, id
 }
 
-// retryable reports whether a kubelet would retry after err: timeouts and names still
-// reserved by an earlier attempt.
+// retryDelay is the pause before the retry of a request that failed with err: short after
+// a timeout or a name still reserved by the abandoned attempt (the kubelet's next sync
+// comes soon), longer after any other failure, as a kubelet backs off.
+func retryDelay(err error) time.Duration {
+	if retryable(err) {
+		return 100 * time.Millisecond
+	}
+	return time.Second
+}
+
+// retryable reports whether err is what an abandoned attempt leaves behind: a timeout, or
+// the name still reserved by the abandoned attempt.
 func retryable(err error) bool {
 	msg := err.Error()
 	return slices.ContainsFunc([]string{"DeadlineExceeded", "deadline exceeded", "is reserved", "Canceled"},

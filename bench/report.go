@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"text/tabwriter"
 )
@@ -29,8 +31,37 @@ func (r *Report) WriteTable(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "pods per second: %.1f; time to all pods: %.0f ms; failed: %d; retries: %d\n",
 		r.PodsPerSecond, r.TimeToAllMs, r.Failed, r.RetriesTotal)
-	for kind, n := range r.ErrorKinds {
-		fmt.Fprintf(w, "  errors %q: %d\n", kind, n)
+	kinds := make([]string, 0, len(r.ErrorKinds))
+	for kind := range r.ErrorKinds {
+		kinds = append(kinds, kind)
+	}
+	sort.Strings(kinds)
+	for _, kind := range kinds {
+		fmt.Fprintf(w, "  errors %q: %d\n", kind, r.ErrorKinds[kind])
+	}
+	// Per pod, those that met errors: how many retries, and which errors.
+	for _, p := range r.PerPod {
+		if len(p.Errors) == 0 {
+			continue
+		}
+		counts := map[string]int{}
+		for _, e := range p.Errors {
+			counts[classify(e)]++
+		}
+		fmt.Fprintf(w, "  pod %s: %d retries", p.Name, p.Retries)
+		for _, kind := range slices.Sorted(maps.Keys(counts)) {
+			fmt.Fprintf(w, "; %q x%d", kind, counts[kind])
+		}
+		if p.Err != "" {
+			fmt.Fprintf(w, "; FAILED: %s", p.Err)
+		}
+		fmt.Fprintln(w)
+	}
+	if r.Swept > 0 {
+		fmt.Fprintf(w, "pods made by abandoned requests, found and removed after the run: %d\n", r.Swept)
+	}
+	for _, e := range r.TeardownErrors {
+		fmt.Fprintf(w, "NOT CLEANED UP: %s\n", e)
 	}
 }
 

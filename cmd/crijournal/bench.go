@@ -25,8 +25,11 @@ func newBenchCommand() *cobra.Command {
 created and started in each), then stops and removes everything it made, also when
 interrupted. It reports latency percentiles per operation and pods per second.
 With --client-timeout it behaves like a kubelet: a request that takes longer is
-abandoned and retried with the same name until it succeeds, and the report counts
-the retries and errors each pod took, and the time until every pod was returned.`,
+abandoned, and a failed request is retried with the same name until it succeeds (at
+most --max-retries times); the report counts the retries and errors each pod took,
+and the time until every pod was returned. After the teardown, pods that no answered
+request returned (finished by the runtime after their request was abandoned) are
+found by their label and removed too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -56,6 +59,7 @@ the retries and errors each pod took, and the time until every pod was returned.
 	f.StringVar(&o.Image, "image", "", "create and start a container of this image in each pod")
 	f.StringSliceVar(&o.Command, "command", nil, "container command (default sleep 3600)")
 	f.DurationVar(&o.Timeout, "client-timeout", 0, "abandon and retry requests that take longer, like a kubelet (0: no timeout)")
+	f.IntVar(&o.MaxRetries, "max-retries", 100, "with --client-timeout, retries of a failed request before its pod counts as failed")
 	f.StringVar(&o.Prefix, "prefix", "", "pod name prefix (default bench-<unix time>)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

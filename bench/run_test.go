@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// fakeRuntime is a CRI runtime service in memory, for the tests of Run. Like containerd,
+// it finishes the work of a request its client abandoned: the sandbox exists (and is
+// listed) though nobody got its ID.
+type fakeRuntime struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+
+	// abandonFirst: the first attempt of every pod makes a sandbox and then blocks until
+	// its client gives up.
+	abandonFirst bool
+	// failing: pods of these names always fail with InvalidArgument.
+	failing map[string]bool
+
+	mu        sync.Mutex
+	attempts  map[string]int
+	sandboxes map[string]*runtimeapi.PodSandbox
+	seq       int
+}
+
+func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{RuntimeName: "fake", RuntimeVersion: "1"}, nil
+}
+
+func (f *fakeRuntime) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
+	name := req.GetConfig().GetMetadata().GetName()
+	f.mu.Lock()
+	f.attempts[name]++
+	first := f.attempts[name] == 1
+	if f.failing[name] {
+		f.mu.Unlock()
+		return nil, status.Error(codes.InvalidArgument, "this pod is refused")
+	}
+	f.seq++
+	id := fmt.Sprintf("sb-%d", f.seq)
+	f.sandboxes[id] = &runtimeapi.PodSandbox{Id: id, Labels: req.GetConfig().GetLabels(),
+		Metadata: &runtimeapi.PodSandboxMetadata{Name: name}}
+	f.mu.Unlock()
+	if first && f.abandonFirst {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+func (f *fakeRuntime) StopPodSandbox(context.Context, *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (f *fakeRuntime) RemovePodSandbox(_ context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.sandboxes, req.GetPodSandboxId())
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+func (f *fakeRuntime) ListPodSandbox(_ context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	resp := &runtimeapi.ListPodSandboxResponse{}
+next:
+	for _, sb := range f.sandboxes {
+		for k, v := range req.GetFilter().GetLabelSelector() {
+			if sb.Labels[k] != v {
+				continue next
+			}
+		}
+		resp.Items = append(resp.Items, sb)
+	}
+	return resp, nil
+}
+
+func (f *fakeRuntime) left() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.sandboxes)
+}
+
+// serveFake serves f on a unix socket and returns its endpoint.
+func serveFake(t *testing.T, f *fakeRuntime) string {
+	t.Helper()
+	f.attempts = map[string]int{}
+	f.sandboxes = map[string]*runtimeapi.PodSandbox{}
+	sock := filepath.Join(t.TempDir(), "cri.sock")
+	lis, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(g, f)
+	go g.Serve(lis)
+	t.Cleanup(g.Stop)
+	return "unix://" + sock
+}
+
+func TestRun(t *testing.T) {
+	tests := []struct {
+		name         string
+		fake         *fakeRuntime
+		opts         Options
+		cancelAfter  int // cancel the run once this many pods are up (0: never)
+		wantErr      error
+		wantFailed   int
+		wantRetries  int
+		wantSwept    int
+		wantInReport []string
+	}{
+		{name: "abandoned first attempts: retried, and what they made is swept",
+			fake: &fakeRuntime{abandonFirst: true},
+			opts: Options{Pods: 4, Concurrency: 2, Timeout: 100 * time.Millisecond},
+			// One retry per pod; the sandboxes the abandoned attempts made are removed.
+			wantRetries: 4, wantSwept: 4,
+			wantInReport: []string{"pod bench-test-0: 1 retries; \"DeadlineExceeded\" x1", "found and removed after the run: 4"}},
+		{name: "a pod that always fails: retried MaxRetries times, then failed",
+			fake: &fakeRuntime{failing: map[string]bool{"bench-test-1": true}},
+			opts: Options{Pods: 3, Concurrency: 3, Timeout: time.Second, MaxRetries: 2},
+			wantFailed: 1, wantRetries: 2,
+			wantInReport: []string{"pod bench-test-1: 2 retries", "FAILED: rpc error: code = InvalidArgument"}},
+		{name: "interrupted: everything made is removed",
+			fake:        &fakeRuntime{abandonFirst: true},
+			opts:        Options{Pods: 20, Concurrency: 1, Timeout: 50 * time.Millisecond},
+			cancelAfter: 2, wantErr: context.Canceled, wantRetries: -1, wantSwept: -1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			o := tt.opts
+			o.Endpoint = serveFake(t, tt.fake)
+			o.Prefix = "bench-test"
+			o.Progress = func(done, total int) {
+				if tt.cancelAfter > 0 && done >= tt.cancelAfter {
+					cancel()
+				}
+			}
+			rep, err := Run(ctx, o)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("Run = %v, want %v", err, tt.wantErr)
+			}
+			if n := tt.fake.left(); n != 0 {
+				t.Errorf("%d sandboxes left on the runtime after the run", n)
+			}
+			if len(rep.TeardownErrors) != 0 {
+				t.Errorf("teardown errors: %v", rep.TeardownErrors)
+			}
+			if rep.Failed != tt.wantFailed {
+				t.Errorf("failed = %d, want %d", rep.Failed, tt.wantFailed)
+			}
+			if tt.wantRetries >= 0 && rep.RetriesTotal != tt.wantRetries {
+				t.Errorf("retries = %d, want %d (per pod %+v)", rep.RetriesTotal, tt.wantRetries, rep.PerPod)
+			}
+			if tt.wantSwept >= 0 && rep.Swept != tt.wantSwept {
+				t.Errorf("swept = %d, want %d", rep.Swept, tt.wantSwept)
+			}
+			if want := float64(o.Pods-tt.wantFailed) / rep.TimeToAllPods.Seconds(); tt.cancelAfter == 0 && rep.PodsPerSecond != want {
+				t.Errorf("pods per second = %v, want the %d pods up over the run's time: %v", rep.PodsPerSecond, o.Pods-tt.wantFailed, want)
+			}
+			var table bytes.Buffer
+			rep.WriteTable(&table)
+			for _, want := range tt.wantInReport {
+				if !strings.Contains(table.String(), want) {
+					t.Errorf("the table lacks %q:\n%s", want, table.String())
+				}
+			}
+		})
+	}
+}
