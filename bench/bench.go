@@ -65,26 +65,26 @@ type PodResult struct {
 
 // Report is a run's outcome.
 type Report struct {
-	Endpoint      string         `json:"endpoint"`
-	Runtime       string         `json:"runtime"`
-	Pods          int            `json:"pods"`
-	Concurrency   int            `json:"concurrency"`
-	ClientTimeout string         `json:"client_timeout,omitempty"`
-	Ops           map[Op]Stats   `json:"ops"`
-	PodsPerSecond float64        `json:"pods_per_second"`
-	TimeToAllPods time.Duration  `json:"-"`
-	TimeToAllMs   float64        `json:"time_to_all_pods_ms"`
-	Failed        int            `json:"failed"`
-	RetriesTotal  int            `json:"retries_total"`
+	Endpoint      string        `json:"endpoint"`
+	Runtime       string        `json:"runtime"`
+	Pods          int           `json:"pods"`
+	Concurrency   int           `json:"concurrency"`
+	ClientTimeout string        `json:"client_timeout,omitempty"`
+	Ops           map[Op]Stats  `json:"ops"`
+	PodsPerSecond float64       `json:"pods_per_second"`
+	TimeToAllPods time.Duration `json:"-"`
+	TimeToAllMs   float64       `json:"time_to_all_pods_ms"`
+	Failed        int           `json:"failed"`
+	RetriesTotal  int           `json:"retries_total"`
 	// Swept counts pods that no answered request returned, found by their label after
 	// the teardown (made by an abandoned or interrupted request) and removed.
 	Swept int `json:"swept"`
 	// TeardownErrors lists what could not be stopped or removed: left on the node.
-	TeardownErrors []string `json:"teardown_errors,omitempty"`
-	ErrorKinds    map[string]int `json:"error_kinds,omitempty"`
-	PerPod        []PodResult    `json:"per_pod,omitempty"`
-	samples       map[Op][]time.Duration
-	mu            sync.Mutex
+	TeardownErrors []string       `json:"teardown_errors,omitempty"`
+	ErrorKinds     map[string]int `json:"error_kinds,omitempty"`
+	PerPod         []PodResult    `json:"per_pod,omitempty"`
+	samples        map[Op][]time.Duration
+	mu             sync.Mutex
 }
 
 func (r *Report) add(op Op, d time.Duration) {
