@@ -29,6 +29,8 @@ type fakeRuntime struct {
 	abandonFirst bool
 	// failing: pods of these names always fail with InvalidArgument.
 	failing map[string]bool
+	// delay: every RunPodSandbox takes this long.
+	delay time.Duration
 
 	mu        sync.Mutex
 	attempts  map[string]int
@@ -42,6 +44,7 @@ func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*run
 
 func (f *fakeRuntime) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	name := req.GetConfig().GetMetadata().GetName()
+	time.Sleep(f.delay)
 	f.mu.Lock()
 	f.attempts[name]++
 	first := f.attempts[name] == 1
@@ -181,5 +184,37 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestCompare(t *testing.T) {
+	slow, fast := &fakeRuntime{delay: 50 * time.Millisecond}, &fakeRuntime{}
+	o := Options{Endpoint: serveFake(t, slow), Pods: 3, Concurrency: 1, Prefix: "cmp"}
+	c, err := Compare(context.Background(), o, serveFake(t, fast), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.left() != 0 || fast.left() != 0 {
+		t.Errorf("sandboxes left: %d on the endpoint, %d on the baseline", slow.left(), fast.left())
+	}
+	r, ok := c.Ratios[OpRunPodSandbox]
+	if !ok || len(r.PerRound) != 3 || len(c.Runs) != 3 {
+		t.Fatalf("ratios %+v over %d rounds, want 3 rounds of RunPodSandbox", r, len(c.Runs))
+	}
+	for i, pair := range c.Runs {
+		if pair[0].Endpoint != o.Endpoint || pair[1].Endpoint == o.Endpoint {
+			t.Errorf("round %d ran on %s and %s", i, pair[0].Endpoint, pair[1].Endpoint)
+		}
+		if want := float64(pair[0].Ops[OpRunPodSandbox].P50) / float64(pair[1].Ops[OpRunPodSandbox].P50); r.PerRound[i] != want {
+			t.Errorf("round %d ratio %v, want p50 %v / %v", i, r.PerRound[i], pair[0].Ops[OpRunPodSandbox].P50, pair[1].Ops[OpRunPodSandbox].P50)
+		}
+	}
+	if r.Median != median(r.PerRound) || r.Median <= 1 {
+		t.Errorf("median ratio %v of %v: want their median, above 1 (the endpoint sleeps 50ms a call)", r.Median, r.PerRound)
+	}
+	var table bytes.Buffer
+	c.WriteTable(&table)
+	if !strings.Contains(table.String(), "RunPodSandbox") {
+		t.Errorf("table:\n%s", table.String())
 	}
 }

@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"text/tabwriter"
+)
+
+// Comparison is the outcome of Compare: the same workload run on two endpoints in
+// alternation, and the ratio of their latencies.
+type Comparison struct {
+	Endpoint string `json:"endpoint"`
+	Baseline string `json:"baseline"`
+	// Runs holds each round's reports: [endpoint, baseline].
+	Runs [][2]*Report `json:"runs"`
+	// Ratios holds, per operation, endpoint p50 / baseline p50 of each round, and their
+	// median under "median".
+	Ratios map[Op]RatioStats `json:"ratios"`
+}
+
+// RatioStats are the per-round ratios of one operation's p50 and their median.
+type RatioStats struct {
+	PerRound []float64 `json:"per_round"`
+	Median   float64   `json:"median"`
+}
+
+// Compare runs the workload o on o.Endpoint and on baseline, alternately, rounds times
+// each (endpoint first), and reports the ratio of their p50 latencies per operation: the
+// median of the per-round ratios. Alternating within one run keeps the machine's drift
+// out of the ratio, which is what the comparison of two configurations of one runtime
+// (the journal's fsync on and off, say) needs.
+func Compare(ctx context.Context, o Options, baseline string, rounds int) (*Comparison, error) {
+	if rounds <= 0 {
+		return nil, fmt.Errorf("rounds must be positive")
+	}
+	cmp := &Comparison{Endpoint: o.Endpoint, Baseline: baseline, Ratios: map[Op]RatioStats{}}
+	prefix := o.Prefix
+	for round := range rounds {
+		var pair [2]*Report
+		for i, endpoint := range []string{o.Endpoint, baseline} {
+			ro := o
+			ro.Endpoint = endpoint
+			if prefix != "" {
+				ro.Prefix = fmt.Sprintf("%s-r%d-%d", prefix, round, i)
+			}
+			rep, err := Run(ctx, ro)
+			if err != nil {
+				return cmp, fmt.Errorf("round %d on %s: %w", round+1, endpoint, err)
+			}
+			pair[i] = rep
+		}
+		cmp.Runs = append(cmp.Runs, pair)
+	}
+	for op := range cmp.Runs[0][0].Ops {
+		var rs RatioStats
+		for _, pair := range cmp.Runs {
+			a, b := pair[0].Ops[op], pair[1].Ops[op]
+			if b.P50 > 0 {
+				rs.PerRound = append(rs.PerRound, float64(a.P50)/float64(b.P50))
+			}
+		}
+		if len(rs.PerRound) > 0 {
+			rs.Median = median(rs.PerRound)
+			cmp.Ratios[op] = rs
+		}
+	}
+	return cmp, nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// WriteTable prints the comparison for people: per operation, the p50 of each side in
+// each round, and the median ratio.
+func (c *Comparison) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "endpoint %s against baseline %s, %d rounds, alternating\n", c.Endpoint, c.Baseline, len(c.Runs))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "OPERATION\tP50 ms (endpoint / baseline, per round)\tRATIO per round\tMEDIAN RATIO\t")
+	ops := make([]string, 0, len(c.Ratios))
+	for op := range c.Ratios {
+		ops = append(ops, string(op))
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		var p50s, ratios string
+		for i, pair := range c.Runs {
+			if i > 0 {
+				p50s += ", "
+				ratios += ", "
+			}
+			p50s += fmt.Sprintf("%.1f/%.1f", pair[0].Ops[Op(op)].P50ms, pair[1].Ops[Op(op)].P50ms)
+		}
+		for i, r := range c.Ratios[Op(op)].PerRound {
+			if i > 0 {
+				ratios += ", "
+			}
+			ratios += fmt.Sprintf("%.2f", r)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t\n", op, p50s, ratios, c.Ratios[Op(op)].Median)
+	}
+	tw.Flush()
+}
+
+// WriteJSON prints the comparison for machines.
+func (c *Comparison) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(c)
+}
