@@ -292,6 +292,7 @@ func (j *Journal) ExpireCached(ctx context.Context) (int, error) {
 			j.opts.Hooks.Expired(rec)
 		}
 		if err := j.Rollback(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
+			j.log.Warn("cache expiry: undo failed, will retry", "id", rec.ID, "name", rec.Name, "kind", rec.Kind, "err", err)
 			errs = append(errs, err)
 		}
 	}
@@ -335,6 +336,7 @@ func (j *Journal) RetryUndos(ctx context.Context) (int, error) {
 			j.log.Info("undo retry succeeded, record gone", "id", id, "name", rec.Name, "kind", rec.Kind)
 		case errors.Is(err, ErrNotFound), errors.Is(err, ErrWrongState):
 		default:
+			j.log.Warn("undo retry failed, will retry", "id", id, "name", rec.Name, "kind", rec.Kind, "err", err)
 			errs = append(errs, err)
 		}
 	}
@@ -395,12 +397,9 @@ func (j *Journal) Maintain(ctx context.Context, interval time.Duration) {
 			case <-timer.C:
 			}
 		}
-		if _, err := j.ExpireCached(ctx); err != nil {
-			j.log.Warn("cache expiry: undo failed, will retry", "err", err)
-		}
-		if _, err := j.RetryUndos(ctx); err != nil {
-			j.log.Warn("undo retry failed, will retry", "err", err)
-		}
+		// Failures are logged per record by both, and retried on a later pass.
+		_, _ = j.ExpireCached(ctx)
+		_, _ = j.RetryUndos(ctx)
 		nextPass = time.Now().Add(interval)
 	}
 }

@@ -144,7 +144,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 		return nil, err
 	}
 	if err := s.recordExit(ctx, c); err != nil {
-		s.log.Warn("container exit not readable", "id", c.rec.ID, "err", err)
+		s.log.Warn("container exit not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
 	}
 	if c, err = s.findContainer(c.rec.ID); err != nil {
 		return nil, err
@@ -183,7 +183,7 @@ func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContain
 	for _, rec := range recs {
 		c, err := decodeContainer(rec)
 		if err != nil {
-			s.log.Warn("skipping undecodable container", "id", rec.ID, "err", err)
+			s.log.Warn("skipping undecodable container", "id", rec.ID, "name", rec.Name, "err", err)
 			continue
 		}
 		if f.GetState() != nil && f.GetState().GetState() != c.state() {
@@ -277,7 +277,7 @@ func (s *Server) OnContainerExit(id string) {
 		return // not ours, or not yet created: ContainerStatus will record it
 	}
 	if err := s.recordExit(context.Background(), c); err != nil {
-		s.log.Warn("container exit not recorded", "id", id, "err", err)
+		s.log.Warn("container exit not recorded", "id", id, "name", c.rec.Name, "err", err)
 		return
 	}
 	s.log.Info("container exited", "id", id, "name", c.rec.Name)

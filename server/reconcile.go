@@ -39,7 +39,7 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	}
 	if !lost {
 		if p := sb.obj.Namespaces[string(netns.PID)]; p != "" {
-			s.watchPause(rec.ID, p)
+			s.watchPause(rec.ID, rec.Name, p)
 		}
 		return false, nil
 	}

@@ -47,7 +47,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 				// fingerprint. Free the name, and say so; this request is refused like
 				// any other that finds the name taken by a different one.
 				s.log.Info("name reused by a different request: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name)
-				if err := s.rollback(ctx, h.ID); err != nil && !errors.As(err, new(*journal.UndoError)) {
+				if err := s.rollback(ctx, h); err != nil && !errors.As(err, new(*journal.UndoError)) {
 					return reservation{}, err
 				}
 				return reservation{}, status.Errorf(codes.AlreadyExists,
@@ -149,13 +149,13 @@ const undoTimeout = 2 * time.Minute
 // rollback undoes a record's steps on behalf of a request. An undo that fails leaves the
 // record to the journal's background retries and is logged, not returned as the request's
 // failure: the caller's own error says what went wrong.
-func (s *Server) rollback(ctx context.Context, id string) error {
+func (s *Server) rollback(ctx context.Context, rec journal.Record) error {
 	uctx, cancel := detached(ctx, undoTimeout)
 	defer cancel()
-	err := s.journal.Rollback(uctx, id)
+	err := s.journal.Rollback(uctx, rec.ID)
 	var uerr *journal.UndoError
 	if errors.As(err, &uerr) {
-		s.log.Warn("undo failed; the name is released and the undo will be retried", "id", id, "err", err)
+		s.log.Warn("undo failed; the name is released and the undo will be retried", "id", rec.ID, "name", rec.Name, "err", err)
 	}
 	return err
 }
@@ -193,6 +193,6 @@ func (s *Server) finish(ctx context.Context, flow, id string, object any) (journ
 // fail rolls back a creation that could not be finished and returns the step's error.
 func (s *Server) fail(ctx context.Context, rec journal.Record, stage string, err error) error {
 	s.log.Info("creation failed: rolling back", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "stage", stage, "err", err)
-	s.rollback(ctx, rec.ID)
+	s.rollback(ctx, rec)
 	return fmt.Errorf("%s %s: %s: %w", rec.Kind, rec.Name, stage, err)
 }

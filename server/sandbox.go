@@ -192,7 +192,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 				return nil, fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
 			}
 		} else if c.State == journal.StateCached {
-			s.rollback(ctx, c.ID)
+			s.rollback(ctx, c)
 		}
 	}
 	rctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
@@ -259,7 +259,7 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSand
 	for _, rec := range recs {
 		sb, err := decodeSandbox(rec)
 		if err != nil {
-			s.log.Warn("skipping undecodable sandbox", "id", rec.ID, "err", err)
+			s.log.Warn("skipping undecodable sandbox", "id", rec.ID, "name", rec.Name, "err", err)
 			continue
 		}
 		if f.GetState() != nil && f.GetState().GetState() != sb.state() {
@@ -289,7 +289,7 @@ func labelsMatch(labels, selector map[string]string) bool {
 // watchPause marks the sandbox not ready as soon as the pause process holding its shared
 // pid namespace exits while the sandbox lives (killed, say, by an OOM or a person), without
 // polling. The removal of the sandbox kills the pause itself: that exit is ignored.
-func (s *Server) watchPause(id, path string) {
+func (s *Server) watchPause(id, name, path string) {
 	err := netns.WatchPause(context.Background(), path, func() {
 		rec, err := s.journal.Get(id)
 		if err != nil || (rec.State != journal.StateCreated && rec.State != journal.StateCached) {
@@ -300,10 +300,10 @@ func (s *Server) watchPause(id, path string) {
 		}
 		s.log.Warn("the pause process of the sandbox exited: the sandbox is not ready", "id", id, "name", rec.Name)
 		if err := s.journal.SetMarker(context.Background(), id, markerPauseExited, now()); err != nil {
-			s.log.Warn("cannot mark the sandbox not ready", "id", id, "err", err)
+			s.log.Warn("cannot mark the sandbox not ready", "id", id, "name", rec.Name, "err", err)
 		}
 	})
 	if err != nil {
-		s.log.Warn("cannot watch the pause process; its exit will be noticed at the next start", "id", id, "err", err)
+		s.log.Warn("cannot watch the pause process; its exit will be noticed at the next start", "id", id, "name", name, "err", err)
 	}
 }

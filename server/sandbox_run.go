@@ -116,7 +116,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 				sb.Namespaces = map[string]string{}
 			}
 			sb.Namespaces[string(netns.PID)] = path
-			s.log.Debug("pause process started", "id", id, "pid", pid, "pidns", path)
+			s.log.Debug("pause process started", "id", id, "name", rec.Name, "pid", pid, "pidns", path)
 			return nil
 		})
 		if err != nil {
@@ -148,7 +148,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 
 	settled, err := s.finish(ctx, flowSandboxCreate, id, sb)
 	if p := sb.Namespaces[string(netns.PID)]; p != "" && (settled.State == journal.StateCreated || settled.State == journal.StateCached) {
-		s.watchPause(id, p)
+		s.watchPause(id, rec.Name, p)
 	}
 	if err != nil {
 		return nil, err

@@ -139,8 +139,7 @@ func TestInspectAndMetrics(t *testing.T) {
 		t.Errorf("claimed events = %v, want 1", got)
 	}
 	d.removePod(t, created)
-	d.stop(t)
-	d.assertNoLeaks(t)
+	d.stopClean(t)
 }
 
 // TestInspectCheckFindsDamage: `inspect --check` on a damaged journal exits non-zero and
@@ -200,4 +199,83 @@ func TestInspectCheckFindsDamage(t *testing.T) {
 	}
 	// Leave a sound journal for the cleanup.
 	os.WriteFile(path, good, 0o600)
+}
+
+// TestLogs runs a pod's life, with a duplicate request that waits on the
+// creation, under JSON logs at debug level: every line is JSON; every line
+// about the pod carries its ID and name; the stages are at debug and the
+// outcomes at info; the waiting request says once what it waits for.
+func TestLogs(t *testing.T) {
+	t.Parallel()
+	// JSON through the environment, which overrides the file's text (debug level).
+	d := startDaemon(t, daemonOptions{env: []string{"CRIJOURNAL_LOG_FORMAT=json"}})
+	uid := randomHex(t, 16)
+	pod := podConfig(t, "logs", "e2e", uid, 0, false)
+	name := "k8s_logs_e2e_" + uid + "_0" // the sandbox's name, as the kubelet's would be
+	d.slowCNI(t, 2*time.Second)
+	first := d.runpBackground(t, pod)
+	d.waitADD(t, 1, 5*time.Second)
+	d.slowCNI(t, 0)
+	dupID := d.mustRunp(t, pod) // waits for the creation, then gets it
+	r := <-first
+	if r.err != nil {
+		t.Fatalf("the first runp: %v: %s", r.err, r.stderr)
+	}
+	id := lastLine(r.stdout)
+	if dupID != id {
+		t.Fatalf("the duplicate got %s, the first %s", dupID, id)
+	}
+	d.removePod(t, id)
+	d.stopClean(t)
+
+	type line struct {
+		Level, Msg, ID, Name, Stage string
+	}
+	var about []line
+	waits := 0
+	for raw := range strings.Lines(d.logOfStart(1)) {
+		raw = strings.TrimSpace(raw)
+		if raw == "" || strings.HasPrefix(raw, "=== e2e:") {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(raw), &m); err != nil {
+			t.Errorf("a log line is not JSON: %s", raw)
+			continue
+		}
+		str := func(k string) string { s, _ := m[k].(string); return s }
+		l := line{Level: str("level"), Msg: str("msg"), ID: str("id"), Name: str("name"), Stage: str("stage")}
+		if l.Msg == "name in progress: waiting" && l.Name == name {
+			waits++
+			if m["for"] == nil || l.Stage == "" {
+				t.Errorf("the waiting line does not say what it waits for and how long: %s", raw)
+			}
+		}
+		if l.ID != id {
+			continue
+		}
+		about = append(about, l)
+		if l.Name != name {
+			t.Errorf("a line about sandbox %s lacks its name %q: %s", id, name, raw)
+		}
+	}
+	if waits != 1 {
+		t.Errorf("the duplicate request logged %d waiting lines, want exactly one", waits)
+	}
+	levels := map[string]string{}
+	for _, l := range about {
+		if l.Msg == "stage" {
+			levels["stage "+l.Stage] = l.Level
+		} else {
+			levels[l.Msg] = l.Level
+		}
+	}
+	for msg, want := range map[string]string{
+		"pod sandbox created": "INFO", "pod sandbox stopped": "INFO", "pod sandbox removed": "INFO",
+		"stage sandbox network creation": "DEBUG",
+	} {
+		if got := levels[msg]; got != want {
+			t.Errorf("%q logged at %q, want %s (lines about the pod: %v)", msg, got, want, levels)
+		}
+	}
 }

@@ -319,8 +319,7 @@ func TestPidNamespaceShared(t *testing.T) {
 	d.requireNoPause(t, podID, "after rmp", 10*time.Second)
 	d.requireNoPidnsPins(t)
 	d.assertNoLeaks(t)
-	d.stop(t)
-	d.assertNoLeaks(t)
+	d.stopClean(t)
 }
 
 // TestPidNamespaceNotShared runs a pod that does not share its pid namespace
@@ -356,8 +355,7 @@ func TestPidNamespaceNotShared(t *testing.T) {
 	d.removePod(t, podID)
 	d.requirePods(t, "after rmp")
 	d.requireNoPidnsPins(t)
-	d.stop(t)
-	d.assertNoLeaks(t)
+	d.stopClean(t)
 }
 
 // TestPidNamespaceCrash kills the daemon while a pod with a shared pid
@@ -493,6 +491,5 @@ func TestPidNamespacePauseDies(t *testing.T) {
 	d.mustCrictl(t, "stopp", podID)
 	d.mustCrictl(t, "rmp", podID)
 	d.requireNoPidnsPins(t)
-	d.stop(t)
-	d.assertNoLeaks(t)
+	d.stopClean(t)
 }
