@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"maps"
@@ -335,4 +336,158 @@ func TestNetworkFailures(t *testing.T) {
 		d.removePod(t, id)
 		d.stopClean(t)
 	})
+}
+
+// TestSandboxAPI checks what the kubelet reads back through the CRI: Version,
+// PodSandboxStatus (labels, annotations, creation time, and the journal's
+// view under verbose), ListPodSandbox with each of its filters, and a stopped
+// sandbox that stays stopped, with its markers in the journal, across a
+// restart.
+func TestSandboxAPI(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, daemonOptions{})
+	cri := d.cri(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+
+	v, err := cri.Version(ctx, &runtimeapi.VersionRequest{})
+	if err != nil || v.RuntimeName != "crijournal" || v.RuntimeApiVersion != "v1" || v.RuntimeVersion == "" {
+		t.Errorf("Version = %+v, %v; want runtime crijournal, a version, API v1", v, err)
+	}
+
+	run := func(name, app string) string {
+		t.Helper()
+		before := time.Now()
+		resp, err := cri.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: &runtimeapi.PodSandboxConfig{
+			Metadata:    &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "e2e", Uid: randomHex(t, 16)},
+			Hostname:    name,
+			Labels:      map[string]string{"app": app, "e2e": "crijournal"},
+			Annotations: map[string]string{"note": "annotated " + name},
+			Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+				NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}}},
+		}})
+		if err != nil {
+			t.Fatalf("RunPodSandbox %s: %v", name, err)
+		}
+		st, err := cri.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: resp.PodSandboxId, Verbose: true})
+		if err != nil {
+			t.Fatalf("PodSandboxStatus %s: %v", name, err)
+		}
+		s := st.GetStatus()
+		if s.Labels["app"] != app || s.Annotations["note"] != "annotated "+name {
+			t.Errorf("status of %s: labels %v annotations %v", name, s.Labels, s.Annotations)
+		}
+		if created := time.Unix(0, s.CreatedAt); created.Before(before.Add(-time.Second)) || created.After(time.Now()) {
+			t.Errorf("status of %s: created at %v, not during the call (%v to now)", name, created, before)
+		}
+		var info struct {
+			Namespaces map[string]string `json:"namespaces"`
+			Journal    struct {
+				State string           `json:"state"`
+				Steps []map[string]any `json:"steps"`
+			} `json:"journal"`
+		}
+		if err := json.Unmarshal([]byte(st.Info["info"]), &info); err != nil {
+			t.Fatalf("verbose status of %s: info %q: %v", name, st.Info, err)
+		}
+		if info.Journal.State != "created" || len(info.Journal.Steps) < 2 || !isNamespace(info.Namespaces["net"]) {
+			t.Errorf("verbose status of %s: %s; want the created record, its steps, the pinned network namespace", name, st.Info["info"])
+		}
+		return resp.PodSandboxId
+	}
+	a, b, c := run("api-a", "one"), run("api-b", "one"), run("api-c", "two")
+	if _, err := cri.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: c}); err != nil {
+		t.Fatal(err)
+	}
+
+	list := func(f *runtimeapi.PodSandboxFilter) []string {
+		t.Helper()
+		resp, err := cri.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: f})
+		if err != nil {
+			t.Fatalf("ListPodSandbox %v: %v", f, err)
+		}
+		var ids []string
+		for _, item := range resp.Items {
+			ids = append(ids, item.Id)
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	sorted := func(ids ...string) []string { slices.Sort(ids); return ids }
+	ready := &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_READY}
+	notReady := &runtimeapi.PodSandboxStateValue{State: runtimeapi.PodSandboxState_SANDBOX_NOTREADY}
+	check := func(when string) {
+		t.Helper()
+		for _, tc := range []struct {
+			name   string
+			filter *runtimeapi.PodSandboxFilter
+			want   []string
+		}{
+			{"no filter", nil, sorted(a, b, c)},
+			{"by ID", &runtimeapi.PodSandboxFilter{Id: b}, []string{b}},
+			{"by ID prefix", &runtimeapi.PodSandboxFilter{Id: a[:13]}, []string{a}},
+			{"ready", &runtimeapi.PodSandboxFilter{State: ready}, sorted(a, b)},
+			{"not ready", &runtimeapi.PodSandboxFilter{State: notReady}, []string{c}},
+			{"label app=one", &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"app": "one"}}, sorted(a, b)},
+			{"label app=one, not ready", &runtimeapi.PodSandboxFilter{State: notReady, LabelSelector: map[string]string{"app": "one"}}, nil},
+			{"label no match", &runtimeapi.PodSandboxFilter{LabelSelector: map[string]string{"app": "three"}}, nil},
+		} {
+			if got := list(tc.filter); !slices.Equal(got, tc.want) {
+				t.Errorf("%s: ListPodSandbox %s = %v, want %v", when, tc.name, got, tc.want)
+			}
+		}
+	}
+	check("before the restart")
+
+	d.restart(t)
+	check("after the restart")
+	d.requireState(t, c, "SANDBOX_NOTREADY")
+	recs := d.liveRecords(t)
+	i := slices.IndexFunc(recs, func(r journal.Record) bool { return r.ID == c })
+	if i < 0 {
+		t.Fatalf("no record of the stopped sandbox %s", c)
+	}
+	for _, marker := range []string{"stopped", "network_stopped"} {
+		if _, ok := recs[i].Marker(marker); !ok {
+			t.Errorf("the stopped sandbox's record lacks the %q marker: %s", marker, describeSteps(recs[i]))
+		}
+	}
+	for _, id := range []string{a, b, c} {
+		d.removePod(t, id)
+	}
+	d.stopClean(t)
+}
+
+// TestNetworkTimeout: a CNI ADD that outlasts network_timeout is cut off; the
+// request fails with DeadlineExceeded naming the setting, the creation is
+// rolled back (nothing is left, not even the plugin), and the name is free.
+func TestNetworkTimeout(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, daemonOptions{networkTimeout: time.Second})
+	pod := podConfig(t, "nettimeout", "e2e", randomHex(t, 16), 0, false)
+	d.slowCNI(t, 30*time.Second)
+	result := d.runpBackground(t, pod)
+	d.waitADD(t, 1, 5*time.Second)
+	d.slowCNI(t, 0) // the ADD sleeps on; the DEL of the rollback will not
+	r := <-result
+	requireCode(t, "runp with a CNI ADD slower than network_timeout", r.err, r.stderr, "DeadlineExceeded")
+	if !strings.Contains(r.stderr, "network_timeout") {
+		t.Errorf("the error does not name network_timeout:\n%s", r.stderr)
+	}
+	t.Logf("runp failed after %v (network_timeout 1s, the ADD would have slept 30s)", r.elapsed.Round(time.Millisecond))
+	d.waitNoLeaks(t, 5*time.Second)
+	if recs := d.liveRecords(t); len(recs) != 0 {
+		t.Errorf("the journal still holds %s", describeSteps(recs[0]))
+	}
+	adds := d.addedIDs(t)
+	if len(adds) != 1 {
+		t.Fatalf("CNI ADD calls %v, want one", adds)
+	}
+	if procs := pluginProcesses(t, adds[0]); len(procs) != 0 {
+		t.Errorf("CNI plugin processes of the cut-off ADD still running: %v", procs)
+	}
+	id := d.mustRunp(t, pod)
+	d.requireWholeSandbox(t, id)
+	d.removePod(t, id)
+	d.stopClean(t)
 }

@@ -1,11 +1,16 @@
 package test
 
 import (
+	"context"
 	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -96,6 +101,25 @@ func TestTimeouts(t *testing.T) {
 		}
 		_, stderr, err := d.crictl(t, "inspectp", created)
 		requireCode(t, "inspectp of a cached sandbox", err, stderr, "NotFound")
+		// Stop and remove are refused too (straight to the socket: crictl
+		// asks for the status first), and change nothing.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cri := d.cri(t)
+		for call, err := range map[string]error{
+			"StopPodSandbox": func() error {
+				_, err := cri.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: created})
+				return err
+			}(),
+			"RemovePodSandbox": func() error {
+				_, err := cri.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: created})
+				return err
+			}(),
+		} {
+			if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), "not yet created") {
+				t.Errorf("%s of a cached sandbox = %v, want NotFound saying it is not yet created", call, err)
+			}
+		}
 
 		d.requireRetryGetsCached(t, pod, created, "the retry")
 	})
