@@ -96,7 +96,6 @@ func (c *Comparison) WriteTable(w io.Writer) {
 		for i, pair := range c.Runs {
 			if i > 0 {
 				p50s += ", "
-				ratios += ", "
 			}
 			p50s += fmt.Sprintf("%.1f/%.1f", pair[0].Ops[Op(op)].P50ms, pair[1].Ops[Op(op)].P50ms)
 		}

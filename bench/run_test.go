@@ -214,7 +214,8 @@ func TestCompare(t *testing.T) {
 	}
 	var table bytes.Buffer
 	c.WriteTable(&table)
-	if !strings.Contains(table.String(), "RunPodSandbox") {
-		t.Errorf("table:\n%s", table.String())
+	ratios := fmt.Sprintf("%.2f, %.2f, %.2f", r.PerRound[0], r.PerRound[1], r.PerRound[2])
+	if !strings.Contains(table.String(), "RunPodSandbox") || !strings.Contains(table.String(), ratios) {
+		t.Errorf("the table lacks the RunPodSandbox ratios %q:\n%s", ratios, table.String())
 	}
 }
