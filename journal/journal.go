@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"path/filepath"
 	"sync"
 	"time"
@@ -282,6 +283,55 @@ func (j *Journal) Check() []error {
 		problems = append(problems, err)
 	}
 	return problems
+}
+
+// CheckFile checks a journal file that no daemon has open, without loading it: bbolt's own
+// check and the journal's invariants, all problems listed, where Open would stop at the
+// first. A file bbolt cannot read at all is one problem. The error is for a file that
+// cannot be checked: missing, or locked by a daemon (ErrInUse).
+func CheckFile(path string, lockTimeout time.Duration) (problems []error, err error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("check journal %s: %w", path, err)
+	}
+	// bbolt's check walks the tree in a goroutine of its own (to rebuild the freelist,
+	// which is not stored), where a panic on a damaged page cannot be recovered: walk it
+	// here first, as Open does. When that walk fails, bbolt's check is skipped and only
+	// the journal's invariants are checked, as far as they can be read.
+	structural := preflight(path, Options{LockTimeout: lockTimeout})
+	if errors.Is(structural, ErrInUse) {
+		return nil, fmt.Errorf("check journal %s: %w (another crijournal holds it)", path, ErrInUse)
+	}
+	if structural != nil {
+		problems = append(problems, structural)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: lockTimeout, ReadOnly: true})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("check journal %s: %w (another crijournal holds it)", path, ErrInUse)
+	case err != nil && structural == nil:
+		return []error{fmt.Errorf("%w: bbolt cannot open the file: %v", ErrCorrupt, err)}, nil
+	case err != nil:
+		return problems, nil
+	}
+	defer db.Close()
+	// Damaged pages make bbolt panic, or fault on reads past the end of a truncated file.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			problems = append(problems, fmt.Errorf("%w: reading the file failed part way (%v); the problems above were found before", ErrCorrupt, p))
+		}
+	}()
+	if verr := db.View(func(tx *bolt.Tx) error {
+		if structural == nil {
+			for cerr := range tx.Check() {
+				problems = append(problems, cerr)
+			}
+		}
+		return checkInvariants(tx, &problems)
+	}); verr != nil {
+		problems = append(problems, verr)
+	}
+	return problems, nil
 }
 
 func checkInvariants(tx *bolt.Tx, problems *[]error) error {

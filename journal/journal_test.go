@@ -761,12 +761,63 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 			if !strings.Contains(err.Error(), path) {
 				t.Errorf("error %q does not name the file", err)
 			}
+			// CheckFile lists the damage instead, without panicking or writing.
+			if tt.want == ErrCorrupt {
+				problems, err := CheckFile(path, time.Second)
+				if err != nil || len(problems) == 0 {
+					t.Errorf("CheckFile of the damaged file = %v, %v; want its problems", problems, err)
+				}
+			}
 			after, _ := os.ReadFile(path)
 			if string(before) != string(after) {
-				t.Error("Open changed a file it refused")
+				t.Error("Open or CheckFile changed a file Open refused")
 			}
 		})
 	}
+}
+
+// TestCheckFileListsEveryProblem: where Open stops at the first problem, CheckFile lists
+// them all; it refuses a file a daemon holds, and passes a sound one.
+func TestCheckFileListsEveryProblem(t *testing.T) {
+	j, path := testJournal(t, Options{})
+	begin(t, j, "pod", time.Time{})
+	if _, err := CheckFile(path, 50*time.Millisecond); !errors.Is(err, ErrInUse) {
+		t.Fatalf("CheckFile of a file held open = %v, want ErrInUse", err)
+	}
+	j.Close()
+	if problems, err := CheckFile(path, time.Second); err != nil || len(problems) != 0 {
+		t.Fatalf("CheckFile of a sound file = %v, %v", problems, err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	badID := NewID()
+	db.Update(func(tx *bolt.Tx) error {
+		tx.Bucket(migrations.BucketRecords).Put([]byte(badID), []byte("{garbage"))
+		return tx.Bucket(migrations.BucketNames).Put(nameKey(KindSandbox, "ghost"), []byte(NewID()))
+	})
+	db.Close()
+	problems, err := CheckFile(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := fmt.Sprint(problems)
+	for _, want := range []string{badID, "ghost"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("CheckFile does not list the problem with %q: %v", want, problems)
+		}
+	}
+	if _, err := CheckFile(filepath.Join(t.TempDir(), "none.db"), time.Second); err == nil {
+		t.Error("CheckFile of a missing file succeeded")
+	}
+	// Sound again for testJournal's own check at cleanup.
+	db, _ = bolt.Open(path, 0o600, nil)
+	db.Update(func(tx *bolt.Tx) error {
+		tx.Bucket(migrations.BucketRecords).Delete([]byte(badID))
+		return tx.Bucket(migrations.BucketNames).Delete(nameKey(KindSandbox, "ghost"))
+	})
+	db.Close()
 }
 
 func scribble(t *testing.T, path string, off, n int64) {

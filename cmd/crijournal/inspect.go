@@ -163,14 +163,18 @@ func runCheck(ctx context.Context, src *recordSource, out io.Writer) error {
 	var problems []string
 	err := src.get(ctx, "/check", &problems)
 	if errors.Is(err, errDaemonDown) {
-		j, oerr := src.openFile()
-		if oerr != nil {
-			return fmt.Errorf("check failed: %w", oerr)
+		// The file itself, not through Open: Open refuses a damaged file at its first
+		// problem, and the check is to list them all.
+		found, cerr := journal.CheckFile(src.cfg.JournalFile(), src.cfg.JournalLockTimeout)
+		if errors.Is(cerr, journal.ErrInUse) {
+			_, cerr = src.openFile() // the same plain message as the other commands
 		}
-		for _, p := range j.Check() {
+		if cerr != nil {
+			return fmt.Errorf("check failed: %w", cerr)
+		}
+		for _, p := range found {
 			problems = append(problems, p.Error())
 		}
-		j.Close()
 	} else if err != nil {
 		return err
 	}
