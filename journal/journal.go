@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
