@@ -308,6 +308,13 @@ func (j *Journal) GetByName(kind Kind, name string) (Record, error) {
 // List returns copies of the records for which keep returns true (all when keep is nil),
 // oldest first.
 func (j *Journal) List(keep func(*Record) bool) []Record {
+	out, _ := j.WatchAll(keep)
+	return out
+}
+
+// WatchAll is List plus a channel closed at the next change of any record, taken together
+// so that no change is missed between the look and the wait (inspect --watch).
+func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <-chan struct{}) {
 	j.mu.Lock()
 	out := make([]Record, 0, len(j.byID))
 	for _, e := range j.byID {
@@ -315,9 +322,10 @@ func (j *Journal) List(keep func(*Record) bool) []Record {
 			out = append(out, e.rec.Clone())
 		}
 	}
+	changed = j.wake
 	j.mu.Unlock()
 	sortRecords(out)
-	return out
+	return out, changed
 }
 
 // Watch returns the record holding a name (found false when the name is free) and a

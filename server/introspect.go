@@ -16,12 +16,38 @@ func InspectSocket(criSocket string) string {
 }
 
 // InspectHandler serves the journal's view for `crijournal inspect` while the daemon holds
-// the file: GET /records (every record, JSON) and GET /check (bbolt's consistency check
-// and the journal's invariants, JSON list of problems).
+// the file: GET /records (every record, JSON), GET /watch (every record, then again after
+// each change: one JSON list per line, until the client goes away) and GET /check (bbolt's
+// consistency check and the journal's invariants, JSON list of problems).
 func (s *Server) InspectHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /records", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, s.journal.List(nil))
+	})
+	mux.HandleFunc("GET /watch", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/jsonl")
+		enc := json.NewEncoder(w)
+		flusher, _ := w.(http.Flusher)
+		for {
+			records, changed := s.journal.WatchAll(nil)
+			if err := enc.Encode(records); err != nil {
+				return // the client went away
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+			select {
+			case <-changed:
+			case <-r.Context().Done():
+				return
+			}
+			// A burst of changes (one creation is several) makes one snapshot.
+			select {
+			case <-time.After(watchCoalesce):
+			case <-r.Context().Done():
+				return
+			}
+		}
 	})
 	mux.HandleFunc("GET /check", func(w http.ResponseWriter, r *http.Request) {
 		problems := []string{}
@@ -32,6 +58,9 @@ func (s *Server) InspectHandler() http.Handler {
 	})
 	return mux
 }
+
+// watchCoalesce is how long GET /watch lets changes gather before its next snapshot.
+const watchCoalesce = 50 * time.Millisecond
 
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -207,6 +208,22 @@ func TestInspectCheckFindsDamage(t *testing.T) {
 	}
 	// Leave a sound journal for the cleanup.
 	os.WriteFile(path, good, 0o600)
+
+	// A file locked by a process that does not answer on the socket (a hung
+	// daemon): a plain message, after the lock timeout, not a hang.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, args := range [][]string{{}, {"--check"}} {
+		start := time.Now()
+		out, err := d.journalInspect(t, append(args, "--journal-lock-timeout", "300ms")...)
+		if err == nil || !strings.Contains(out, "locked by a running daemon, but nothing answers") {
+			t.Errorf("inspect %v of a journal locked by a silent process = %v, want a failure saying so:\n%s", args, err, out)
+		}
+		t.Logf("inspect %v gave up after %v: %s", args, time.Since(start).Round(time.Millisecond), strings.TrimSpace(out))
+	}
 }
 
 // TestLogs runs a pod's life, with a duplicate request that waits on the
@@ -286,4 +303,76 @@ func TestLogs(t *testing.T) {
 			t.Errorf("%q logged at %q, want %s (lines about the pod: %v)", msg, got, want, levels)
 		}
 	}
+}
+
+// TestInspectWatch follows the journal with `crijournal inspect --watch
+// --json` (one JSON list per change): a pod's creation and removal show up
+// as they happen, pushed by the daemon; when the daemon stops, the watch goes
+// on from the file.
+func TestInspectWatch(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, daemonOptions{})
+	cmd := exec.Command(daemonBinary(t), "inspect", "--watch", "--json", "--config", d.configPath)
+	cmd.Env = daemonEnv(nil)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	snapshots := make(chan []journal.Record, 100)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			var recs []journal.Record
+			if err := json.Unmarshal(sc.Bytes(), &recs); err != nil {
+				t.Errorf("inspect --watch --json printed a line that is not a JSON list: %s", sc.Text())
+				continue
+			}
+			snapshots <- recs
+		}
+		close(snapshots)
+	}()
+	// waitFor reads snapshots until one satisfies ok.
+	waitFor := func(what string, ok func([]journal.Record) bool) {
+		t.Helper()
+		timeout := time.After(10 * time.Second)
+		for {
+			select {
+			case recs, open := <-snapshots:
+				if !open {
+					t.Fatalf("inspect --watch ended while waiting for %s", what)
+				}
+				if ok(recs) {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("inspect --watch showed no %s within 10s", what)
+			}
+		}
+	}
+	waitFor("first snapshot", func([]journal.Record) bool { return true })
+
+	id := d.mustRunp(t, podConfig(t, "watched", "e2e", randomHex(t, 16), 0, false))
+	waitFor("created sandbox", func(recs []journal.Record) bool {
+		return len(recs) == 1 && recs[0].ID == id && recs[0].State == journal.StateCreated
+	})
+	d.removePod(t, id)
+	waitFor("empty journal after rmp", func(recs []journal.Record) bool { return len(recs) == 0 })
+
+	// The daemon stops: the watch goes on from the file (a snapshot a second).
+	d.mustRunp(t, podConfig(t, "watched-2", "e2e", randomHex(t, 16), 0, true))
+	waitFor("second sandbox", func(recs []journal.Record) bool { return len(recs) == 1 })
+	d.stop(t)
+	waitFor("snapshot from the file", func(recs []journal.Record) bool { return len(recs) == 1 })
+	waitFor("another snapshot from the file", func(recs []journal.Record) bool { return len(recs) == 1 })
+	d.restart(t)
+	for _, pod := range d.pods(t) {
+		d.removePod(t, pod)
+	}
+	waitFor("empty journal after the restart and rmp", func(recs []journal.Record) bool { return len(recs) == 0 })
+	d.stopClean(t)
 }

@@ -38,6 +38,8 @@ func newInspectCommand() *cobra.Command {
 		Long: `inspect shows the journal's records. While the daemon runs it asks the daemon over its
 inspection socket (inspect.sock beside the CRI socket); when the daemon is down it opens
 the journal file read-only. With an argument it shows one record with every step.
+--watch follows changes as the daemon makes them (with --json, one JSON list per
+change); while the daemon is down it reads the file every second.
 --check verifies the file (bbolt's check and the journal's invariants) and exits non-zero
 listing the problems.`,
 		Args: cobra.MaximumNArgs(1),
@@ -51,41 +53,19 @@ listing the problems.`,
 			if o.check {
 				return runCheck(cmd.Context(), src, out)
 			}
-			for {
-				records, err := src.records(cmd.Context())
-				if err != nil {
-					return err
-				}
-				records = filterRecords(records, o.states, o.kinds)
-				if o.watch {
-					fmt.Fprint(out, "\033[H\033[2J")
-					fmt.Fprintf(out, "%s  (%s)\n", time.Now().Format(time.TimeOnly), src.from)
-				}
-				if len(args) == 1 {
-					rec, err := pickRecord(records, args[0])
-					if err != nil && !o.watch {
-						return err
-					}
-					if err == nil {
-						printRecord(out, rec, o.asJSON)
-					}
-				} else {
-					printRecords(out, records, o.asJSON, time.Now())
-				}
-				if !o.watch {
-					return nil
-				}
-				select {
-				case <-cmd.Context().Done():
-					return nil
-				case <-time.After(time.Second):
-				}
+			if o.watch {
+				return runWatch(cmd.Context(), src, out, o, args)
 			}
+			records, err := src.records(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return render(out, filterRecords(records, o.states, o.kinds), o, args)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
-	f.BoolVar(&o.watch, "watch", false, "refresh every second until interrupted")
+	f.BoolVar(&o.watch, "watch", false, "follow changes live until interrupted (with --json: one JSON list per change)")
 	f.BoolVar(&o.check, "check", false, "verify the journal file and its invariants; exit non-zero on problems")
 	f.StringSliceVar(&o.states, "state", nil, "only records in these states (creating, ready, cached, created, undoing, removing)")
 	f.StringSliceVar(&o.kinds, "kind", nil, "only records of these kinds (sandbox, container)")
@@ -134,10 +114,15 @@ func (s *recordSource) get(ctx context.Context, path string, v any) error {
 func (s *recordSource) openFile() (*journal.Journal, error) {
 	j, err := journal.Open(s.cfg.JournalFile(), journal.Options{ReadOnly: true, LockTimeout: s.cfg.JournalLockTimeout})
 	if errors.Is(err, journal.ErrInUse) {
-		return nil, fmt.Errorf("the journal %s is locked by a running daemon, but nothing answers on %s: is the daemon hung, or using another socket?",
-			s.cfg.JournalFile(), s.socket)
+		return nil, s.lockedError()
 	}
 	return j, err
+}
+
+// lockedError says that the file is locked although no daemon answers on the socket.
+func (s *recordSource) lockedError() error {
+	return fmt.Errorf("the journal %s is locked by a running daemon, but nothing answers on %s: is the daemon hung, or using another socket? (%w)",
+		s.cfg.JournalFile(), s.socket, journal.ErrInUse)
 }
 
 func (s *recordSource) records(ctx context.Context) ([]journal.Record, error) {
@@ -159,6 +144,100 @@ func (s *recordSource) records(ctx context.Context) ([]journal.Record, error) {
 	return j.List(nil), nil
 }
 
+// stream follows the live daemon's records: fn gets every record at once, then again after
+// each change, until the daemon goes away (nil) or ctx ends. errDaemonDown: nothing answers.
+func (s *recordSource) stream(ctx context.Context, fn func([]journal.Record)) error {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://crijournal/watch", nil)
+	streaming := &http.Client{Transport: s.client.Transport} // no timeout: the stream lasts
+	resp, err := streaming.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return errDaemonDown
+		}
+		return fmt.Errorf("ask the daemon on %s: %w", s.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("ask the daemon on %s: %s", s.socket, resp.Status)
+	}
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var records []journal.Record
+		if err := dec.Decode(&records); err != nil {
+			return nil // the daemon stopped, or ctx ended
+		}
+		s.from = "live, from the daemon"
+		fn(records)
+	}
+}
+
+// runWatch shows the records, again at every change: pushed by the daemon while it runs;
+// read from the file every second while it is down (a daemon that starts is followed).
+func runWatch(ctx context.Context, src *recordSource, out io.Writer, o inspectOptions, args []string) error {
+	show := func(records []journal.Record) {
+		records = filterRecords(records, o.states, o.kinds)
+		if o.asJSON {
+			// One line per snapshot, for programs that follow it.
+			if len(args) == 1 {
+				rec, err := pickRecord(records, args[0])
+				records = nil
+				if err == nil {
+					records = []journal.Record{rec}
+				}
+			}
+			if records == nil {
+				records = []journal.Record{}
+			}
+			b, _ := json.Marshal(records)
+			fmt.Fprintf(out, "%s\n", b)
+			return
+		}
+		fmt.Fprint(out, "\033[H\033[2J")
+		fmt.Fprintf(out, "%s  (%s)\n", time.Now().Format(time.TimeOnly), src.from)
+		if err := render(out, records, o, args); err != nil {
+			fmt.Fprintln(out, err)
+		}
+	}
+	for ctx.Err() == nil {
+		err := src.stream(ctx, show)
+		if errors.Is(err, errDaemonDown) {
+			j, ferr := src.openFile()
+			switch {
+			case errors.Is(ferr, journal.ErrInUse):
+				// A daemon starting (recovering before it serves): look again soon.
+				if !o.asJSON {
+					fmt.Fprintln(out, ferr)
+				}
+			case ferr != nil:
+				return ferr
+			default:
+				src.from = "from " + src.cfg.JournalFile() + ", daemon down"
+				show(j.List(nil))
+				j.Close()
+			}
+		} else if err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	return nil
+}
+
+// render prints the records, or the one args names.
+func render(out io.Writer, records []journal.Record, o inspectOptions, args []string) error {
+	if len(args) == 1 {
+		rec, err := pickRecord(records, args[0])
+		if err != nil {
+			return err
+		}
+		return printRecord(out, rec, o.asJSON)
+	}
+	return printRecords(out, records, o.asJSON, time.Now())
+}
+
 func runCheck(ctx context.Context, src *recordSource, out io.Writer) error {
 	var problems []string
 	err := src.get(ctx, "/check", &problems)
@@ -167,7 +246,7 @@ func runCheck(ctx context.Context, src *recordSource, out io.Writer) error {
 		// problem, and the check is to list them all.
 		found, cerr := journal.CheckFile(src.cfg.JournalFile(), src.cfg.JournalLockTimeout)
 		if errors.Is(cerr, journal.ErrInUse) {
-			_, cerr = src.openFile() // the same plain message as the other commands
+			cerr = src.lockedError()
 		}
 		if cerr != nil {
 			return fmt.Errorf("check failed: %w", cerr)
