@@ -55,10 +55,14 @@ deps:
 		apt-get update -qq; \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	@if ! command -v crictl >/dev/null; then \
-		echo "deps: installing crictl $(CRICTL_VERSION) in $(TOOLS_BIN)"; \
+	@have="$$(crictl --version 2>/dev/null || true)"; \
+	if [ "$$have" != "crictl version $(CRICTL_VERSION)" ]; then \
+		echo "deps: installing crictl $(CRICTL_VERSION) in $(TOOLS_BIN) (found: $${have:-none})"; \
 		GOBIN=$(TOOLS_BIN) go install -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRICTL_VERSION)" \
 			sigs.k8s.io/cri-tools/cmd/crictl@$(CRICTL_VERSION); \
+		if [ "$$(command -v crictl)" != "$(TOOLS_BIN)/crictl" ]; then \
+			echo "deps: warning: $$(command -v crictl) comes first in PATH, not $(TOOLS_BIN)/crictl"; \
+		fi; \
 	fi
 
 build:
