@@ -283,6 +283,54 @@ func TestRollbackRunsUndosLIFOAndFreesName(t *testing.T) {
 	begin(t, j, "pod", time.Time{}) // the name is free
 }
 
+// TestRollbackOfAFinishedRecordIsDurableFirst: a rollback of a ready or cached record
+// commits "undoing" before its first undo runs. A crash during the undos must not leave
+// the record ready or cached on disk: recovery would cache it (or keep it) and hand the
+// half-undone resource to the retry.
+func TestRollbackOfAFinishedRecordIsDurableFirst(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		settle func(j *Journal, id string)
+	}{
+		{"ready", func(j *Journal, id string) { j.Ready(id, 1) }},
+		{"cached", func(j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var path string
+			var onDisk State
+			reg := NewRegistry()
+			reg.Register(kindA, func(ctx context.Context, rec Record, step Step) error {
+				// What a crash now would leave: a copy of the file as committed.
+				b, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				cp := filepath.Join(t.TempDir(), "crash.db")
+				os.WriteFile(cp, b, 0o600)
+				j2, err := Open(cp, Options{ReadOnly: true})
+				if err != nil {
+					return err
+				}
+				defer j2.Close()
+				r, err := j2.Get(rec.ID)
+				onDisk = r.State
+				return err
+			})
+			j, p := testJournal(t, Options{Registry: reg})
+			path = p
+			rec := begin(t, j, "pod", time.Time{})
+			step(t, j, rec.ID, kindA, "1")
+			tc.settle(j, rec.ID)
+			if err := j.Rollback(ctx, rec.ID); err != nil {
+				t.Fatal(err)
+			}
+			if onDisk != StateUndoing {
+				t.Errorf("during the first undo the file says %q, want %q", onDisk, StateUndoing)
+			}
+		})
+	}
+}
+
 // TestHangingUndoTimesOut: an undo that does not return is cancelled after UndoTimeout and
 // counts as failed (retried later); the undos after it still run, in a rollback, a
 // removal and UndoSteps alike.

@@ -122,10 +122,13 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		j.mu.Unlock()
 		close(finished)
 	}()
-	// A removal must be durable before anything is undone: a crash part way must find
-	// "removing", not a created record with half its resources gone. A rollback need not
-	// wait: a record still "creating" after a crash is rolled back all the same.
-	p, err := j.change(e, removal, func(r *Record) {
+	// The mark must be durable before anything is undone unless the record on disk is
+	// rolled back after a crash anyway: a crash part way must find "removing" or
+	// "undoing", not a created, ready or cached record (which recovery would keep, or
+	// cache, and hand out) with half its resources gone. Only a rollback of a record
+	// still "creating" (or already "undoing") need not wait.
+	durable := removal || (e.rec.State != StateCreating && e.rec.State != StateUndoing)
+	p, err := j.change(e, durable, func(r *Record) {
 		if removal {
 			r.State = StateRemoving
 		} else {

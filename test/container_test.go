@@ -1065,6 +1065,28 @@ var (
 		allowed: []crashOutcome{outcomeCached},
 	}
 
+	// rollbackContainerTrigger: CreateContainer whose last step fails (an
+	// injected error where the answer would be given), so the creation,
+	// runtime container and all, is rolled back at once and the crash hits
+	// the rollback. A failed creation can only end gone.
+	rollbackContainerTrigger = &crashTrigger{
+		how:        "crictl runp, then crictl create whose answer fails (container-create/before-answer=error)",
+		variant:    "container",
+		containers: true,
+		alsoArm:    "container-create/before-answer=error",
+		provoke: func(t *testing.T, d *daemon, pod string) string {
+			t.Helper()
+			d.pull(t, testImage)
+			podID := d.mustRunp(t, pod)
+			if id, _, err := d.create(t, nil, podID, crashContainerConfig(t, pod), pod); err == nil {
+				t.Fatalf("crictl create returned container %s although its answer fails", id)
+			}
+			return ""
+		},
+		settle:  settleContainer,
+		allowed: []crashOutcome{outcomeGone},
+	}
+
 	// removeContainerTrigger: RemoveContainer of a running container
 	// (crictl rm refuses one without -f, and -f stops it first, so the RPC
 	// is called directly). After the restart the removal must have been

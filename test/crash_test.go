@@ -65,6 +65,10 @@ type crashTrigger struct {
 	settle func(t *testing.T, d *daemon, pod, crashed string) crashOutcome
 	// allowed lists the outcomes that are correct for this trigger.
 	allowed []crashOutcome
+	// alsoArm arms more failure points (failpoint syntax) beside the crash
+	// point: an injected error that sends the request down the path of the
+	// crash point, say. "" when none.
+	alsoArm string
 	// containers: the flow is a container's. The daemon pulls the test
 	// image from a loopback registry and starts conmon through the tests'
 	// wrapper (conmonWrapper), the pod is a containerPod, and only
@@ -180,18 +184,25 @@ var crashMatrix = []crashCase{
 	{"sandbox-create", "sandbox-create/cni-attach/before-intent", createSandboxTrigger},
 	{"sandbox-create", "sandbox-create/cni-attach/after-intent", createSandboxTrigger},
 	{"sandbox-create", "sandbox-create/cni-attach/after-action", createSandboxTrigger},
+	{"sandbox-create", "sandbox-create/pause-process/before-intent", createSandboxTrigger},
+	{"sandbox-create", "sandbox-create/pause-process/after-intent", createSandboxTrigger},
+	{"sandbox-create", "sandbox-create/pause-process/after-action", createSandboxTrigger},
 	{"sandbox-create", "sandbox-create/before-answer", createSandboxTrigger},
 	{"sandbox-create", "sandbox-create/after-answer", createSandboxTrigger},
 	{"sandbox-create", "sandbox-create/after-answer", timedOutSandboxTrigger},
 
 	{"sandbox-remove", "journal/remove/cni-attach/before-undo", removeSandboxTrigger},
 	{"sandbox-remove", "journal/remove/cni-attach/after-undo", removeSandboxTrigger},
+	{"sandbox-remove", "journal/remove/pause-process/before-undo", removeSandboxTrigger},
+	{"sandbox-remove", "journal/remove/pause-process/after-undo", removeSandboxTrigger},
 	{"sandbox-remove", "journal/remove/netns-pin/before-undo", removeSandboxTrigger},
 	{"sandbox-remove", "journal/remove/netns-pin/after-undo", removeSandboxTrigger},
 	{"sandbox-remove", "journal/remove/before-forget", removeSandboxTrigger},
 
 	{"sandbox-rollback", "journal/rollback/cni-attach/before-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/cni-attach/after-undo", rollbackSandboxTrigger},
+	{"sandbox-rollback", "journal/rollback/pause-process/before-undo", rollbackSandboxTrigger},
+	{"sandbox-rollback", "journal/rollback/pause-process/after-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/netns-pin/before-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/netns-pin/after-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/before-forget", rollbackSandboxTrigger},
@@ -205,6 +216,12 @@ var crashMatrix = []crashCase{
 	{"container-create", "container-create/before-answer", createContainerTrigger},
 	{"container-create", "container-create/after-answer", createContainerTrigger},
 	{"container-create", "container-create/after-answer", timedOutContainerTrigger},
+
+	{"container-rollback", "journal/rollback/oci-container/before-undo", rollbackContainerTrigger},
+	{"container-rollback", "journal/rollback/oci-container/after-undo", rollbackContainerTrigger},
+	{"container-rollback", "journal/rollback/storage-container/before-undo", rollbackContainerTrigger},
+	{"container-rollback", "journal/rollback/storage-container/after-undo", rollbackContainerTrigger},
+	{"container-rollback", "journal/rollback/before-forget", rollbackContainerTrigger},
 
 	{"container-remove", "journal/remove/oci-container/before-undo", removeContainerTrigger},
 	{"container-remove", "journal/remove/oci-container/after-undo", removeContainerTrigger},
@@ -279,7 +296,11 @@ func TestCrashMatrix(t *testing.T) {
 // runCrashCase runs one row of the crash matrix and returns its outcome.
 func runCrashCase(t *testing.T, c crashCase) crashOutcome {
 	t.Helper()
-	opts := daemonOptions{env: []string{failpoint.EnvVar + "=" + c.point + "=kill"}}
+	armed := c.point + "=kill"
+	if c.trigger.alsoArm != "" {
+		armed += "," + c.trigger.alsoArm
+	}
+	opts := daemonOptions{env: []string{failpoint.EnvVar + "=" + armed}}
 	if c.trigger.containers {
 		opts.registries = startImageRegistry(t).mirror()
 		opts.conmonPath = conmonWrapper(t)
