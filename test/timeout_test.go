@@ -326,6 +326,40 @@ func TestCacheSurvivesRestart(t *testing.T) {
 	d.requireRetryGetsCached(t, pod, created, "the retry after the restart")
 }
 
+// TestCacheExpiresWhileDown: a cached sandbox whose expiry passes while the
+// daemon is down is rolled back by recovery at the next start, before the
+// socket is served: nothing of it is left when the daemon first answers, and
+// the retry gets a new sandbox.
+func TestCacheExpiresWhileDown(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, daemonOptions{cacheTTL: 8 * time.Second})
+	pod := podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
+	created := d.timeOut(t, pod)
+	d.waitNetworkDone(t, created, 2*slowADD)
+	d.stop(t)
+	recs := d.records(t)
+	if len(recs) != 1 || recs[0].State != journal.StateCached {
+		t.Fatalf("journal after the stop: %d records, want the cached %s", len(recs), created)
+	}
+	d.assertNoLeaks(t, created)
+	time.Sleep(time.Until(recs[0].Expiry) + 100*time.Millisecond)
+
+	d.restart(t)
+	d.assertNoLeaks(t)
+	if recs := d.liveRecords(t); len(recs) != 0 {
+		t.Errorf("after the restart the journal still holds %s", describeSteps(recs[0]))
+	}
+	if !strings.Contains(d.logOfStart(2), "cached record expired, rolling back") {
+		t.Errorf("recovery did not log the expiry of %s:\n%s", created, d.logOfStart(2))
+	}
+	id := d.mustRunp(t, pod)
+	if id == created {
+		t.Fatalf("the retry got the expired sandbox %s", id)
+	}
+	d.removePod(t, id)
+	d.stopClean(t)
+}
+
 // requireRetryGetsCached retries pod and requires the cached sandbox created: the same
 // ID, listed, ready and reachable, with no second CNI ADD; then removes it and checks that
 // the node and the journal are clean.
