@@ -1254,6 +1254,82 @@ func TestContainerSurvivesRestart(t *testing.T) {
 	d.stopClean(t)
 }
 
+// TestContainerReboot stops the daemon under a pod with a running and a
+// created container, and takes away what a reboot takes away: every process
+// (the containers' and their conmons), the runtime's and conmon's state on
+// tmpfs, the pinned namespaces and the veths. At the next start both
+// containers are reported exited, with exit code 255 and reason
+// ContainerStatusUnknown as the kubelet expects of a lost container, the pod
+// is NOTREADY, and all of it can be removed without leaks.
+func TestContainerReboot(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.containerPod(t, "rebooted", false)
+	podID := d.mustRunp(t, pod)
+	running := d.run(t, podID, containerConfig(t, "running", 0, sleeper), pod)
+	created := d.mustCreate(t, podID, containerConfig(t, "created", 0, sleeper), pod)
+	var pids []int
+	for _, id := range []string{running, created} {
+		out, err := exec.Command("runc", "--root", d.runcRoot(), "state", id).CombinedOutput()
+		var st struct {
+			Pid int `json:"pid"`
+		}
+		if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
+			t.Fatalf("runc state %s: %v\n%s", id, err, out)
+		}
+		pids = append(pids, st.Pid)
+	}
+	d.stop(t)
+
+	// The reboot: every process of the containers dies, /run is emptied.
+	for _, p := range conmonProcesses(d.ociStateDir) {
+		pids = append(pids, p.pid)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		// Gone, or a zombie (conmon's children are reaped by PID 1 late).
+		for syscall.Kill(pid, 0) == nil && !isZombie(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d survived SIGKILL", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for _, dir := range []string{d.runcRoot(), d.ociStateDir} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The containers' cgroups (empty now) go with the cgroup file systems.
+	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", d.cgroupParent, "*"))
+	for _, cg := range cgroups {
+		if st, err := os.Stat(cg); err == nil && st.IsDir() {
+			if err := syscall.Rmdir(cg); err != nil {
+				t.Fatalf("reboot: remove cgroup %s: %v", cg, err)
+			}
+		}
+	}
+	d.simulateReboot(t)
+
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	d.requireState(t, podID, "SANDBOX_NOTREADY")
+	for _, id := range []string{running, created} {
+		st := d.requireCtrState(t, id, "CONTAINER_EXITED")
+		if st.Status.ExitCode != 255 || st.Status.Reason != "ContainerStatusUnknown" || st.Status.FinishedAt == "" {
+			t.Errorf("container %s after the reboot: exit %d, reason %q, finished %q; want 255, ContainerStatusUnknown, a time",
+				id, st.Status.ExitCode, st.Status.Reason, st.Status.FinishedAt)
+		}
+	}
+	d.mustCrictl(t, "rm", running, created)
+	d.removePod(t, podID)
+	d.requirePs(t, "after rm and rmp")
+	d.stopClean(t)
+}
+
 // TestCrashDuringSlowConmon kills the daemon (SIGKILL), or stops it
 // (SIGTERM, which cuts the request off after its graceful stop timeout),
 // while a CreateContainer waits on a conmon that takes 6 s to start: conmon
@@ -1931,4 +2007,15 @@ func (d *daemon) waitConmonCall(t *testing.T, n int, within time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// isZombie reports whether pid has exited but not been reaped.
+func isZombie(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the state follows the last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
