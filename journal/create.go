@@ -25,15 +25,15 @@ type BeginRequest struct {
 // that record, so the caller can wait on it, claim it, or refuse.
 func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
 	if req.Kind != KindSandbox && req.Kind != KindContainer {
-		return Record{}, fmt.Errorf("begin: unknown kind %q", req.Kind)
+		return Record{}, fmt.Errorf("begin: unknown kind %q: %w", req.Kind, ErrInvalid)
 	}
 	if req.Name == "" {
-		return Record{}, fmt.Errorf("begin %s: empty name", req.Kind)
+		return Record{}, fmt.Errorf("begin %s: empty name: %w", req.Kind, ErrInvalid)
 	}
 	if req.ID == "" {
 		req.ID = newID()
 	} else if !ValidID(req.ID) {
-		return Record{}, fmt.Errorf("begin %s %q: id %q is not 64 lowercase hex", req.Kind, req.Name, req.ID)
+		return Record{}, fmt.Errorf("begin %s %q: id %q is not 64 lowercase hex: %w", req.Kind, req.Name, req.ID, ErrInvalid)
 	}
 	j.mu.Lock()
 	if holder, ok := j.byName[string(nameKey(req.Kind, req.Name))]; ok {

@@ -22,6 +22,9 @@ var (
 	ErrCorrupt = errors.New("database is corrupt")
 	// ErrClosed is returned by calls made after Close.
 	ErrClosed = errors.New("journal is closed")
+	// ErrInvalid is returned by Begin for a request it cannot record (unknown kind, empty
+	// name, malformed ID): a caller's mistake, not the journal's state.
+	ErrInvalid = errors.New("invalid request")
 	// ErrBusy is returned when an undo run for the record is already in progress.
 	ErrBusy = errors.New("an undo is already running for this record")
 )

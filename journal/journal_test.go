@@ -242,6 +242,48 @@ func TestIllegalTransitions(t *testing.T) {
 			run: func(j *Journal, id string) error { _, err := j.Intent(ctx, NewID(), "s", kindA, nil); return err }},
 		{name: "Remove of an unknown ID", want: ErrNotFound,
 			run: func(j *Journal, id string) error { return j.Remove(ctx, NewID()) }},
+		{name: "Answer of a created record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, true) },
+			run:   func(j *Journal, id string) error { _, err := j.Answer(ctx, id, true); return err }},
+		{name: "Answer of a cached record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) },
+			run:   func(j *Journal, id string) error { _, err := j.Answer(ctx, id, true); return err }},
+		{name: "Ready twice", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
+			run:   func(j *Journal, id string) error { return j.Ready(id, 2) }},
+		{name: "Remove of a ready record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
+			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
+		{name: "Remove of a cached record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) },
+			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
+		{name: "Remove of an undoing record", want: ErrWrongState,
+			setup: rollBackWithAFailedUndo,
+			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
+		{name: "Intent on a ready record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
+			run:   func(j *Journal, id string) error { _, err := j.Intent(ctx, id, "s", kindA, nil); return err }},
+		{name: "Intent on an undoing record", want: ErrWrongState,
+			setup: rollBackWithAFailedUndo,
+			run:   func(j *Journal, id string) error { _, err := j.Intent(ctx, id, "s", kindB, nil); return err }},
+		{name: "Claim of a created record", want: ErrWrongState,
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, true) },
+			run:   func(j *Journal, id string) error { _, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod"); return err }},
+		{name: "Begin of an unknown kind", want: ErrInvalid,
+			run: func(j *Journal, id string) error {
+				_, err := j.Begin(ctx, BeginRequest{Kind: "volume", Name: "v", Fingerprint: "f"})
+				return err
+			}},
+		{name: "Begin with an empty name", want: ErrInvalid,
+			run: func(j *Journal, id string) error {
+				_, err := j.Begin(ctx, BeginRequest{Kind: KindContainer, Fingerprint: "f"})
+				return err
+			}},
+		{name: "Begin with a malformed ID", want: ErrInvalid,
+			run: func(j *Journal, id string) error {
+				_, err := j.Begin(ctx, BeginRequest{Kind: KindContainer, Name: "c", ID: "../x", Fingerprint: "f"})
+				return err
+			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -259,6 +301,36 @@ func TestIllegalTransitions(t *testing.T) {
 				t.Errorf("a refused call changed the record (-before +after):\n%s", diff)
 			}
 		})
+	}
+}
+
+// rollBackWithAFailedUndo leaves the record undoing: a done step whose undo fails (the
+// test journals of TestIllegalTransitions register no undo).
+func rollBackWithAFailedUndo(t *testing.T, j *Journal, id string) {
+	t.Helper()
+	step(t, j, id, kindA, "1")
+	if err := j.Rollback(ctx, id); !errors.As(err, new(*UndoError)) {
+		t.Fatalf("Rollback = %v, want an UndoError", err)
+	}
+}
+
+// TestCallsAfterClose: every call on a closed journal fails with ErrClosed.
+func TestCallsAfterClose(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	rec := begin(t, j, "pod", time.Time{})
+	j.Close()
+	for name, call := range map[string]func() error{
+		"Begin": func() error {
+			_, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: "other", Fingerprint: "f"})
+			return err
+		},
+		"Intent":   func() error { _, err := j.Intent(ctx, rec.ID, "s", kindA, nil); return err },
+		"Ready":    func() error { return j.Ready(rec.ID, 1) },
+		"Rollback": func() error { return j.Rollback(ctx, rec.ID) },
+	} {
+		if err := call(); !errors.Is(err, ErrClosed) {
+			t.Errorf("%s after Close = %v, want ErrClosed", name, err)
+		}
 	}
 }
 
@@ -545,6 +617,13 @@ func TestReopenEveryState(t *testing.T) {
 	var u undoLog
 	u.setFail(kindB, errors.New("broken"))
 	reg := u.registry(kindA, kindB)
+	// kindC's undo blocks until released: a removal caught in the middle.
+	inUndo, release := make(chan struct{}), make(chan struct{})
+	reg.Register(kindC, func(ctx context.Context, rec Record, step Step) error {
+		close(inUndo)
+		<-release
+		return nil
+	})
 	j, path := testJournal(t, Options{Registry: reg})
 	mk := func(name string) Record {
 		rec := begin(t, j, name, time.Time{})
@@ -563,11 +642,32 @@ func TestReopenEveryState(t *testing.T) {
 	undoing := mk("undoing")
 	step(t, j, undoing.ID, kindB, "2")
 	j.Rollback(ctx, undoing.ID)
+	removing := mk("removing")
+	step(t, j, removing.ID, kindC, "3")
+	j.Ready(removing.ID, "r")
+	j.Answer(ctx, removing.ID, true)
+	removed := make(chan error, 1)
+	go func() { removed <- j.Remove(ctx, removing.ID) }()
+	<-inUndo
+	// The file as a crash now would leave it (the removal's mark is durable before
+	// its first undo), reopened below.
 	before := j.List(nil)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(t.TempDir(), "crashed.db")
+	if err := os.WriteFile(crashed, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	j2, err := Open(path, Options{Registry: reg})
+	j2, err := Open(crashed, Options{Registry: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +685,7 @@ func TestReopenEveryState(t *testing.T) {
 			}
 		}
 	}
-	for _, s := range []State{StateCreating, StateReady, StateCached, StateCreated, StateUndoing} {
+	for _, s := range []State{StateCreating, StateReady, StateCached, StateCreated, StateUndoing, StateRemoving} {
 		if !states[s] {
 			t.Errorf("no record in state %s after reopen", s)
 		}
