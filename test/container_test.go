@@ -19,12 +19,17 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/storage/storagetest"
 )
 
 // The container tests. Each starts its own daemon (startContainerDaemon),
@@ -2018,4 +2023,96 @@ func isZombie(pid int) bool {
 	// pid (comm) state ...: the state follows the last ')'.
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
+
+// TestContainerDetails covers what the kubelet relies on beyond the
+// lifecycle: a pod on a second runtime handler runs its containers there;
+// the image's stop signal is what StopContainer sends; ContainerStatus
+// reports the image, its digest and the mounts; ImageStatus verbose carries
+// the image's configuration; ReopenContainerLog after a rotation writes to
+// the new file, and is refused for a container that no longer runs.
+func TestContainerDetails(t *testing.T) {
+	t.Parallel()
+	reg := startImageRegistry(t)
+	const usr1Tag = "stop-usr1"
+	usr1Image := testImagePrefix + "/" + testImageRepo + ":" + usr1Tag
+	usr1Digest := storagetest.PushBusyboxStopSignal(t, reg.host, testImageRepo, usr1Tag, "SIGUSR1")
+	secondRoot := filepath.Join(t.TempDir(), "runc-second")
+	d := startDaemon(t, daemonOptions{registries: reg.mirror(),
+		extraTOML: []string{"[runtimes.second]", "root = " + strconv.Quote(secondRoot)}})
+	d.pull(t, usr1Image)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	cri := d.cri(t)
+
+	pod := d.containerPod(t, "details", false)
+	podID := d.mustRunp(t, "--runtime", "second", pod)
+	if st, err := cri.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: podID}); err != nil || st.Status.RuntimeHandler != "second" {
+		t.Fatalf("PodSandboxStatus = %v, %v; want runtime handler second", st, err)
+	}
+	hostDir := t.TempDir()
+	writeFile(t, filepath.Join(hostDir, "greeting"), "hello\n", 0o644)
+	script := `trap 'echo got-usr1; exit 3' USR1; while true; do echo tick; sleep 0.2; done`
+	id := d.run(t, podID, containerConfig(t, "details", 0, []string{"sh", "-c", script},
+		withImage(usr1Image), withMount("/data", hostDir)), pod)
+	if out, err := exec.Command("runc", "--root", secondRoot, "state", id).CombinedOutput(); err != nil {
+		t.Errorf("the container is not in the second handler's runtime root %s: %v\n%s", secondRoot, err, out)
+	}
+	if got := d.execSync(t, id, "cat", "/data/greeting"); got != "hello" {
+		t.Errorf("the mount shows %q, want hello", got)
+	}
+
+	st, err := cri.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := st.Status
+	if s.Image.GetImage() != usr1Image || !strings.HasSuffix(s.ImageRef, "@"+usr1Digest) {
+		t.Errorf("ContainerStatus image %q ref %q, want %s and a reference ending @%s", s.Image.GetImage(), s.ImageRef, usr1Image, usr1Digest)
+	}
+	if len(s.Mounts) != 1 || s.Mounts[0].ContainerPath != "/data" || s.Mounts[0].HostPath != hostDir || !s.Mounts[0].Readonly {
+		t.Errorf("ContainerStatus mounts %v, want /data from %s, read-only", s.Mounts, hostDir)
+	}
+	if s.CreatedAt <= 0 || s.StartedAt < s.CreatedAt {
+		t.Errorf("ContainerStatus created %d started %d", s.CreatedAt, s.StartedAt)
+	}
+
+	conn, err := grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	img, err := runtimeapi.NewImageServiceClient(conn).ImageStatus(ctx, &runtimeapi.ImageStatusRequest{
+		Image: &runtimeapi.ImageSpec{Image: usr1Image}, Verbose: true})
+	if err != nil || img.Image == nil || !strings.Contains(img.Info["info"], "SIGUSR1") {
+		t.Errorf("ImageStatus verbose of %s = %v, %v; want its configuration (stop signal SIGUSR1) in the info", usr1Image, img, err)
+	}
+
+	// Log rotation, as the kubelet does it: rename, then ReopenContainerLog.
+	d.waitLog(t, id, "tick", 10*time.Second)
+	if err := os.Rename(s.LogPath, s.LogPath+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cri.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: id}); err != nil {
+		t.Fatalf("ReopenContainerLog: %v", err)
+	}
+	d.waitLog(t, id, "tick", 10*time.Second) // the new file
+
+	// The image's stop signal: the container's trap exits 3 at once.
+	start := time.Now()
+	d.mustCrictl(t, "stop", "-t", "30", id)
+	t.Logf("crictl stop took %v", time.Since(start).Round(time.Millisecond))
+	d.requireExited(t, id, 3)
+	d.waitLog(t, id, "got-usr1", 5*time.Second)
+	_, err = cri.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: id})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("ReopenContainerLog of an exited container = %v, want FailedPrecondition", err)
+	}
+
+	d.mustCrictl(t, "rm", id)
+	d.removePod(t, podID)
+	if entries, _ := os.ReadDir(secondRoot); len(entries) != 0 {
+		t.Errorf("the second handler's runtime root still holds %d entries", len(entries))
+	}
+	d.stopClean(t)
 }

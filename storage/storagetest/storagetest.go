@@ -86,19 +86,42 @@ func StartRegistry(t testing.TB) (host string) {
 // It skips the test when busybox is missing (fails under CI=true).
 func PushBusybox(t testing.TB, host, repo, tag string) (digest string) {
 	t.Helper()
+	return push(t, BusyboxImage(t), host, repo, tag)
+}
+
+// PushBusyboxStopSignal pushes, as repo:tag, the busybox image with StopSignal set in its
+// config (the signal StopContainer sends when the request names none), and returns the
+// digest of its manifest.
+func PushBusyboxStopSignal(t testing.TB, host, repo, tag, signal string) (digest string) {
+	t.Helper()
 	img := BusyboxImage(t)
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatalf("busybox image config: %v", err)
+	}
+	cf = cf.DeepCopy()
+	cf.Config.StopSignal = signal
+	img, err = mutate.ConfigFile(img, cf)
+	if err != nil {
+		t.Fatalf("busybox image with stop signal %s: %v", signal, err)
+	}
+	return push(t, img, host, repo, tag)
+}
+
+func push(t testing.TB, img v1.Image, host, repo, tag string) string {
+	t.Helper()
 	ref, err := name.NewTag(host+"/"+repo+":"+tag, name.Insecure)
 	if err != nil {
-		t.Fatalf("push busybox: %v", err)
+		t.Fatalf("push: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := remote.Write(ref, img, remote.WithContext(ctx)); err != nil {
-		t.Fatalf("push busybox to %s: %v", ref, err)
+		t.Fatalf("push to %s: %v", ref, err)
 	}
 	d, err := img.Digest()
 	if err != nil {
-		t.Fatalf("push busybox: %v", err)
+		t.Fatalf("push: %v", err)
 	}
 	return d.String()
 }
