@@ -55,8 +55,9 @@ type Options struct {
 type Hooks struct {
 	// Committed is called after each commit with its duration and number of writes.
 	Committed func(d time.Duration, writes int)
-	// Undone is called after each undo with its step kind and error (nil on success).
-	Undone func(kind StepKind, err error)
+	// Undone is called after each undo with its step kind, whether it retried an undo
+	// that had failed before, and its error (nil on success).
+	Undone func(kind StepKind, retry bool, err error)
 	// Expired is called when a cached record's expiry passed and it is rolled back.
 	Expired func(rec Record)
 }

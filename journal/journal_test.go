@@ -1036,3 +1036,55 @@ func TestCheckWhileCommitting(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestHooksReportEvents: the hooks that feed the metrics hear of commits, of every undo
+// (first attempt or retry, and its result), and of cache expiries.
+func TestHooksReportEvents(t *testing.T) {
+	type undone struct {
+		kind  StepKind
+		retry bool
+		ok    bool
+	}
+	var mu sync.Mutex
+	var commits int
+	var undos []undone
+	var expired []string
+	clock := newFakeClock()
+	var u undoLog
+	u.setFail(kindA, errors.New("broken"))
+	j, _ := testJournal(t, Options{Now: clock.Now, Registry: u.registry(kindA), CacheTTL: time.Minute,
+		UndoRetryMin: time.Second, UndoRetryMax: time.Second,
+		Hooks: Hooks{
+			Committed: func(d time.Duration, writes int) { mu.Lock(); commits++; mu.Unlock() },
+			Undone: func(kind StepKind, retry bool, err error) {
+				mu.Lock()
+				undos = append(undos, undone{kind, retry, err == nil})
+				mu.Unlock()
+			},
+			Expired: func(rec Record) { mu.Lock(); expired = append(expired, rec.ID); mu.Unlock() },
+		}})
+	rec := begin(t, j, "pod", time.Time{})
+	step(t, j, rec.ID, kindA, "1")
+	j.Ready(rec.ID, 1)
+	j.Answer(ctx, rec.ID, false) // cached
+	clock.Advance(2 * time.Minute)
+	if n, _ := j.ExpireCached(ctx); n != 1 { // its undo fails
+		t.Fatalf("ExpireCached expired %d, want 1", n)
+	}
+	u.setFail(kindA, nil)
+	clock.Advance(2 * time.Second)
+	if n, err := j.RetryUndos(ctx); n != 1 || err != nil {
+		t.Fatalf("RetryUndos = %d, %v", n, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff([]undone{{kindA, false, false}, {kindA, true, true}}, undos, cmp.AllowUnexported(undone{})); diff != "" {
+		t.Errorf("undo events (-want +got):\n%s", diff)
+	}
+	if !slices.Equal(expired, []string{rec.ID}) {
+		t.Errorf("expired events %v, want %s", expired, rec.ID)
+	}
+	if commits == 0 {
+		t.Error("no commit reported")
+	}
+}

@@ -62,7 +62,7 @@ func (j *Journal) undoStep(ctx context.Context, rec Record, step Step) error {
 		err = fmt.Errorf("undo %s did not finish within %s (undo_timeout): %w", step.Kind, j.opts.UndoTimeout, err)
 	}
 	if j.opts.Hooks.Undone != nil {
-		j.opts.Hooks.Undone(step.Kind, err)
+		j.opts.Hooks.Undone(step.Kind, step.UndoAttempts > 0, err)
 	}
 	return err
 }

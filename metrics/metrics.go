@@ -55,7 +55,7 @@ func New(records func() []journal.Record) *Metrics {
 		recovery: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "recovery_records_total",
 			Help: "Records handled by startup recovery, by outcome."}, []string{"outcome"}),
 		undos: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "undos_total",
-			Help: "Undos run, by step kind and result (ok or failed)."}, []string{"step", "result"}),
+			Help: "Undos run, by step kind, attempt (first, or retry of an undo that failed before) and result (ok or failed)."}, []string{"step", "attempt", "result"}),
 	}
 	m.registry.MustRegister(m.operations, m.latency, m.commitLatency, m.commitWrites, m.stalled, m.cache, m.recovery, m.undos,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -76,12 +76,15 @@ func (m *Metrics) JournalHooks() journal.Hooks {
 			m.commitLatency.Observe(d.Seconds())
 			m.commitWrites.Observe(float64(writes))
 		},
-		Undone: func(kind journal.StepKind, err error) {
-			result := "ok"
+		Undone: func(kind journal.StepKind, retry bool, err error) {
+			attempt, result := "first", "ok"
+			if retry {
+				attempt = "retry"
+			}
 			if err != nil {
 				result = "failed"
 			}
-			m.undos.WithLabelValues(string(kind), result).Inc()
+			m.undos.WithLabelValues(string(kind), attempt, result).Inc()
 		},
 		Expired: func(rec journal.Record) { m.CacheEvent(rec.Kind, "expired") },
 	}

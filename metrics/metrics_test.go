@@ -32,7 +32,8 @@ func TestServeExposesWhatWasRecorded(t *testing.T) {
 	m.Recovered("rolled_back", 3)
 	hooks := m.JournalHooks()
 	hooks.Committed(3*time.Millisecond, 5)
-	hooks.Undone("cni-attach", errors.New("x"))
+	hooks.Undone("cni-attach", false, errors.New("x"))
+	hooks.Undone("cni-attach", true, nil)
 	hooks.Expired(journal.Record{Kind: journal.KindSandbox})
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -53,7 +54,8 @@ func TestServeExposesWhatWasRecorded(t *testing.T) {
 		`crijournal_resource_cache_events_total{event="claimed",kind="container"} 1`,
 		`crijournal_resource_cache_events_total{event="expired",kind="sandbox"} 1`,
 		`crijournal_recovery_records_total{outcome="rolled_back"} 3`,
-		`crijournal_undos_total{result="failed",step="cni-attach"} 1`,
+		`crijournal_undos_total{attempt="first",result="failed",step="cni-attach"} 1`,
+		`crijournal_undos_total{attempt="retry",result="ok",step="cni-attach"} 1`,
 		`crijournal_journal_commit_duration_seconds_count 1`,
 		`crijournal_journal_commit_writes_sum 5`,
 		`crijournal_journal_records{kind="sandbox",state="cached"} 2`,

@@ -139,7 +139,16 @@ func TestInspectAndMetrics(t *testing.T) {
 	if got := d.metric(t, `crijournal_resource_cache_events_total{event="claimed",kind="sandbox"}`); got != 1 {
 		t.Errorf("claimed events = %v, want 1", got)
 	}
+	if got := d.metric(t, `crijournal_recovery_records_total{outcome="kept"}`); got != 1 {
+		t.Errorf("recovery kept = %v, want 1 (the cached sandbox)", got)
+	}
 	d.removePod(t, created)
+	for _, step := range []string{"cni-attach", "netns-pin"} {
+		sample := `crijournal_undos_total{attempt="first",result="ok",step="` + step + `"}`
+		if got := d.metric(t, sample); got < 1 {
+			t.Errorf("%s = %v after the removal, want at least 1", sample, got)
+		}
+	}
 	d.stopClean(t)
 }
 
