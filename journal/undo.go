@@ -122,12 +122,12 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		j.mu.Unlock()
 		close(finished)
 	}()
-	// The mark must be durable before anything is undone unless the record on disk is
-	// rolled back after a crash anyway: a crash part way must find "removing" or
-	// "undoing", not a created, ready or cached record (which recovery would keep, or
-	// cache, and hand out) with half its resources gone. Only a rollback of a record
-	// still "creating" (or already "undoing") need not wait.
-	durable := removal || (e.rec.State != StateCreating && e.rec.State != StateUndoing)
+	// The mark must be durable before anything is undone when the record on disk is one
+	// recovery would keep, cache or hand out (created, ready, cached): a crash part way
+	// must find "removing" or "undoing" there, not a record with half its resources
+	// gone. A record already "creating", "undoing" or "removing" on disk is undone after
+	// a crash all the same, so its mark rides on the next commit.
+	durable := e.rec.State == StateCreated || e.rec.State == StateReady || e.rec.State == StateCached
 	p, err := j.change(e, durable, func(r *Record) {
 		if removal {
 			r.State = StateRemoving

@@ -2,19 +2,27 @@ package recovery
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/migrations"
 )
 
 // BenchmarkRecovery10k measures startup recovery (Open, then Run) of a journal holding
-// 10,000 records in mixed states: a quarter each interrupted creations (rolled back),
-// finished-but-unanswered (cached), cached, and created (reconciled, nothing to do).
+// 10,000 records in mixed states, a sixth each: interrupted creations (rolled back),
+// finished but unanswered (cached), cached (kept), created (reconciled, nothing to do),
+// undoing with an undo still failing (left to the background retries), and removals
+// interrupted by a crash (finished).
 func BenchmarkRecovery10k(b *testing.B) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)
@@ -26,9 +34,24 @@ func BenchmarkRecovery10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	const n = 10000
+	want := Summary{}
+	var removing []string
+	var mu sync.Mutex
 	sem := make(chan struct{}, 64)
 	errs := make(chan error, n)
 	for i := range n {
+		switch i % 6 {
+		case 0:
+			want.RolledBack++
+		case 1:
+			want.Cached++
+		case 2:
+			want.Kept++
+		case 4:
+			want.Retrying++
+		case 5:
+			want.Resumed++
+		}
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
@@ -37,22 +60,35 @@ func BenchmarkRecovery10k(b *testing.B) {
 				errs <- err
 				return
 			}
-			for range 2 {
-				seq, err := j.Intent(ctx, rec.ID, "s", stepOK, map[string]string{"path": "/run/x/" + rec.ID})
+			kinds := []journal.StepKind{stepOK, stepOK}
+			if i%6 == 4 {
+				kinds[1] = stepBroken
+			}
+			for _, kind := range kinds {
+				seq, err := j.Intent(ctx, rec.ID, "s", kind, map[string]string{"path": "/run/x/" + rec.ID})
 				if err != nil {
 					errs <- err
 					return
 				}
 				j.Done(rec.ID, seq)
 			}
-			switch i % 4 {
+			switch i % 6 {
 			case 0: // interrupted
 				return
 			case 1:
+				err = j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
+			case 2, 3, 5:
 				j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
-			case 2, 3:
-				j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
-				_, err = j.Answer(ctx, rec.ID, i%4 == 3)
+				_, err = j.Answer(ctx, rec.ID, i%6 != 2)
+				if i%6 == 5 {
+					mu.Lock()
+					removing = append(removing, rec.ID)
+					mu.Unlock()
+				}
+			case 4:
+				if rerr := j.Rollback(ctx, rec.ID); !errors.As(rerr, new(*journal.UndoError)) {
+					err = fmt.Errorf("rollback with a broken undo: %v", rerr)
+				}
 			}
 			if err != nil {
 				errs <- err
@@ -67,6 +103,7 @@ func BenchmarkRecovery10k(b *testing.B) {
 		b.Fatal(err)
 	}
 	j.Close()
+	markRemoving(b, golden, removing)
 	goldenBytes := mustRead(b, golden)
 
 	b.ResetTimer()
@@ -81,11 +118,42 @@ func BenchmarkRecovery10k(b *testing.B) {
 		}
 		sum := Run(ctx, j, log, func(context.Context, journal.Record) (bool, error) { return false, nil })
 		b.StopTimer()
-		if sum.RolledBack != n/4 || sum.Cached != n/4 || sum.Kept != n/4 {
-			b.Fatalf("summary %+v", sum)
+		if sum != want {
+			b.Fatalf("summary %+v, want %+v", sum, want)
 		}
 		j.Close()
 		b.StartTimer()
+	}
+}
+
+// markRemoving rewrites the created records ids as a crash in the middle of their removal
+// leaves them: state removing.
+func markRemoving(b *testing.B, path string, ids []string) {
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	err = db.Update(func(tx *bolt.Tx) error {
+		records := tx.Bucket(migrations.BucketRecords)
+		for _, id := range ids {
+			rec, err := journal.DecodeRecord(records.Get([]byte(id)))
+			if err != nil {
+				return err
+			}
+			rec.State, rec.Stage = journal.StateRemoving, "undo"
+			v, err := json.Marshal(rec)
+			if err != nil {
+				return err
+			}
+			if err := records.Put([]byte(id), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
 	}
 }
 
