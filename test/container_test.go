@@ -257,6 +257,7 @@ func TestContainerBadRequests(t *testing.T) {
 		{"mount of a host path that does not exist", podID, []ctrOption{withMount("/data", "/nonexistent-"+randomHex(t, 4))}, "InvalidArgument", "nonexistent"},
 		{"log path escaping the log directory", podID, []ctrOption{withLogPath("../../escape.log")}, "InvalidArgument", "log"},
 		{"absolute log path", podID, []ctrOption{withLogPath("/tmp/escape.log")}, "InvalidArgument", "log"},
+		{"relative working directory", podID, []ctrOption{func(cfg map[string]any) { cfg["working_dir"] = "../work" }}, "InvalidArgument", "not absolute"},
 	} {
 		ctr := containerConfig(t, "bad", 0, sleeper, tc.opts...)
 		_, stderr, err := d.create(t, nil, tc.podID, ctr, pod)
