@@ -968,6 +968,52 @@ func TestCheckFileListsEveryProblem(t *testing.T) {
 	db.Close()
 }
 
+// TestDamageToAnySinglePage damages each page of a journal in turn (all but the two meta
+// pages, which TestOpenRefusesDamagedFiles covers): Open must refuse the file with
+// ErrCorrupt, or open it when the page was not in use, and never panic; CheckFile lists
+// the damage whenever Open refuses it.
+func TestDamageToAnySinglePage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		rec := begin(t, j, fmt.Sprintf("pod-%d", i), time.Time{})
+		step(t, j, rec.ID, kindA, strings.Repeat("x", i)) // values of many sizes
+	}
+	j.Close()
+	good, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const pageSize = 4096
+	refused := 0
+	for page := int64(2); page*pageSize < int64(len(good)); page++ {
+		damaged := filepath.Join(t.TempDir(), "journal.db")
+		if err := os.WriteFile(damaged, good, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		scribble(t, damaged, page*pageSize, pageSize)
+		j, err := Open(damaged, Options{})
+		switch {
+		case err == nil:
+			j.Close()
+		case errors.Is(err, ErrCorrupt):
+			refused++
+			if problems, cerr := CheckFile(damaged, time.Second); cerr != nil || len(problems) == 0 {
+				t.Errorf("page %d: Open refused the file (%v) but CheckFile found %v, %v", page, err, problems, cerr)
+			}
+		default:
+			t.Errorf("page %d: Open = %v, want success or ErrCorrupt", page, err)
+		}
+	}
+	if refused == 0 {
+		t.Error("no damaged page was noticed: the test damaged nothing in use")
+	}
+	t.Logf("%d of %d pages: the damage was refused with ErrCorrupt", refused, int64(len(good))/pageSize-2)
+}
+
 func scribble(t *testing.T, path string, off, n int64) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_WRONLY, 0)
