@@ -10,6 +10,7 @@ package test
 import (
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -17,7 +18,14 @@ func TestMain(m *testing.M) {
 	for _, dir := range sweepStaleNodes() {
 		fmt.Fprintf(os.Stderr, "e2e: removed %s, left by a test process that died\n", dir)
 	}
+	before := takeNodeState()
 	code := m.Run()
+	if left := takeNodeState().leftSince(before); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: the tests left on the machine (not there before them):\n  %s\n", strings.Join(left, "\n  "))
+		if code == 0 {
+			code = 1
+		}
+	}
 	// A test that failed badly (a panic in a helper, a t.Fatal between start
 	// and cleanup registration) must not leave a daemon running.
 	if pids := killStrayDaemons(); len(pids) > 0 {

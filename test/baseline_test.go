@@ -1,0 +1,68 @@
+package test
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// nodeState is what the end-to-end tests could leave on the machine outside the
+// directories each test checks itself: network links, and mounts and node directories
+// under the temporary directory where the tests' nodes live. TestMain takes it before
+// the tests and compares after them, so that a leak no per-test check knows about
+// (a bridge left by a test that stopped early, a mount outside a node's own checks, a
+// node its cleanup did not remove) still fails the suite.
+type nodeState struct {
+	links  []string // network interfaces of the host
+	mounts []string // mount points under the tests' temporary directory
+	nodes  []string // node directories made by this test process
+}
+
+func takeNodeState() nodeState {
+	var s nodeState
+	if ifs, err := net.Interfaces(); err == nil {
+		for _, i := range ifs {
+			s.links = append(s.links, i.Name)
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		prefix := filepath.Join(os.TempDir(), "cj")
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) > 4 {
+				if mp := unescapeMountPath(f[4]); strings.HasPrefix(mp, prefix) {
+					s.mounts = append(s.mounts, mp)
+				}
+			}
+		}
+	}
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "cj*"))
+	for _, dir := range dirs {
+		if owner, err := os.ReadFile(filepath.Join(dir, ownerFile)); err == nil && string(owner) == selfOwner() {
+			s.nodes = append(s.nodes, dir)
+		}
+	}
+	return s
+}
+
+// leftSince lists what is in s but was not in before: links of the tests' own naming
+// (the bridges cjt*; pods' veths die with their namespaces, asynchronously, and each
+// test checks its bridge has none), mounts, and node directories.
+func (s nodeState) leftSince(before nodeState) []string {
+	var out []string
+	for _, l := range s.links {
+		if !slices.Contains(before.links, l) && strings.HasPrefix(l, "cjt") {
+			out = append(out, "network link "+l)
+		}
+	}
+	for _, m := range s.mounts {
+		if !slices.Contains(before.mounts, m) {
+			out = append(out, "mount "+m)
+		}
+	}
+	for _, n := range s.nodes {
+		out = append(out, "node directory "+n)
+	}
+	return out
+}
