@@ -157,9 +157,9 @@ func apply(tx *bolt.Tx, batch []write) error {
 	for _, w := range batch {
 		var err error
 		if w.del {
-			err = records.Delete([]byte(w.id))
+			err = records.Delete(migrations.RecordKey(w.id))
 		} else {
-			err = records.Put([]byte(w.id), w.value)
+			err = records.Put(migrations.RecordKey(w.id), w.value)
 		}
 		if err != nil {
 			return fmt.Errorf("write record %s: %w", w.id, err)

@@ -3,12 +3,13 @@
 // steps taken to build it (each committed as an intent before it acts, with the arguments
 // its undo needs), its state, and its markers.
 //
-// # On-disk schema (version 1, see package migrations)
+// # On-disk schema (version 2, see package migrations)
 //
 //	meta/
 //	  schema_version -> uint64, big endian
 //	records/
-//	  <id> -> Record, JSON (ID is 64 lowercase hex)
+//	  <key> -> Record, JSON (ID is 64 lowercase hex; key = migrations.RecordKey(ID),
+//	           the ID's halves swapped, so records made together are stored together)
 //	names/
 //	  <kind>/<name> -> <id>   the live holder of a name; absent once the name is released
 //

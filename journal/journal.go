@@ -2,6 +2,7 @@ package journal
 
 import (
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -223,7 +224,7 @@ func (j *Journal) loadRecords(tx *bolt.Tx) error {
 		if err != nil {
 			return corruptError(j.path, fmt.Errorf("record %q: %w", k, err))
 		}
-		if rec.ID != string(k) {
+		if string(migrations.RecordKey(rec.ID)) != string(k) {
 			return corruptError(j.path, fmt.Errorf("record stored under %q has id %q", k, rec.ID))
 		}
 		j.byID[rec.ID] = &entry{rec: rec, changed: make(chan struct{})}
@@ -350,7 +351,10 @@ func checkInvariants(tx *bolt.Tx, problems *[]error) error {
 			*problems = append(*problems, fmt.Errorf("record %q: %w", k, err))
 			return nil
 		}
-		byID[string(k)] = rec
+		if string(migrations.RecordKey(rec.ID)) != string(k) {
+			*problems = append(*problems, fmt.Errorf("record %q: stored under the key of another ID (its id is %s)", k, rec.ID))
+		}
+		byID[rec.ID] = rec
 		if rec.HoldsName {
 			key := string(nameKey(rec.Kind, rec.Name))
 			if other, dup := holders[key]; dup {
@@ -396,10 +400,15 @@ func newID() string {
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(fmt.Sprintf("crypto/rand: %v", err))
 	}
+	// The second half starts with the time: see migrations.RecordKey.
+	binary.BigEndian.PutUint64(b[16:24], uint64(time.Now().UnixNano()))
 	return hex.EncodeToString(b[:])
 }
 
-// NewID returns a fresh record ID: 64 random lowercase hex digits.
+// NewID returns a fresh record ID: 64 lowercase hex digits, the first 32 random, then the
+// creation time in nanoseconds (16) and 16 random ones. The random first half is what
+// short IDs show; the time keeps records made together together in the file
+// (migrations.RecordKey).
 func NewID() string { return newID() }
 
 // --- index helpers; callers hold j.mu ---

@@ -1134,3 +1134,46 @@ func TestHooksReportEvents(t *testing.T) {
 		t.Error("no commit reported")
 	}
 }
+
+// TestOpenMigratesSchema1: a journal written by schema 1 (records keyed by their ID) opens
+// with its records and names intact, stored under their schema 2 keys.
+func TestOpenMigratesSchema1(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	rec := Record{ID: NewID(), Kind: KindSandbox, Name: "pod", Fingerprint: "fp", State: StateCreated,
+		Created: time.Now().UTC(), Updated: time.Now().UTC(), HoldsName: true}
+	value, err := encodeRecord(&rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		if err := migrations.Migrations[0].Apply(tx); err != nil {
+			return err
+		}
+		if err := tx.Bucket(migrations.BucketRecords).Put([]byte(rec.ID), value); err != nil {
+			return err
+		}
+		if err := tx.Bucket(migrations.BucketNames).Put(nameKey(KindSandbox, "pod"), []byte(rec.ID)); err != nil {
+			return err
+		}
+		return migrations.SetVersionForTest(tx, 1)
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(path, Options{})
+	if err != nil {
+		t.Fatalf("Open of a schema 1 journal: %v", err)
+	}
+	defer j.Close()
+	if got, err := j.GetByName(KindSandbox, "pod"); err != nil || got.ID != rec.ID || got.State != StateCreated {
+		t.Fatalf("after the migration: %+v, %v", got, err)
+	}
+	if problems := j.Check(); len(problems) != 0 {
+		t.Errorf("check after the migration: %v", problems)
+	}
+}

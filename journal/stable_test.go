@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,8 +26,9 @@ func TestStoredStringsAreStable(t *testing.T) {
 		string(StepIntent): "intent", string(StepDone): "done", string(StepUndone): "undone",
 		string(StepUndoFailed):        "undo-failed",
 		string(migrations.BucketMeta): "meta", string(migrations.BucketRecords): "records",
-		string(migrations.BucketNames):                     "names",
-		string(nameKey(KindContainer, "k8s_c_p_ns_uid_0")): "container/k8s_c_p_ns_uid_0",
+		string(migrations.BucketNames):                                                  "names",
+		string(nameKey(KindContainer, "k8s_c_p_ns_uid_0")):                              "container/k8s_c_p_ns_uid_0",
+		string(migrations.RecordKey(strings.Repeat("a", 32) + strings.Repeat("b", 32))): strings.Repeat("b", 32) + strings.Repeat("a", 32),
 	} {
 		if got != want {
 			t.Errorf("stored string %q, was %q: a rename needs a migration", got, want)

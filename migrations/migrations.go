@@ -44,6 +44,20 @@ type Migration struct {
 // Migrations is the ordered list of every schema change. Append, never edit.
 var Migrations = []Migration{
 	{From: 0, Description: "initial schema: meta, records and names buckets", Apply: initialSchema},
+	{From: 1, Description: "records keyed by RecordKey (ID halves swapped), no longer by ID", Apply: rekeyRecords},
+}
+
+// RecordKey is the key of a record in BucketRecords (since schema 2): its ID with the two
+// halves swapped. An ID the journal makes is 32 random hex digits (what crictl shows of
+// it, and what ID prefixes match) followed by the creation time and more random digits,
+// so keyed this way the records of creations made together sit together in the file,
+// and a commit that carries several of them writes few pages. An ID that is not 64
+// characters long is its own key.
+func RecordKey(id string) []byte {
+	if len(id) != 64 {
+		return []byte(id)
+	}
+	return []byte(id[32:] + id[:32])
 }
 
 // Latest is the schema version this binary writes.
@@ -106,6 +120,34 @@ func setVersion(tx *bolt.Tx, v uint64) error {
 // SetVersionForTest writes a schema version directly; tests use it to build old or
 // future layouts.
 func SetVersionForTest(tx *bolt.Tx, v uint64) error { return setVersion(tx, v) }
+
+// rekeyRecords moves every record from its ID to RecordKey(ID). Schema 1 keyed records by
+// their ID; keys that are not IDs (damage) are left for the journal's check to report.
+func rekeyRecords(tx *bolt.Tx) error {
+	records := tx.Bucket(BucketRecords)
+	if records == nil {
+		return errors.New("records bucket missing")
+	}
+	type move struct{ from, to, value []byte }
+	var moves []move
+	if err := records.ForEach(func(k, v []byte) error {
+		if to := RecordKey(string(k)); string(to) != string(k) {
+			moves = append(moves, move{append([]byte(nil), k...), to, append([]byte(nil), v...)})
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	for _, m := range moves {
+		if err := records.Delete(m.from); err != nil {
+			return fmt.Errorf("rekey record %s: %w", m.from, err)
+		}
+		if err := records.Put(m.to, m.value); err != nil {
+			return fmt.Errorf("rekey record %s: %w", m.from, err)
+		}
+	}
+	return nil
+}
 
 func initialSchema(tx *bolt.Tx) error {
 	for _, name := range [][]byte{BucketMeta, BucketRecords, BucketNames} {

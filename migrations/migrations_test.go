@@ -2,7 +2,9 @@ package migrations
 
 import (
 	"errors"
+	"maps"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -45,6 +47,41 @@ func TestMigrations(t *testing.T) {
 					if tx.Bucket(b) == nil {
 						t.Errorf("bucket %q missing", b)
 					}
+				}
+			},
+		},
+		{
+			name: "1 -> 2 keys records by RecordKey (ID halves swapped), the rest untouched",
+			from: 1,
+			setup: func(tx *bolt.Tx) error {
+				if err := initialSchema(tx); err != nil {
+					return err
+				}
+				records := tx.Bucket(BucketRecords)
+				for _, id := range []string{strings.Repeat("a", 32) + strings.Repeat("b", 32), strings.Repeat("c", 64)} {
+					if err := records.Put([]byte(id), []byte(`{"id":"`+id+`"}`)); err != nil {
+						return err
+					}
+				}
+				if err := records.Put([]byte("damaged"), []byte("x")); err != nil {
+					return err
+				}
+				return tx.Bucket(BucketNames).Put([]byte("sandbox/pod"), []byte(strings.Repeat("c", 64)))
+			},
+			check: func(t *testing.T, tx *bolt.Tx) {
+				records := tx.Bucket(BucketRecords)
+				want := map[string]string{
+					strings.Repeat("b", 32) + strings.Repeat("a", 32): `{"id":"` + strings.Repeat("a", 32) + strings.Repeat("b", 32) + `"}`,
+					strings.Repeat("c", 64): `{"id":"` + strings.Repeat("c", 64) + `"}`,
+					"damaged":               "x",
+				}
+				got := map[string]string{}
+				records.ForEach(func(k, v []byte) error { got[string(k)] = string(v); return nil })
+				if !maps.Equal(got, want) {
+					t.Errorf("records after the migration: %v, want %v", got, want)
+				}
+				if v := tx.Bucket(BucketNames).Get([]byte("sandbox/pod")); string(v) != strings.Repeat("c", 64) {
+					t.Errorf("names changed: %q", v)
 				}
 			},
 		},

@@ -137,7 +137,7 @@ func markRemoving(b *testing.B, path string, ids []string) {
 	err = db.Update(func(tx *bolt.Tx) error {
 		records := tx.Bucket(migrations.BucketRecords)
 		for _, id := range ids {
-			rec, err := journal.DecodeRecord(records.Get([]byte(id)))
+			rec, err := journal.DecodeRecord(records.Get(migrations.RecordKey(id)))
 			if err != nil {
 				return err
 			}
@@ -146,7 +146,7 @@ func markRemoving(b *testing.B, path string, ids []string) {
 			if err != nil {
 				return err
 			}
-			if err := records.Put([]byte(id), v); err != nil {
+			if err := records.Put(migrations.RecordKey(id), v); err != nil {
 				return err
 			}
 		}
