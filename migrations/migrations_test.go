@@ -72,8 +72,8 @@ func TestMigrations(t *testing.T) {
 				records := tx.Bucket(BucketRecords)
 				want := map[string]string{
 					strings.Repeat("b", 32) + strings.Repeat("a", 32): `{"id":"` + strings.Repeat("a", 32) + strings.Repeat("b", 32) + `"}`,
-					strings.Repeat("c", 64): `{"id":"` + strings.Repeat("c", 64) + `"}`,
-					"damaged":               "x",
+					strings.Repeat("c", 64):                           `{"id":"` + strings.Repeat("c", 64) + `"}`,
+					"damaged":                                         "x",
 				}
 				got := map[string]string{}
 				records.ForEach(func(k, v []byte) error { got[string(k)] = string(v); return nil })
