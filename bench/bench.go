@@ -226,7 +226,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// Then what no answered request returned: pods made by requests that were abandoned
 	// (client timeout) or interrupted, which the runtime finished all the same.
 	list, err := rt.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		LabelSelector: map[string]string{LabelPrefix: o.Prefix}}})
+		LabelSelector: map[string]string{RunLabel: o.Prefix}}})
 	if err != nil {
 		rep.TeardownErrors = append(rep.TeardownErrors, fmt.Sprintf("list the pods left: %v", err))
 	} else {
@@ -244,8 +244,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, ctx.Err()
 }
 
-// LabelPrefix is the label every pod of a run carries, with the run's prefix as value.
-const LabelPrefix = "io.crijournal.bench"
+// RunLabel is the label key every pod of a run carries; its value is the run's prefix.
+const RunLabel = "io.crijournal.bench"
 
 // teardown stops and removes the sandboxes ids, concurrency at a time, measuring the
 // calls when measure is set, and recording what fails.
@@ -293,7 +293,7 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 	cfg := &runtimeapi.PodSandboxConfig{
 		Metadata: &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "bench", Uid: fmt.Sprintf("%s-uid-%d", o.Prefix, i)},
 		Hostname: name,
-		Labels:   map[string]string{LabelPrefix: o.Prefix},
+		Labels:   map[string]string{RunLabel: o.Prefix},
 		// As a kubelet sends it for a pod without shareProcessNamespace.
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
