@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
-	"sort"
 	"text/tabwriter"
 )
 
@@ -86,26 +86,21 @@ func (c *Comparison) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "endpoint %s against baseline %s, %d rounds, alternating\n", c.Endpoint, c.Baseline, len(c.Runs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OPERATION\tP50 ms (endpoint / baseline, per round)\tRATIO per round\tMEDIAN RATIO\t")
-	ops := make([]string, 0, len(c.Ratios))
-	for op := range c.Ratios {
-		ops = append(ops, string(op))
-	}
-	sort.Strings(ops)
-	for _, op := range ops {
+	for _, op := range slices.Sorted(maps.Keys(c.Ratios)) {
 		var p50s, ratios string
 		for i, pair := range c.Runs {
 			if i > 0 {
 				p50s += ", "
 			}
-			p50s += fmt.Sprintf("%.1f/%.1f", pair[0].Ops[Op(op)].P50ms, pair[1].Ops[Op(op)].P50ms)
+			p50s += fmt.Sprintf("%.1f/%.1f", pair[0].Ops[op].P50ms, pair[1].Ops[op].P50ms)
 		}
-		for i, r := range c.Ratios[Op(op)].PerRound {
+		for i, r := range c.Ratios[op].PerRound {
 			if i > 0 {
 				ratios += ", "
 			}
 			ratios += fmt.Sprintf("%.2f", r)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t\n", op, p50s, ratios, c.Ratios[Op(op)].Median)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t\n", op, p50s, ratios, c.Ratios[op].Median)
 	}
 	tw.Flush()
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"slices"
-	"sort"
 	"text/tabwriter"
 )
 
@@ -19,24 +18,14 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OPERATION\tCOUNT\tP50 ms\tP90 ms\tP99 ms\tMAX ms\t")
-	ops := make([]string, 0, len(r.Ops))
-	for op := range r.Ops {
-		ops = append(ops, string(op))
-	}
-	sort.Strings(ops)
-	for _, op := range ops {
-		s := r.Ops[Op(op)]
+	for _, op := range slices.Sorted(maps.Keys(r.Ops)) {
+		s := r.Ops[op]
 		fmt.Fprintf(tw, "%s\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t\n", op, s.Count, s.P50ms, s.P90ms, s.P99ms, s.MaxMs)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "pods per second: %.1f; time to all pods: %.0f ms; failed: %d; retries: %d\n",
 		r.PodsPerSecond, r.TimeToAllMs, r.Failed, r.RetriesTotal)
-	kinds := make([]string, 0, len(r.ErrorKinds))
-	for kind := range r.ErrorKinds {
-		kinds = append(kinds, kind)
-	}
-	sort.Strings(kinds)
-	for _, kind := range kinds {
+	for _, kind := range slices.Sorted(maps.Keys(r.ErrorKinds)) {
 		fmt.Fprintf(w, "  errors %q: %d\n", kind, r.ErrorKinds[kind])
 	}
 	// Per pod, those that met errors: how many retries, and which errors.

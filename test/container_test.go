@@ -26,7 +26,6 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage/storagetest"
@@ -545,12 +544,7 @@ func TestContainerOverlay(t *testing.T) {
 	// back at the next start) and during a removal (finished then).
 	crash := func(point string, provoke func()) {
 		t.Helper()
-		d.stop(t)
-		d.mu.Lock()
-		d.opts.env = []string{failpoint.EnvVar + "=" + point + "=kill"}
-		d.mu.Unlock()
-		d.start(t, daemonBinary(t))
-		d.waitReady(t)
+		d.restartArmed(t, point)
 		provoke()
 		d.requireKilledAt(t, point, 10*time.Second)
 		d.restartUnarmed(t)
@@ -939,7 +933,18 @@ func TestContainerTimeouts(t *testing.T) {
 	})
 
 	// RemovePodSandbox waits for the container creations running in the pod,
-	// so that none finishes after the removal has listed the pod's containers.
+	// so that none finishes after the removal has listed the pod's containers:
+	// right after rmp nothing is listed, left on the node or in the journal.
+	requireNothingAfterRmp := func(t *testing.T, d *daemon) {
+		t.Helper()
+		d.requirePods(t, "after rmp")
+		d.requirePs(t, "after rmp")
+		d.assertNoLeaks(t)
+		if recs := d.containerRecords(t); len(recs) != 0 {
+			t.Errorf("after rmp the journal still holds %s", describeSteps(recs[0]))
+		}
+		d.stopClean(t)
+	}
 	t.Run("removing the pod while a timed-out creation runs waits for it and leaves nothing", func(t *testing.T) {
 		t.Parallel()
 		d, pod, podID := setup(t, daemonOptions{cacheTTL: time.Minute})
@@ -947,15 +952,9 @@ func TestContainerTimeouts(t *testing.T) {
 		start := time.Now()
 		d.removePod(t, podID)
 		t.Logf("stopp+rmp during the creation of %s took %v", created, time.Since(start).Round(time.Millisecond))
-		d.requirePods(t, "after rmp")
-		d.requirePs(t, "after rmp")
 		// At once, not after the cache's minute: the creation had ended
 		// (cached) before rmp returned, and rmp removed it.
-		d.assertNoLeaks(t)
-		if recs := d.containerRecords(t); len(recs) != 0 {
-			t.Errorf("after rmp the journal still holds %s", describeSteps(recs[0]))
-		}
-		d.stopClean(t)
+		requireNothingAfterRmp(t, d)
 	})
 
 	t.Run("removing the pod while a live creation runs removes the container it returns", func(t *testing.T) {
@@ -988,13 +987,7 @@ func TestContainerTimeouts(t *testing.T) {
 		// the container with the pod: nothing of it is left, now or later.
 		_, stderr, err := d.crictl(t, "inspect", id)
 		requireCode(t, "inspect of the container after its pod was removed", err, stderr, "NotFound")
-		d.requirePods(t, "after rmp")
-		d.requirePs(t, "after rmp")
-		d.assertNoLeaks(t)
-		if recs := d.containerRecords(t); len(recs) != 0 {
-			t.Errorf("after rmp the journal still holds %s", describeSteps(recs[0]))
-		}
-		d.stopClean(t)
+		requireNothingAfterRmp(t, d)
 	})
 
 	t.Run("true duplicate of a created container returns it at once", func(t *testing.T) {
@@ -1035,17 +1028,9 @@ var (
 	createContainerTrigger = &crashTrigger{
 		how:        "crictl runp, then crictl create of a new container",
 		containers: true,
-		provoke: func(t *testing.T, d *daemon, pod string) string {
-			t.Helper()
-			d.pull(t, testImage)
-			podID := d.mustRunp(t, pod)
-			if id, _, err := d.create(t, nil, podID, crashContainerConfig(t, pod), pod); err == nil {
-				t.Fatalf("crictl create returned container %s: the daemon did not crash at the armed point (a misspelt point name?)", id)
-			}
-			return ""
-		},
-		settle:  settleContainer,
-		allowed: []crashOutcome{outcomeGone, outcomeCached, outcomeCreated},
+		provoke:    createCrashingContainer,
+		settle:     settleContainer,
+		allowed:    []crashOutcome{outcomeGone, outcomeCached, outcomeCreated},
 	}
 
 	// timedOutContainerTrigger: CreateContainer whose request times out
@@ -1080,17 +1065,9 @@ var (
 		variant:    "container",
 		containers: true,
 		alsoArm:    "container-create/before-answer=error",
-		provoke: func(t *testing.T, d *daemon, pod string) string {
-			t.Helper()
-			d.pull(t, testImage)
-			podID := d.mustRunp(t, pod)
-			if id, _, err := d.create(t, nil, podID, crashContainerConfig(t, pod), pod); err == nil {
-				t.Fatalf("crictl create returned container %s although its answer fails", id)
-			}
-			return ""
-		},
-		settle:  settleContainer,
-		allowed: []crashOutcome{outcomeGone},
+		provoke:    createCrashingContainer,
+		settle:     settleContainer,
+		allowed:    []crashOutcome{outcomeGone},
 	}
 
 	// removeContainerTrigger: RemoveContainer of a running container
@@ -1120,6 +1097,19 @@ var (
 		allowed: []crashOutcome{outcomeGone},
 	}
 )
+
+// createCrashingContainer pulls the test image, runs the pod and creates a
+// container in it, a request that must not succeed: the daemon crashes at
+// the armed point on the way.
+func createCrashingContainer(t *testing.T, d *daemon, pod string) string {
+	t.Helper()
+	d.pull(t, testImage)
+	podID := d.mustRunp(t, pod)
+	if id, _, err := d.create(t, nil, podID, crashContainerConfig(t, pod), pod); err == nil {
+		t.Fatalf("crictl create returned container %s: the daemon did not crash at the armed point (a misspelt point name?)", id)
+	}
+	return ""
+}
 
 // crashContainerConfig writes (the same every time) and returns the
 // container configuration of a crash case, kept beside its pod's.

@@ -498,6 +498,18 @@ func (d *daemon) requireWholeSandbox(t *testing.T, id string) {
 	d.requireReachable(t, ip)
 }
 
+// restartArmed stops the daemon and starts it again with the failure point
+// armed to kill it, and waits until it is ready.
+func (d *daemon) restartArmed(t *testing.T, point string) {
+	t.Helper()
+	d.stop(t)
+	d.mu.Lock()
+	d.opts.env = []string{failpoint.EnvVar + "=" + point + "=kill"}
+	d.mu.Unlock()
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+}
+
 // restartUnarmed starts the daemon again without the extra environment of
 // its options (the failure points), and waits until it is ready.
 func (d *daemon) restartUnarmed(t *testing.T) {

@@ -22,7 +22,6 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
 
-	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/migrations"
 )
@@ -95,12 +94,7 @@ func TestRecoveryHangingCNI(t *testing.T) {
 	created := d.mustRunp(t, podConfig(t, "hang-created", "e2e", uid, 0, false))
 	d.requireWholeSandbox(t, created)
 
-	d.stop(t)
-	d.mu.Lock()
-	d.opts.env = []string{failpoint.EnvVar + "=" + point + "=kill"}
-	d.mu.Unlock()
-	d.start(t, daemonBinary(t))
-	d.waitReady(t)
+	d.restartArmed(t, point)
 	if id, _, err := d.runp(t, podConfig(t, "hang-crashed", "e2e", uid, 0, false)); err == nil {
 		t.Fatalf("crictl runp returned sandbox %s: the daemon did not crash at %s", id, point)
 	}

@@ -297,15 +297,16 @@ func TestTimeouts(t *testing.T) {
 	})
 }
 
-// TestCacheSurvivesRestart times a RunPodSandbox out, lets the creation
-// finish, restarts the daemon, and retries: the retry gets the same sandbox.
-func TestCacheSurvivesRestart(t *testing.T) {
-	t.Parallel()
-	d := startDaemon(t, daemonOptions{cacheTTL: 30 * time.Second})
-	pod := podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
-	created := d.timeOut(t, pod)
+// cachedThenStopped starts a daemon with the cache TTL, times a
+// RunPodSandbox out, lets the creation finish (cached), and stops the daemon.
+// It checks that the journal holds just that cached record and that the node
+// holds just its sandbox, and returns them.
+func cachedThenStopped(t *testing.T, ttl time.Duration) (d *daemon, pod, created string, cached journal.Record) {
+	t.Helper()
+	d = startDaemon(t, daemonOptions{cacheTTL: ttl})
+	pod = podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
+	created = d.timeOut(t, pod)
 	d.waitNetworkDone(t, created, 2*slowADD)
-
 	d.stop(t)
 	recs := d.records(t)
 	if len(recs) != 1 || recs[0].ID != created || recs[0].State != journal.StateCached {
@@ -315,11 +316,19 @@ func TestCacheSurvivesRestart(t *testing.T) {
 		}
 		t.Fatalf("journal after the stop: %q, want one cached record %s", got, created)
 	}
-	if left := time.Until(recs[0].Expiry); left < 10*time.Second {
+	d.assertNoLeaks(t, created)
+	return d, pod, created, recs[0]
+}
+
+// TestCacheSurvivesRestart times a RunPodSandbox out, lets the creation
+// finish, restarts the daemon, and retries: the retry gets the same sandbox.
+func TestCacheSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	d, pod, created, cached := cachedThenStopped(t, 30*time.Second)
+	if left := time.Until(cached.Expiry); left < 10*time.Second {
 		t.Errorf("the cached record expires in %v, want about the 30s TTL", left)
 	}
 	d.checkJournal(t)
-	d.assertNoLeaks(t, created)
 
 	d.restart(t)
 	d.requirePods(t, "after the restart (cached: hidden)")
@@ -332,17 +341,8 @@ func TestCacheSurvivesRestart(t *testing.T) {
 // the retry gets a new sandbox.
 func TestCacheExpiresWhileDown(t *testing.T) {
 	t.Parallel()
-	d := startDaemon(t, daemonOptions{cacheTTL: 8 * time.Second})
-	pod := podConfig(t, "slow", "e2e", randomHex(t, 16), 0, false)
-	created := d.timeOut(t, pod)
-	d.waitNetworkDone(t, created, 2*slowADD)
-	d.stop(t)
-	recs := d.records(t)
-	if len(recs) != 1 || recs[0].State != journal.StateCached {
-		t.Fatalf("journal after the stop: %d records, want the cached %s", len(recs), created)
-	}
-	d.assertNoLeaks(t, created)
-	time.Sleep(time.Until(recs[0].Expiry) + 100*time.Millisecond)
+	d, pod, created, cached := cachedThenStopped(t, 8*time.Second)
+	time.Sleep(time.Until(cached.Expiry) + 100*time.Millisecond)
 
 	d.restart(t)
 	d.assertNoLeaks(t)

@@ -94,19 +94,30 @@ func newRecordSource(cfg config.Config) *recordSource {
 var errDaemonDown = errors.New("daemon not running")
 
 func (s *recordSource) get(ctx context.Context, path string, v any) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://crijournal"+path, nil)
-	resp, err := s.client.Do(req)
+	resp, err := s.ask(ctx, s.client, path)
 	if err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return errDaemonDown
-		}
-		return fmt.Errorf("ask the daemon on %s: %w", s.socket, err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ask the daemon on %s: %s", s.socket, resp.Status)
-	}
 	return json.NewDecoder(resp.Body).Decode(v)
+}
+
+// ask sends GET path to the daemon through client; errDaemonDown when nothing answers.
+// The caller closes the body.
+func (s *recordSource) ask(ctx context.Context, client *http.Client, path string) (*http.Response, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://crijournal"+path, nil)
+	resp, err := client.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, errDaemonDown
+		}
+		return nil, fmt.Errorf("ask the daemon on %s: %w", s.socket, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("ask the daemon on %s: %s", s.socket, resp.Status)
+	}
+	return resp, nil
 }
 
 // openFile opens the journal read-only; a lock held by a daemon that does not answer is
@@ -147,19 +158,12 @@ func (s *recordSource) records(ctx context.Context) ([]journal.Record, error) {
 // stream follows the live daemon's records: fn gets every record at once, then again after
 // each change, until the daemon goes away (nil) or ctx ends. errDaemonDown: nothing answers.
 func (s *recordSource) stream(ctx context.Context, fn func([]journal.Record)) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://crijournal/watch", nil)
 	streaming := &http.Client{Transport: s.client.Transport} // no timeout: the stream lasts
-	resp, err := streaming.Do(req)
+	resp, err := s.ask(ctx, streaming, "/watch")
 	if err != nil {
-		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) {
-			return errDaemonDown
-		}
-		return fmt.Errorf("ask the daemon on %s: %w", s.socket, err)
+		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("ask the daemon on %s: %s", s.socket, resp.Status)
-	}
 	dec := json.NewDecoder(resp.Body)
 	for {
 		var records []journal.Record
