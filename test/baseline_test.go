@@ -9,15 +9,17 @@ import (
 )
 
 // nodeState is what the end-to-end tests could leave on the machine outside the
-// directories each test checks itself: network links, and mounts and node directories
-// under the temporary directory where the tests' nodes live. TestMain takes it before
+// directories each test checks itself: network links, mounts and node directories under
+// the temporary directory where the tests' nodes live, and the conmon state directories
+// the daemons make under /run when a node's run_root is too long for conmon's sockets. TestMain takes it before
 // the tests and compares after them, so that a leak no per-test check knows about
 // (a bridge left by a test that stopped early, a mount outside a node's own checks, a
 // node its cleanup did not remove) still fails the suite.
 type nodeState struct {
-	links  []string // network interfaces of the host
-	mounts []string // mount points under the tests' temporary directory
-	nodes  []string // node directories made by this test process
+	links     []string // network interfaces of the host
+	mounts    []string // mount points under the tests' temporary directory
+	nodes     []string // node directories made by this test process
+	stateDirs []string // conmon state directories under /run (a long run_root's)
 }
 
 func takeNodeState() nodeState {
@@ -37,6 +39,7 @@ func takeNodeState() nodeState {
 			}
 		}
 	}
+	s.stateDirs, _ = filepath.Glob("/run/cjo-*")
 	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "cj*"))
 	for _, dir := range dirs {
 		if owner, err := os.ReadFile(filepath.Join(dir, ownerFile)); err == nil && string(owner) == selfOwner() {
@@ -63,6 +66,11 @@ func (s nodeState) leftSince(before nodeState) []string {
 	}
 	for _, n := range s.nodes {
 		out = append(out, "node directory "+n)
+	}
+	for _, d := range s.stateDirs {
+		if !slices.Contains(before.stateDirs, d) {
+			out = append(out, "conmon state directory "+d)
+		}
 	}
 	return out
 }

@@ -1419,8 +1419,8 @@ func TestCrashDuringSlowConmon(t *testing.T) {
 // ociStateDir is conmon's state directory of the runc handler of a daemon
 // whose run_root is runRoot, as cmd/crijournal computes it: the long run
 // roots of the tests get a short directory under /run.
-func ociStateDir(runRoot string) string {
-	dir := filepath.Join(runRoot, "oci-runc")
+func ociStateDir(runRoot, handler string) string {
+	dir := filepath.Join(runRoot, "oci-"+handler)
 	if len(dir) <= oci.MaxStateDirLen {
 		return dir
 	}
@@ -1888,12 +1888,26 @@ func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 // containers, removes their cgroups and conmon's state directory.
 func (d *daemon) removeContainersLeft(t *testing.T) {
 	removeNodeContainers(t.Logf, d.runcRoot(), d.ociStateDir, d.cgroupParent)
+	if h := d.opts.secondHandler; h != "" {
+		removeNodeContainers(t.Logf, d.handlerRoot(h), ociStateDir(d.runRoot, h), d.cgroupParent)
+	}
+}
+
+// handlerRoot is the runc root of the handler opts.secondHandler names.
+func (d *daemon) handlerRoot(handler string) string {
+	return filepath.Join(d.runRoot, "runc-"+handler)
 }
 
 // sweepContainers removes the containers of a node whose test process died.
 func sweepContainers(dir string) {
 	runRoot := filepath.Join(dir, "run")
-	removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), ociStateDir(runRoot), "/cje2e-"+filepath.Base(dir))
+	removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), ociStateDir(runRoot, "runc"), "/cje2e-"+filepath.Base(dir))
+	// A second handler's, under any name (TestContainerDetails).
+	roots, _ := filepath.Glob(filepath.Join(runRoot, "runc-*"))
+	for _, root := range roots {
+		h := strings.TrimPrefix(filepath.Base(root), "runc-")
+		removeNodeContainers(func(string, ...any) {}, root, ociStateDir(runRoot, h), "/cje2e-"+filepath.Base(dir))
+	}
 }
 
 func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupParent string) {
@@ -2028,9 +2042,8 @@ func TestContainerDetails(t *testing.T) {
 	const usr1Tag = "stop-usr1"
 	usr1Image := testImagePrefix + "/" + testImageRepo + ":" + usr1Tag
 	usr1Digest := storagetest.PushBusyboxStopSignal(t, reg.host, testImageRepo, usr1Tag, "SIGUSR1")
-	secondRoot := filepath.Join(t.TempDir(), "runc-second")
-	d := startDaemon(t, daemonOptions{registries: reg.mirror(),
-		extraTOML: []string{"[runtimes.second]", "root = " + strconv.Quote(secondRoot)}})
+	d := startDaemon(t, daemonOptions{registries: reg.mirror(), secondHandler: "second"})
+	secondRoot := d.handlerRoot("second")
 	d.pull(t, usr1Image)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)

@@ -361,6 +361,7 @@ type daemonOptions struct {
 	registries     []registryMirror // [[registries]] pull redirections (image tests)
 	conmonPath     string           // conmon_path; default: conmon in PATH
 	runtimePath    string           // runtimes.runc.path; default: runc in PATH
+	secondHandler  string           // a second runtime handler (runc, root <run_root>/runc-<name>); default none
 	storageDriver  string           // storage_driver; default vfs
 }
 
@@ -443,7 +444,7 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 	}
 	d.podLogDir = filepath.Join(base, "pod-logs")
 	d.cgroupParent = "/cje2e-" + filepath.Base(base)
-	d.ociStateDir = ociStateDir(d.runRoot)
+	d.ociStateDir = ociStateDir(d.runRoot, "runc")
 	var ip [3]byte
 	d.bridge, d.subnet, ip = newNetwork(t)
 	d.gateway = fmt.Sprintf("%d.%d.%d.1", ip[0], ip[1], ip[2])
@@ -553,6 +554,9 @@ func (d *daemon) writeConfig(t *testing.T) {
 	lines = append(lines, "", "[runtimes.runc]", "root = "+q(filepath.Join(d.runRoot, "runc")))
 	if d.opts.runtimePath != "" {
 		lines = append(lines, "path = "+q(d.opts.runtimePath))
+	}
+	if h := d.opts.secondHandler; h != "" {
+		lines = append(lines, "", "[runtimes."+h+"]", "root = "+q(d.handlerRoot(h)))
 	}
 	for _, r := range d.opts.registries {
 		lines = append(lines, "", "[[registries]]", "prefix = "+q(r.prefix), "location = "+q(r.location), fmt.Sprintf("insecure = %v", r.insecure))

@@ -13,5 +13,5 @@ args=("$@")
 
 start_daemon sync 1
 start_daemon nosync 2 --journal-no-sync
-"$bin" bench --endpoint "unix://$base/sync/run/cri.sock" \
-	--compare-endpoint "unix://$base/nosync/run/cri.sock" "${args[@]}"
+"$bin" bench --endpoint "unix://$base/sync/cri.sock" \
+	--compare-endpoint "unix://$base/nosync/cri.sock" "${args[@]}"

@@ -10,4 +10,4 @@ args=("$@")
 
 # shellcheck disable=SC2086
 start_daemon pods 4 ${SERVE_FLAGS:-}
-"$bin" bench --endpoint "unix://$base/pods/run/cri.sock" "${args[@]}"
+"$bin" bench --endpoint "unix://$base/pods/cri.sock" "${args[@]}"

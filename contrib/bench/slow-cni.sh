@@ -21,4 +21,4 @@ WRAP
 chmod +x "$base/plugins/bridge"
 
 start_daemon slow 3 --cni-plugin-dirs "$base/plugins,$real"
-"$bin" bench --endpoint "unix://$base/slow/run/cri.sock" "${args[@]}"
+"$bin" bench --endpoint "unix://$base/slow/cri.sock" "${args[@]}"
