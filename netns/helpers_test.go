@@ -3,8 +3,6 @@ package netns
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,24 +10,14 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
-// need fails the test under CI (CI=true), where every prerequisite must be
-// present, and skips it elsewhere.
-func need(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// requireRoot stops the test unless it runs as root.
+// requireRoot stops the test unless it runs as root (see testenv).
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		need(t, "netns tests need root; CI must run as root")
-	}
+	testenv.RequireRoot(t, "netns tests pin namespaces and run CNI plugins")
 }
 
 // requirePlugins stops the test unless it runs as root and the reference CNI
@@ -40,7 +28,7 @@ func requirePlugins(t *testing.T) string {
 	requireRoot(t)
 	for _, tool := range []string{"nsenter", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			need(t, "netns tests need "+tool+" (util-linux, iproute2); CI must install it")
+			testenv.Need(t, "netns tests need %s (util-linux, iproute2)", tool)
 		}
 	}
 	for _, dir := range []string{"/usr/lib/cni", "/opt/cni/bin"} {
@@ -48,7 +36,7 @@ func requirePlugins(t *testing.T) string {
 			return dir
 		}
 	}
-	need(t, "netns CNI tests need the bridge and host-local plugins in /usr/lib/cni or /opt/cni/bin (Debian: containernetworking-plugins); CI must install them")
+	testenv.Need(t, "netns CNI tests need the bridge and host-local plugins in /usr/lib/cni or /opt/cni/bin (Debian: containernetworking-plugins)")
 	return ""
 }
 
@@ -58,14 +46,7 @@ func isExecutable(path string) bool {
 }
 
 // randomHex returns n random bytes as hex.
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
+func randomHex(t *testing.T, n int) string { return testenv.RandomHex(t, n) }
 
 // newSandboxID returns a random sandbox ID shaped like the real ones.
 func newSandboxID(t *testing.T) string { return randomHex(t, 32) }

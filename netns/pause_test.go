@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // TestMain lets the test binary serve as the pause process: StartPause runs it
@@ -31,7 +33,7 @@ func requireNsenter(t *testing.T) {
 	t.Helper()
 	requireRoot(t)
 	if _, err := exec.LookPath("nsenter"); err != nil {
-		need(t, "netns pause tests need nsenter (util-linux); CI must install it")
+		testenv.Need(t, "netns pause tests need nsenter (util-linux)")
 	}
 }
 

@@ -2,8 +2,6 @@ package oci
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +15,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -32,22 +32,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// need fails the test under CI (CI=true), where every prerequisite must be present,
-// and skips it elsewhere.
-func need(t *testing.T, msg string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-}
-
-// requireRoot stops the test unless it runs as root.
+// requireRoot stops the test unless it runs as root (see testenv).
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		need(t, "oci runtime tests need root; CI must run as root")
-	}
+	testenv.RequireRoot(t, "oci runtime tests run containers")
 }
 
 // requireRunc stops the test unless it runs as root with runc, conmon and a static
@@ -57,22 +45,16 @@ func requireRunc(t *testing.T) {
 	requireRoot(t)
 	for _, tool := range []string{"runc", "conmon"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			need(t, "oci runtime tests need "+tool+" (Debian: runc, conmon); CI must install it")
+			testenv.Need(t, "oci runtime tests need %s (Debian: runc, conmon)", tool)
 		}
 	}
 	if !exists("/bin/busybox") {
-		need(t, "oci runtime tests need /bin/busybox (Debian: busybox-static); CI must install it")
+		testenv.Need(t, "oci runtime tests need /bin/busybox (Debian: busybox-static)")
 	}
 }
 
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
+// randomHex returns n random bytes as hex.
+func randomHex(t *testing.T, n int) string { return testenv.RandomHex(t, n) }
 
 // shortTempDir returns a temp dir with a short path (t.TempDir's can be too long for
 // the attach socket paths under a StateDir), removed after the test.

@@ -3,6 +3,7 @@ package oci
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -132,6 +133,21 @@ const maxSocketPath = 107
 // MaxStateDirLen is the longest Config.StateDir: conmon binds
 // <StateDir>/attach/<64-hex id>/attach, which must fit maxSocketPath.
 const MaxStateDirLen = maxSocketPath - len("/attach/") - 64 - len("/attach")
+
+// StateDirFor is where a daemon whose run_root is runRoot keeps conmon's state for a
+// runtime handler (exit files, pid files, attach sockets): <run_root>/oci-<handler>. It
+// survives a daemon restart (not a reboot, which ends the containers too). When that
+// path is longer than MaxStateDirLen, conmon's attach socket paths would not fit a
+// socket address (conmon truncates them silently), so a short directory under /run,
+// named by a digest of the long path, is used instead.
+func StateDirFor(runRoot, handler string) string {
+	dir := filepath.Join(runRoot, "oci-"+handler)
+	if len(dir) <= MaxStateDirLen {
+		return dir
+	}
+	sum := sha256.Sum256([]byte(dir))
+	return fmt.Sprintf("/run/cjo-%x", sum[:4])
+}
 
 // findBinary returns path, or else name found in PATH, as an absolute path.
 func findBinary(path, name string) (string, error) {

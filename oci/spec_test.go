@@ -76,6 +76,19 @@ func mustSpec(t *testing.T, in SpecInput, h host) *specs.Spec {
 	return s
 }
 
+// specOrInvalid builds in's spec on h. When invalid, it requires the refusal
+// (ErrInvalidSpec) and returns nil; otherwise it requires the spec.
+func specOrInvalid(t *testing.T, in SpecInput, h host, invalid bool) *specs.Spec {
+	t.Helper()
+	if !invalid {
+		return mustSpec(t, in, h)
+	}
+	if _, err := buildSpec(in, h); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("err = %v, want ErrInvalidSpec", err)
+	}
+	return nil
+}
+
 func TestSpecArgs(t *testing.T) {
 	img := ImageConfig{Entrypoint: []string{"/ep"}, Cmd: []string{"cmd1", "cmd2"}}
 	for _, tc := range []struct {
@@ -182,15 +195,9 @@ func TestSpecUser(t *testing.T) {
 			if tc.set != nil {
 				tc.set(sc(&in))
 			}
-			s, err := buildSpec(in, testHost())
-			if tc.invalid {
-				if !errors.Is(err, ErrInvalidSpec) {
-					t.Fatalf("err = %v, want ErrInvalidSpec", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
+			s := specOrInvalid(t, in, testHost(), tc.invalid)
+			if s == nil {
+				return // refused, as wanted
 			}
 			if diff := cmp.Diff(tc.want, s.Process.User); diff != "" {
 				t.Fatalf("user (-want +got):\n%s", diff)
@@ -278,15 +285,9 @@ func TestSpecMounts(t *testing.T) {
 			if tc.edit != nil {
 				tc.edit(&in)
 			}
-			s, err := buildSpec(in, testHost())
-			if tc.invalid {
-				if !errors.Is(err, ErrInvalidSpec) {
-					t.Fatalf("err = %v, want ErrInvalidSpec", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
+			s := specOrInvalid(t, in, testHost(), tc.invalid)
+			if s == nil {
+				return // refused, as wanted
 			}
 			var found []specs.Mount
 			for _, m := range s.Mounts {
@@ -363,15 +364,9 @@ func TestSpecCapabilities(t *testing.T) {
 			s := sc(&in)
 			s.Privileged = tc.privileged
 			s.Capabilities = &runtimeapi.Capability{AddCapabilities: tc.add, DropCapabilities: tc.drop}
-			spec, err := buildSpec(in, tc.h)
-			if tc.invalid {
-				if !errors.Is(err, ErrInvalidSpec) {
-					t.Fatalf("err = %v, want ErrInvalidSpec", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
+			spec := specOrInvalid(t, in, tc.h, tc.invalid)
+			if spec == nil {
+				return // refused, as wanted
 			}
 			c := spec.Process.Capabilities
 			for name, set := range map[string][]string{"bounding": c.Bounding, "effective": c.Effective, "permitted": c.Permitted} {
@@ -497,15 +492,9 @@ func TestSpecCgroupPath(t *testing.T) {
 			in := baseInput(t)
 			in.CgroupParent = tc.parent
 			in.Sandbox.Linux = &runtimeapi.LinuxPodSandboxConfig{CgroupParent: tc.sandboxParent}
-			s, err := buildSpec(in, testHost())
-			if tc.invalid {
-				if !errors.Is(err, ErrInvalidSpec) {
-					t.Fatalf("err = %v, want ErrInvalidSpec", err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
+			s := specOrInvalid(t, in, testHost(), tc.invalid)
+			if s == nil {
+				return // refused, as wanted
 			}
 			if s.Linux.CgroupsPath != tc.want {
 				t.Fatalf("cgroups path %q, want %q", s.Linux.CgroupsPath, tc.want)
@@ -640,5 +629,24 @@ func TestParseSignal(t *testing.T) {
 		if _, err := ParseSignal(in); err == nil {
 			t.Errorf("ParseSignal(%q) succeeded", in)
 		}
+	}
+}
+
+func TestStateDirFor(t *testing.T) {
+	long := "/tmp/a-run-root-long-enough-for-conmon-to-truncate-its-attach-socket-paths"
+	for _, tc := range []struct {
+		runRoot, handler string
+		want             func(string) bool
+	}{
+		{"/run/crijournal", "runc", func(d string) bool { return d == "/run/crijournal/oci-runc" }},
+		{long, "runc", func(d string) bool { return strings.HasPrefix(d, "/run/cjo-") && len(d) <= MaxStateDirLen }},
+	} {
+		got := StateDirFor(tc.runRoot, tc.handler)
+		if !tc.want(got) {
+			t.Errorf("StateDirFor(%q, %q) = %q", tc.runRoot, tc.handler, got)
+		}
+	}
+	if StateDirFor(long, "runc") == StateDirFor(long, "crun") || StateDirFor(long, "runc") != StateDirFor(long, "runc") {
+		t.Error("the short directories of long run roots are not one per run root and handler")
 	}
 }

@@ -182,7 +182,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 	// listed and removed: one that finished afterwards would belong to no pod.
 	reopen, err := s.pods.close(ctx, rec.ID)
 	if err != nil {
-		return nil, fmt.Errorf("remove sandbox %s: a container creation in it is still running: %w", rec.ID, err)
+		return nil, fmt.Errorf("remove sandbox %s: a container creation in it is still running; retry the removal once it has ended: %w", rec.ID, err)
 	}
 	defer reopen()
 	// The pod's containers first; cached or half-made ones are rolled back.

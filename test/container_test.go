@@ -3,7 +3,6 @@ package test
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -1416,18 +1415,6 @@ func TestCrashDuringSlowConmon(t *testing.T) {
 // Helpers of the container tests: configurations, crictl calls, the daemon's
 // live journal, and the container part of the leak check.
 
-// ociStateDir is conmon's state directory of the runc handler of a daemon
-// whose run_root is runRoot, as cmd/crijournal computes it: the long run
-// roots of the tests get a short directory under /run.
-func ociStateDir(runRoot, handler string) string {
-	dir := filepath.Join(runRoot, "oci-"+handler)
-	if len(dir) <= oci.MaxStateDirLen {
-		return dir
-	}
-	sum := sha256.Sum256([]byte(dir))
-	return fmt.Sprintf("/run/cjo-%x", sum[:4])
-}
-
 func (d *daemon) runcRoot() string    { return filepath.Join(d.runRoot, "runc") }
 func (d *daemon) storageRoot() string { return filepath.Join(d.root, "storage") }
 
@@ -1572,12 +1559,7 @@ func (d *daemon) ps(t *testing.T, all bool) []string {
 // requirePs fails the test unless crictl ps -a -q lists exactly want.
 func (d *daemon) requirePs(t *testing.T, why string, want ...string) {
 	t.Helper()
-	got := d.ps(t, true)
-	want = slices.Clone(want)
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("%s: crictl ps -a -q lists %q, want %q", why, got, want)
-	}
+	requireListed(t, why, "crictl ps -a -q", d.ps(t, true), want)
 }
 
 // ctrStatus is the part of crictl inspect -o json the tests read.
@@ -1889,7 +1871,7 @@ func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 func (d *daemon) removeContainersLeft(t *testing.T) {
 	removeNodeContainers(t.Logf, d.runcRoot(), d.ociStateDir, d.cgroupParent)
 	if h := d.opts.secondHandler; h != "" {
-		removeNodeContainers(t.Logf, d.handlerRoot(h), ociStateDir(d.runRoot, h), d.cgroupParent)
+		removeNodeContainers(t.Logf, d.handlerRoot(h), oci.StateDirFor(d.runRoot, h), d.cgroupParent)
 	}
 }
 
@@ -1901,12 +1883,12 @@ func (d *daemon) handlerRoot(handler string) string {
 // sweepContainers removes the containers of a node whose test process died.
 func sweepContainers(dir string) {
 	runRoot := filepath.Join(dir, "run")
-	removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), ociStateDir(runRoot, "runc"), "/cje2e-"+filepath.Base(dir))
+	removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), oci.StateDirFor(runRoot, "runc"), "/cje2e-"+filepath.Base(dir))
 	// A second handler's, under any name (TestContainerDetails).
 	roots, _ := filepath.Glob(filepath.Join(runRoot, "runc-*"))
 	for _, root := range roots {
 		h := strings.TrimPrefix(filepath.Base(root), "runc-")
-		removeNodeContainers(func(string, ...any) {}, root, ociStateDir(runRoot, h), "/cje2e-"+filepath.Base(dir))
+		removeNodeContainers(func(string, ...any) {}, root, oci.StateDirFor(runRoot, h), "/cje2e-"+filepath.Base(dir))
 	}
 }
 

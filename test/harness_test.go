@@ -3,8 +3,6 @@ package test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,7 +27,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/oci"
 )
 
 // cniDir is where Debian installs the reference CNI plugins.
@@ -63,10 +63,7 @@ func requirePrereqs(t *testing.T) {
 	if prereqErr == "" {
 		return
 	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s (CI=true: every prerequisite must be installed)", prereqErr)
-	}
-	t.Skip(prereqErr)
+	testenv.Need(t, "%s", prereqErr)
 }
 
 func checkPrereqs() string {
@@ -334,14 +331,8 @@ func newNetwork(t *testing.T) (bridge, subnet string, third [3]byte) {
 	return "", "", [3]byte{}
 }
 
-func randomHex(t *testing.T, n int) string {
-	t.Helper()
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(b)
-}
+// randomHex returns n random bytes as hex.
+func randomHex(t *testing.T, n int) string { return testenv.RandomHex(t, n) }
 
 // randomID returns a random ID shaped like a sandbox ID.
 func randomID(t *testing.T) string { return randomHex(t, 32) }
@@ -444,7 +435,7 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 	}
 	d.podLogDir = filepath.Join(base, "pod-logs")
 	d.cgroupParent = "/cje2e-" + filepath.Base(base)
-	d.ociStateDir = ociStateDir(d.runRoot, "runc")
+	d.ociStateDir = oci.StateDirFor(d.runRoot, "runc")
 	var ip [3]byte
 	d.bridge, d.subnet, ip = newNetwork(t)
 	d.gateway = fmt.Sprintf("%d.%d.%d.1", ip[0], ip[1], ip[2])
@@ -494,12 +485,13 @@ func (d *daemon) writeCNIConfig(t *testing.T) {
 // writeWrapper installs the bridge plugin wrapper: it reads the duration in
 // cni-sleep (for any command but VERSION), logs the call to cni-calls.log
 // ("<COMMAND> <container ID>"), sleeps that long, fails with a CNI error when
-// cni-fail-<COMMAND> exists, and otherwise execs the real plugin (so the
-// daemon's parent-death signal still reaches it).
+// cni-fail-<COMMAND> exists, runs the real ADD and then fails when
+// cni-fail-late-ADD exists (see failCNILate), and otherwise execs the real
+// plugin (so the daemon's parent-death signal still reaches it).
 func (d *daemon) writeWrapper(t *testing.T) {
 	t.Helper()
 	script := `#!/bin/bash
-# crijournal end-to-end tests: the bridge plugin, slowed or failed on demand.
+# crijournal end-to-end tests: the bridge plugin, slowed or failed (early or late) on demand.
 dir=` + shellQuote(d.base) + `
 delay=
 if [ "${CNI_COMMAND}" != VERSION ] && [ -f "$dir/cni-sleep" ]; then
@@ -512,6 +504,11 @@ if [ -n "$delay" ]; then
 fi
 if [ -e "$dir/cni-fail-${CNI_COMMAND}" ]; then
 	echo '{"cniVersion":"1.0.0","code":11,"msg":"injected failure"}'
+	exit 1
+fi
+if [ "${CNI_COMMAND}" = ADD ] && [ -e "$dir/cni-fail-late-ADD" ]; then
+	` + cniDir + `/bridge "$@" >/dev/null
+	echo '{"cniVersion":"1.0.0","code":11,"msg":"` + lateFailure + `"}'
 	exit 1
 fi
 exec ` + cniDir + `/bridge "$@"
@@ -876,11 +873,17 @@ func (d *daemon) pods(t *testing.T) []string {
 // requirePods fails the test unless crictl pods -q lists exactly want.
 func (d *daemon) requirePods(t *testing.T, why string, want ...string) {
 	t.Helper()
-	got := d.pods(t)
+	requireListed(t, why, "crictl pods -q", d.pods(t), want)
+}
+
+// requireListed fails the test unless the sorted IDs got, as listed by the
+// command named, are exactly want (in any order).
+func requireListed(t *testing.T, why, command string, got, want []string) {
+	t.Helper()
 	want = slices.Clone(want)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
-		t.Fatalf("%s: crictl pods -q lists %q, want %q", why, got, want)
+		t.Fatalf("%s: %s lists %q, want %q", why, command, got, want)
 	}
 }
 

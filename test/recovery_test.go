@@ -181,7 +181,6 @@ func TestRecoveryPermanentlyFailingUndo(t *testing.T) {
 	// up to 2s (undo_retry_min, undo_retry_max).
 	const retryMax = 2 * time.Second
 	d := startDaemon(t, daemonOptions{})
-	d.writeLateFailWrapper(t)
 	pod := podConfig(t, "undo-fails", "e2e", randomHex(t, 16), 0, false)
 	d.failCNILate(t, true)
 	d.failCNI(t, "DEL", true)
@@ -255,38 +254,9 @@ func TestRecoveryPermanentlyFailingUndo(t *testing.T) {
 // lateFailure is the message of a CNI ADD failed by failCNILate.
 const lateFailure = "injected failure after the ADD allocated"
 
-// writeLateFailWrapper replaces the bridge plugin wrapper with one that also
-// fails ADD late when cni-fail-late-ADD exists: the real ADD runs (an address
-// is allocated, the veth made) and then the call fails, like a plugin chain
-// failing part way. Everything else is as writeWrapper's.
-func (d *daemon) writeLateFailWrapper(t *testing.T) {
-	t.Helper()
-	script := `#!/bin/bash
-# crijournal end-to-end tests: the bridge plugin, slowed or failed (early or late) on demand.
-dir=` + shellQuote(d.base) + `
-delay=
-if [ "${CNI_COMMAND}" != VERSION ] && [ -f "$dir/cni-sleep" ]; then
-	delay="$(cat "$dir/cni-sleep")"
-fi
-echo "${CNI_COMMAND} ${CNI_CONTAINERID}" >> "$dir/cni-calls.log"
-if [ -n "$delay" ]; then
-	sleep "$delay"
-fi
-if [ -e "$dir/cni-fail-${CNI_COMMAND}" ]; then
-	echo '{"cniVersion":"1.0.0","code":11,"msg":"injected failure"}'
-	exit 1
-fi
-if [ "${CNI_COMMAND}" = ADD ] && [ -e "$dir/cni-fail-late-ADD" ]; then
-	` + cniDir + `/bridge "$@" >/dev/null
-	echo '{"cniVersion":"1.0.0","code":11,"msg":"` + lateFailure + `"}'
-	exit 1
-fi
-exec ` + cniDir + `/bridge "$@"
-`
-	writeFile(t, filepath.Join(d.pluginDir, "bridge"), script, 0o755)
-}
-
-// failCNILate turns the late ADD failure of writeLateFailWrapper on or off.
+// failCNILate turns on or off the late failure of CNI ADD in the plugin
+// wrapper (writeWrapper): the real ADD runs (an address is allocated, the
+// veth made) and then the call fails, like a plugin chain failing part way.
 func (d *daemon) failCNILate(t *testing.T, on bool) {
 	t.Helper()
 	path := filepath.Join(d.base, "cni-fail-late-ADD")

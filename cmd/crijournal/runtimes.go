@@ -1,9 +1,7 @@
 package main
 
 import (
-	"crypto/sha256"
 	"fmt"
-	"path/filepath"
 	"sync"
 
 	"github.com/crijournal/crijournal/config"
@@ -41,7 +39,7 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 		Path:       conf.Path,
 		Root:       s.cfg.RuntimeRoot(handler),
 		ConmonPath: s.cfg.ConmonPath,
-		StateDir:   ociStateDir(s.cfg.RunRoot, handler),
+		StateDir:   oci.StateDirFor(s.cfg.RunRoot, handler),
 	})
 	if err != nil {
 		return nil, err
@@ -59,18 +57,4 @@ func (s *runtimeSet) all() []*oci.Runtime {
 		}
 	}
 	return out
-}
-
-// ociStateDir is where conmon keeps a handler's exit files, pid files and attach sockets:
-// <run_root>/oci-<handler>. It survives a daemon restart (not a reboot, which ends the
-// containers too). conmon's attach socket paths must fit a socket address, so oci limits
-// this path's length; a longer run_root gets a short directory under /run named by a
-// digest of the long one.
-func ociStateDir(runRoot, handler string) string {
-	dir := filepath.Join(runRoot, "oci-"+handler)
-	if len(dir) <= oci.MaxStateDirLen {
-		return dir
-	}
-	sum := sha256.Sum256([]byte(dir))
-	return fmt.Sprintf("/run/cjo-%x", sum[:4])
 }

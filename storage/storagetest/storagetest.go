@@ -31,6 +31,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // BusyboxPath is the static busybox the image is built from (Debian package
@@ -42,33 +44,18 @@ var BusyboxCommands = []string{
 	"sh", "sleep", "echo", "cat", "ls", "true", "false", "env", "id", "hostname", "touch", "mkdir", "rm", "ps", "kill",
 }
 
-// inCI reports whether the tests run in CI (CI=true), where a missing prerequisite is a
-// failure rather than a reason to skip.
-func inCI() bool { return os.Getenv("CI") == "true" }
-
-// skipOrFail skips the test, or fails it under CI=true.
-func skipOrFail(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if inCI() {
-		t.Fatalf(format+" (CI=true: required)", args...)
-	}
-	t.Skipf(format, args...)
-}
-
 // RequireRoot skips the test unless it runs as root (containers/storage, mounts); under
 // CI=true it fails instead.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		skipOrFail(t, "needs root (containers/storage and overlay mounts); run the tests as root")
-	}
+	testenv.RequireRoot(t, "storage tests use containers/storage and overlay mounts")
 }
 
 // RequireBusybox skips the test unless BusyboxPath exists; under CI=true it fails instead.
 func RequireBusybox(t testing.TB) {
 	t.Helper()
 	if _, err := os.Stat(BusyboxPath); err != nil {
-		skipOrFail(t, "needs %s: apt-get install -y busybox-static (%v)", BusyboxPath, err)
+		testenv.Need(t, "needs %s: apt-get install -y busybox-static (%v)", BusyboxPath, err)
 	}
 }
 
