@@ -33,13 +33,28 @@ CNI_BRIDGE := contrib/cni/10-crijournal-bridge.conflist
 # Extra arguments of `make run`, such as RUN_ARGS='--log-level=debug'.
 RUN_ARGS ?=
 
-.PHONY: help deps build test run lint bench clean
+# Where `make install` puts things (DESTDIR is prepended to every path, for packaging).
+PREFIX ?= /usr/local
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+SYSTEMDDIR ?= $(PREFIX)/lib/systemd/system
+SHAREDIR ?= $(PREFIX)/share/crijournal
+COMPLETIONDIR ?= $(PREFIX)/share/bash-completion/completions
+DESTDIR ?=
+# What install wrote, with checksums: uninstall removes exactly these files, and only
+# those still as installed.
+MANIFEST := $(SHAREDIR)/installed-files
+POLICY := contrib/containers/policy.json
+
+.PHONY: help deps build test run lint bench clean install uninstall
 
 help:
 	@echo 'make deps   install the Debian packages and crictl the daemon and tests need'
 	@echo 'make build  build $(BIN)'
 	@echo 'make test   deps, build, go vet, then every test with -race (as root)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
+	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
+	@echo 'make uninstall  remove what install added (never the journal or the storage)'
 	@echo 'make lint   gofmt, go vet, staticcheck'
 	@echo 'make bench  every benchmark, 5 times'
 	@echo 'make clean  remove build and test outputs'
@@ -78,7 +93,65 @@ run: deps build
 		echo "run: no CNI network in $(CNI_CONF_DIR), installing $(CNI_BRIDGE)"; \
 		install -D -m 0644 $(CNI_BRIDGE) $(CNI_CONF_DIR)/$(notdir $(CNI_BRIDGE)); \
 	fi
+	@if [ ! -e /etc/containers/policy.json ]; then \
+		echo "run: no /etc/containers/policy.json, installing the permissive $(POLICY)"; \
+		install -D -m 0644 $(POLICY) /etc/containers/policy.json; \
+	fi
 	exec ./$(BIN) serve $(RUN_ARGS)
+
+# install copies the binary built by `make build` (it does not build: run it as root after
+# building as anyone), the systemd unit, bash completion and a crictl.yaml example; and,
+# only where the node has none yet, a configuration file written by `crijournal config`,
+# the default CNI network and the permissive signature policy. Files already there are
+# never replaced, except the binary, the unit and the completion.
+install:
+	@test -x $(BIN) || { echo 'install: $(BIN) missing: run make build first' >&2; exit 1; }
+	@set -euo pipefail; d='$(DESTDIR)'; written=(); \
+	put() { install -D -m "$$1" "$$2" "$$d$$3"; written+=("$$3"); echo "install: $$3"; }; \
+	put 0755 $(BIN) $(BINDIR)/crijournal; \
+	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	sed 's|@BINDIR@|$(BINDIR)|g' contrib/systemd/crijournal.service > "$$tmp/crijournal.service"; \
+	put 0644 "$$tmp/crijournal.service" $(SYSTEMDDIR)/crijournal.service; \
+	./$(BIN) completion bash > "$$tmp/crijournal.bash"; \
+	put 0644 "$$tmp/crijournal.bash" $(COMPLETIONDIR)/crijournal; \
+	put 0644 contrib/crictl.yaml $(SHAREDIR)/crictl.yaml; \
+	if [ -e "$$d$(SYSCONFDIR)/crijournal/crijournal.toml" ]; then \
+		echo "install: kept $(SYSCONFDIR)/crijournal/crijournal.toml"; \
+	else \
+		./$(BIN) config --config /dev/null > "$$tmp/crijournal.toml"; \
+		put 0644 "$$tmp/crijournal.toml" $(SYSCONFDIR)/crijournal/crijournal.toml; \
+	fi; \
+	if ls "$$d$(CNI_CONF_DIR)"/*.conf "$$d$(CNI_CONF_DIR)"/*.conflist "$$d$(CNI_CONF_DIR)"/*.json >/dev/null 2>&1; then \
+		echo "install: kept the CNI network in $(CNI_CONF_DIR)"; \
+	else \
+		put 0644 $(CNI_BRIDGE) $(CNI_CONF_DIR)/$(notdir $(CNI_BRIDGE)); \
+	fi; \
+	if [ -e "$$d$(SYSCONFDIR)/containers/policy.json" ]; then \
+		echo "install: kept $(SYSCONFDIR)/containers/policy.json"; \
+	else \
+		put 0644 $(POLICY) $(SYSCONFDIR)/containers/policy.json; \
+	fi; \
+	manifest="$$d$(MANIFEST)"; touch "$$manifest"; \
+	for f in "$${written[@]}"; do \
+		grep -v "  $$f\$$" "$$manifest" > "$$tmp/manifest" || true; \
+		(cd "$$d/" && sha256sum ".$$f") | sed 's|  \./|  /|' >> "$$tmp/manifest"; \
+		cat "$$tmp/manifest" > "$$manifest"; \
+	done; \
+	echo "install: done; files in $(MANIFEST). Then: systemctl daemon-reload && systemctl enable --now crijournal"
+
+# uninstall removes the files listed in install's manifest that are unchanged since, and the
+# manifest. Changed ones (an edited configuration) are kept and named. The journal, the
+# storage and everything else under the state directories are never touched.
+uninstall:
+	@set -euo pipefail; d='$(DESTDIR)'; manifest="$$d$(MANIFEST)"; \
+	if [ ! -e "$$manifest" ]; then echo "uninstall: no $(MANIFEST): nothing installed" >&2; exit 1; fi; \
+	while read -r sum path; do \
+		f="$$d$$path"; \
+		if [ ! -e "$$f" ]; then continue; fi; \
+		if [ "$$(sha256sum < "$$f" | cut -d' ' -f1)" = "$$sum" ]; then rm -f "$$f"; echo "uninstall: removed $$path"; \
+		else echo "uninstall: kept $$path (changed since install)"; fi; \
+	done < "$$manifest"; \
+	rm -f "$$manifest"; rmdir "$$d$(SHAREDIR)" 2>/dev/null || true
 
 lint:
 	@unformatted="$$(gofmt -l $$(find . -name '*.go' -not -path './.git/*'))"; \

@@ -129,7 +129,9 @@ type Config struct {
 	// Default: text.
 	LogFormat string `toml:"log_format" help:"log format: text or json"`
 
-	// MetricsAddress is the host:port of the Prometheus metrics endpoint.
+	// MetricsAddress is the host:port of the Prometheus metrics endpoint: a
+	// loopback address, or a node address a cluster's Prometheus can scrape
+	// (then consider metrics_cert and metrics_key).
 	// Default: "", meaning no metrics endpoint.
 	MetricsAddress string `toml:"metrics_address" help:"host:port of the metrics endpoint (empty: off)"`
 
@@ -170,14 +172,46 @@ type Config struct {
 	// picks a free port. Default: "0".
 	StreamPort string `toml:"stream_port" help:"port of the streaming server (0: any free port)"`
 
-	// Registries redirect image pulls, as [[registry]] prefix/location
-	// entries do in containers' registries.conf: an image whose name starts
-	// with Prefix is pulled from Location instead. In the file each is a
-	// table [[registries]] with keys prefix, location and insecure; they are
-	// read from the file only (no environment variable or flag). When
-	// several prefixes match a name, the longest wins. Default: none, every
-	// image is pulled from the registry its name says.
+	// Registries are pull mirrors added on top of RegistriesConf: an image
+	// whose name starts with Prefix is pulled from Location first, then from
+	// what registries.conf says about Prefix (its mirrors, then the registry
+	// itself). In the file each is a table [[registries]] with keys prefix,
+	// location and insecure; they are read from the file only (no
+	// environment variable or flag). When several prefixes match a name, the
+	// longest wins. Default: none.
 	Registries []Registry `toml:"registries"`
+
+	// RegistriesConf is the node's containers-registries.conf(5), as Podman
+	// and CRI-O read it: mirrors, blocked and insecure registries, short-name
+	// aliases and mode, unqualified-search-registries. Read at start; a
+	// missing file configures nothing. The mirrors of [[registries]] are added
+	// on top of it: for their prefix they come first, before the mirrors the
+	// file gives, and a registry the file blocks stays blocked.
+	// Default: /etc/containers/registries.conf.
+	RegistriesConf string `toml:"registries_conf" help:"containers registries.conf of the node (mirrors, blocked, insecure, short names); empty or missing: none"`
+
+	// RegistriesConfDir is the drop-in directory of RegistriesConf, read after
+	// it in lexical order of the file names. Default:
+	// /etc/containers/registries.conf.d.
+	RegistriesConfDir string `toml:"registries_conf_dir" help:"drop-in directory of registries_conf; empty or missing: none"`
+
+	// SignaturePolicy is the containers-policy.json(5) every pull must
+	// satisfy; an image it rejects is not pulled (PermissionDenied, naming the
+	// policy). It is read again at every pull. `make install` installs a
+	// permissive one (insecureAcceptAnything) when the node has none; while it
+	// is missing every pull fails. Default: /etc/containers/policy.json.
+	SignaturePolicy string `toml:"signature_policy" help:"containers policy.json every pull must satisfy"`
+
+	// GlobalAuthFile is the node-wide registry credentials file, in the
+	// containers-auth.json(5) format (as CRI-O's global_auth_file), used for
+	// a registry or mirror the pull's own credentials do not cover. It may be
+	// missing. Default: "", meaning <root>/image-cache/auth.json.
+	GlobalAuthFile string `toml:"global_auth_file" help:"registry credentials file of the node, containers auth.json format (empty: <root>/image-cache/auth.json)"`
+
+	// MetricsCert and MetricsKey are a PEM certificate and its key: when both
+	// are set the metrics endpoint speaks HTTPS. Default: "", plain HTTP.
+	MetricsCert string `toml:"metrics_cert" help:"PEM certificate of the metrics endpoint; with metrics_key it serves HTTPS"`
+	MetricsKey  string `toml:"metrics_key" help:"PEM key of metrics_cert"`
 }
 
 // Registry redirects the pulls of images whose name starts with a prefix.
@@ -228,8 +262,11 @@ func Default() Config {
 		Runtimes: map[string]Runtime{
 			"runc": {Root: "/run/crijournal/runc"},
 		},
-		StreamAddress: "127.0.0.1",
-		StreamPort:    "0",
+		StreamAddress:     "127.0.0.1",
+		StreamPort:        "0",
+		RegistriesConf:    "/etc/containers/registries.conf",
+		RegistriesConfDir: "/etc/containers/registries.conf.d",
+		SignaturePolicy:   "/etc/containers/policy.json",
 	}
 }
 
@@ -394,6 +431,15 @@ func (c Config) Validate() error {
 		bad("stream_port", "must be a port number (0 to 65535), got %q", c.StreamPort)
 	}
 	errs = append(errs, validateRegistries(c.Registries)...)
+	absolute("registries_conf", c.RegistriesConf, false)
+	absolute("registries_conf_dir", c.RegistriesConfDir, false)
+	absolute("signature_policy", c.SignaturePolicy, true)
+	absolute("global_auth_file", c.GlobalAuthFile, false)
+	absolute("metrics_cert", c.MetricsCert, false)
+	absolute("metrics_key", c.MetricsKey, false)
+	if (c.MetricsCert == "") != (c.MetricsKey == "") {
+		bad("metrics_cert", "metrics_cert and metrics_key must be set together")
+	}
 	return errors.Join(errs...)
 }
 
@@ -429,9 +475,10 @@ func (c Config) TOML() ([]byte, error) {
 		return nil, fmt.Errorf("render runtimes: %w", err)
 	}
 	buf.Write(tables)
-	buf.WriteString("\n# Pull redirections: [[registries]] with prefix (an image name prefix such as\n")
-	buf.WriteString("# \"registry.k8s.io\" or \"docker.io/library\"), location (host[:port][/path] to pull\n")
-	buf.WriteString("# from instead, no scheme) and insecure (plain HTTP, no TLS verification).\n")
+	buf.WriteString("\n# Pull mirrors added on top of registries_conf: [[registries]] with prefix (an\n")
+	buf.WriteString("# image name prefix such as \"registry.k8s.io\" or \"docker.io/library\"), location\n")
+	buf.WriteString("# (host[:port][/path] tried first, no scheme) and insecure (plain HTTP, no TLS\n")
+	buf.WriteString("# verification). Then registries.conf's mirrors for the prefix, then the registry.\n")
 	buf.WriteString("# File only: no environment variable or flag.\n")
 	if len(c.Registries) > 0 {
 		tables, err := toml.Marshal(map[string]any{"registries": c.Registries})

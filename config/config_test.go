@@ -298,6 +298,10 @@ func TestLoadInvalid(t *testing.T) {
 		{"unknown log format", source{env: map[string]string{"CRIJOURNAL_LOG_FORMAT": "xml"}}, "log_format", "text"},
 		{"unknown storage driver", source{file: `storage_driver = "btrfs"`}, "storage_driver", "overlay"},
 		{"bad metrics address", source{file: `metrics_address = "9090"`}, "metrics_address", "host:port"},
+		{"metrics cert without key", source{file: `metrics_cert = "/etc/m.crt"`}, "metrics_cert", "together"},
+		{"relative signature policy", source{file: `signature_policy = "policy.json"`}, "signature_policy", "absolute"},
+		{"no signature policy", source{file: `signature_policy = ""`}, "signature_policy", "must be set"},
+		{"relative registries.conf", source{file: `registries_conf = "registries.conf"`}, "registries_conf", "absolute"},
 		{"bad stream port", source{file: `stream_port = "http"`}, "stream_port", "port"},
 		{"integer stream port", source{file: `stream_port = 10010`}, "stream_port", "want a string"},
 		{"bad bool env", source{env: map[string]string{"CRIJOURNAL_JOURNAL_NO_SYNC": "maybe"}}, "journal_no_sync", "true or false"},
@@ -383,6 +387,12 @@ func TestTOMLRoundTrip(t *testing.T) {
 			{Prefix: "registry.k8s.io", Location: "127.0.0.1:5000", Insecure: true},
 			{Prefix: "docker.io/library", Location: "mirror.example.com:5443/hub"},
 		},
+		RegistriesConf:    "/srv/containers/registries.conf",
+		RegistriesConfDir: "",
+		SignaturePolicy:   "/srv/containers/policy.json",
+		GlobalAuthFile:    "/etc/crijournal/auth.json",
+		MetricsCert:       "/etc/crijournal/metrics.crt",
+		MetricsKey:        "/etc/crijournal/metrics.key",
 	}
 	// custom must set every field to a non-default value, or the test
 	// would not show that the field round-trips.

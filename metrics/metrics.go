@@ -1,11 +1,12 @@
 // Package metrics owns crijournal's Prometheus metrics: CRI operations, journal commits,
 // requests that found their name in progress, resource-cache events, recovery outcomes,
-// undo results and records by state. It serves them over HTTP on a loopback address.
+// undo results and records by state. It serves them over HTTP, or HTTPS with a certificate,
+// on a loopback address (the default) or a node address a cluster's Prometheus scrapes.
 package metrics
 
 import (
 	"context"
-	"errors"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -128,22 +129,32 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.registry, promhttp.HandlerOpts{})
 }
 
-// ErrNotLoopback is returned by Serve for an address that is not on the loopback.
-var ErrNotLoopback = errors.New("metrics_address must be a loopback address")
+// TLSFiles are the PEM certificate and key of an HTTPS metrics endpoint.
+type TLSFiles struct {
+	CertFile, KeyFile string
+}
 
-// Serve serves the metrics on addr (host:port on the loopback) until ctx ends. It
-// returns the address actually listened on (port 0 picks one) once listening.
-func (m *Metrics) Serve(ctx context.Context, addr string) (string, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+// Serve serves the metrics on addr (host:port) until ctx ends: over HTTPS when tlsFiles is
+// not nil, else plain HTTP. It returns the address actually listened on (port 0 picks one)
+// once listening. The certificate is read once, here.
+func (m *Metrics) Serve(ctx context.Context, addr string, tlsFiles *TLSFiles) (string, error) {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return "", fmt.Errorf("metrics_address %q: %w", addr, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return "", fmt.Errorf("metrics_address %q: %w", addr, ErrNotLoopback)
+	var tlsConfig *tls.Config
+	if tlsFiles != nil {
+		cert, err := tls.LoadX509KeyPair(tlsFiles.CertFile, tlsFiles.KeyFile)
+		if err != nil {
+			return "", fmt.Errorf("metrics certificate %s, key %s: %w", tlsFiles.CertFile, tlsFiles.KeyFile, err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("metrics: %w", err)
+	}
+	if tlsConfig != nil {
+		lis = tls.NewListener(lis, tlsConfig)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", m.Handler())

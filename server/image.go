@@ -47,8 +47,10 @@ func imageError(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, storage.ErrImageInUse):
 		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, storage.ErrInvalidReference):
+	case errors.Is(err, storage.ErrInvalidReference), errors.Is(err, storage.ErrAmbiguousShortName):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, storage.ErrRegistryBlocked), errors.Is(err, storage.ErrRejectedByPolicy):
+		return status.Error(codes.PermissionDenied, err.Error())
 	}
 	return err
 }

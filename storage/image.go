@@ -84,14 +84,44 @@ func (a *Auth) apply(sys *types.SystemContext) error {
 	return nil
 }
 
-// PullImage pulls ref into the store and returns the image. Short names are qualified (see
-// the package comment), Registries redirect the pull, and the image is stored under the
-// qualified name. An invalid reference gives ErrInvalidReference; a tag or digest the
-// registry does not have gives ErrImageNotFound.
+// PullImage pulls ref into the store and returns the image. A short name is resolved as
+// the registries configuration says (see candidates), and each name it may stand for is
+// tried in turn; the image is stored under the name that was pulled, never under a
+// mirror's. An invalid reference gives ErrInvalidReference; a tag or digest no registry has
+// gives ErrImageNotFound; a blocked registry ErrRegistryBlocked; an image the signature
+// policy refuses ErrRejectedByPolicy.
 func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, error) {
-	named, err := normalize(ref)
+	names, err := s.candidates(ref, true)
 	if err != nil {
 		return Image{}, fmt.Errorf("pull: %w", err)
+	}
+	var errs []error
+	for _, named := range names {
+		img, err := s.pull(ctx, named, auth)
+		if err == nil {
+			return img, nil
+		}
+		if len(names) == 1 || ctx.Err() != nil || errors.Is(err, ErrRejectedByPolicy) {
+			return Image{}, err
+		}
+		errs = append(errs, err)
+	}
+	// Not found only when no candidate had it; otherwise say what went wrong with each.
+	notFound := !slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, ErrImageNotFound) })
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	if notFound {
+		return Image{}, fmt.Errorf("pull %s: %w in any unqualified-search registry: %s", ref, ErrImageNotFound, strings.Join(msgs, "; "))
+	}
+	return Image{}, fmt.Errorf("pull %s: every unqualified-search registry failed: %s", ref, strings.Join(msgs, "; "))
+}
+
+// pull pulls one qualified name.
+func (s *Store) pull(ctx context.Context, named reference.Named, auth *Auth) (Image, error) {
+	if err := s.registryBlocked(named); err != nil {
+		return Image{}, fmt.Errorf("pull %s: %w", named, err)
 	}
 	sys := *s.sys // a shallow copy: every pointer in it is shared, read only
 	if err := auth.apply(&sys); err != nil {
@@ -108,20 +138,24 @@ func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, e
 	if err != nil {
 		return Image{}, fmt.Errorf("pull %s: %w: %v", named, ErrInvalidReference, err)
 	}
-	policy, err := signature.NewPolicyContext(s.policy)
+	policy, err := s.policyContext()
 	if err != nil {
-		return Image{}, fmt.Errorf("pull %s: signature policy: %w", named, err)
+		return Image{}, fmt.Errorf("pull %s: %w", named, err)
 	}
-	defer policy.Destroy() //nolint:errcheck // releases nothing for insecureAcceptAnything
+	defer policy.Destroy() //nolint:errcheck // nothing to report
 
 	start := time.Now()
 	_, err = copy.Image(ctx, policy, destRef, srcRef, &copy.Options{
 		SourceCtx:        &sys,
 		DestinationCtx:   &sys,
-		RemoveSignatures: true, // neither verified nor kept; also keeps lookaside dirs unread
+		RemoveSignatures: true, // verified by the policy, not kept
 	})
 	if err != nil {
-		if isManifestUnknown(err) {
+		var rejected signature.PolicyRequirementError
+		switch {
+		case errors.As(err, &rejected):
+			return Image{}, fmt.Errorf("pull %s: %w %s: %v", named, ErrRejectedByPolicy, s.policyPath, err)
+		case isManifestUnknown(err):
 			return Image{}, fmt.Errorf("pull %s: %w: %v", named, ErrImageNotFound, err)
 		}
 		return Image{}, fmt.Errorf("pull %s: %w", named, err)
@@ -132,6 +166,26 @@ func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, e
 	}
 	s.log.Info("image pulled", "ref", named.String(), "id", img.ID, "duration", time.Since(start))
 	return s.image(ctx, img)
+}
+
+// policyContext reads the signature policy (Options.SignaturePolicy) afresh.
+func (s *Store) policyContext() (*signature.PolicyContext, error) {
+	policy := &signature.Policy{Default: signature.PolicyRequirements{signature.NewPRInsecureAcceptAnything()}}
+	if s.policyPath != "" {
+		var err error
+		if policy, err = signature.NewPolicyFromFile(s.policyPath); err != nil {
+			hint := ""
+			if errors.Is(err, fs.ErrNotExist) {
+				hint = " (make install installs a permissive default; or set signature_policy)"
+			}
+			return nil, fmt.Errorf("signature policy %s: %w%s", s.policyPath, err, hint)
+		}
+	}
+	pc, err := signature.NewPolicyContext(policy)
+	if err != nil {
+		return nil, fmt.Errorf("signature policy %s: %w", s.policyPath, err)
+	}
+	return pc, nil
 }
 
 // isManifestUnknown reports whether err says that the registry has no such repository,
@@ -256,22 +310,28 @@ func (s *Store) lookup(ref string) (img *cstorage.Image, named reference.Named, 
 		}
 		// Not an ID (or an ambiguous prefix): it may still be a name such as "abc".
 	}
-	named, err = normalize(ref)
+	names, err := s.candidates(ref, false)
 	if err != nil {
 		return nil, nil, err
 	}
-	sref, err := istorage.Transport.NewStoreReference(s.st, named, "")
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w: %v", named, ErrInvalidReference, err)
+	for _, named := range names {
+		sref, err := istorage.Transport.NewStoreReference(s.st, named, "")
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w: %v", named, ErrInvalidReference, err)
+		}
+		_, img, err = istorage.ResolveReference(sref)
+		if errors.Is(err, istorage.ErrNoSuchImage) || errors.Is(err, cstorage.ErrImageUnknown) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", named, err)
+		}
+		return img, named, nil
 	}
-	_, img, err = istorage.ResolveReference(sref)
-	if errors.Is(err, istorage.ErrNoSuchImage) || errors.Is(err, cstorage.ErrImageUnknown) {
-		return nil, nil, fmt.Errorf("%s: %w", named, ErrImageNotFound)
+	if len(names) == 1 {
+		return nil, nil, fmt.Errorf("%s: %w", names[0], ErrImageNotFound)
 	}
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", named, err)
-	}
-	return img, named, nil
+	return nil, nil, fmt.Errorf("%s: %w", ref, ErrImageNotFound)
 }
 
 func isHex(s string) bool {

@@ -32,6 +32,16 @@ var (
 	// ErrContainerNotFound is returned by Mount and ContainerDirs for an ID that names no
 	// storage container.
 	ErrContainerNotFound = errors.New("storage container not found")
+	// ErrRegistryBlocked is returned by PullImage when the registries configuration blocks
+	// the registry of the image (gRPC PermissionDenied).
+	ErrRegistryBlocked = errors.New("registry blocked")
+	// ErrRejectedByPolicy is returned by PullImage when the signature policy rejects the
+	// image (gRPC PermissionDenied).
+	ErrRejectedByPolicy = errors.New("rejected by the signature policy")
+	// ErrAmbiguousShortName is returned by PullImage for a short name that several
+	// unqualified-search registries could serve while short-name-mode is "enforcing"
+	// (gRPC InvalidArgument).
+	ErrAmbiguousShortName = errors.New("ambiguous short name")
 )
 
 // Drivers that Open accepts in Options.Driver.
@@ -52,8 +62,23 @@ type Options struct {
 	// already holds, else overlay when the kernel and the file system support it, else
 	// vfs. vfs copies every layer in full: it works everywhere but is slow and large.
 	Driver string
-	// Registries redirect pulls (see Registry). Default: none.
+	// Registries are mirrors added on top of the registries configuration (see Registry).
+	// Default: none.
 	Registries []Registry
+	// RegistriesConf and RegistriesConfDir are the node's containers-registries.conf(5)
+	// and its drop-in directory (mirrors, blocked registries, insecure registries,
+	// short-name aliases and mode, unqualified-search-registries). Either may be empty or
+	// name something missing: then it configures nothing. Read once, at Open.
+	RegistriesConf, RegistriesConfDir string
+	// SignaturePolicy is the containers-policy.json(5) file every pull must satisfy. It is
+	// read at every pull, so edits apply to the next one; a pull fails while it is missing
+	// or invalid. Empty means a built-in policy that accepts every image
+	// (insecureAcceptAnything), for tests.
+	SignaturePolicy string
+	// AuthFile is the node-wide registry credentials file (containers-auth.json(5)), read
+	// when a pull's own credentials do not apply; it may be missing. Default:
+	// <ImageCacheDir>/auth.json.
+	AuthFile string
 	// ImageCacheDir holds containers/image's caches and the configuration generated for it
 	// (see the package comment). Default: <Root>/image-cache. Absolute when set.
 	ImageCacheDir string
@@ -62,15 +87,13 @@ type Options struct {
 }
 
 // Store is an open image and root file system store. It is safe for concurrent use.
-//
-// The signature policy of every pull is insecureAcceptAnything: signatures are neither
-// verified nor stored. Put verification in front of crijournal (an admission policy, a
-// verifying mirror) if images must be signed.
 type Store struct {
-	st     cstorage.Store
-	sys    *types.SystemContext // base context of every pull; copied, never changed
-	policy *signature.Policy
-	log    *slog.Logger
+	st  cstorage.Store
+	sys *types.SystemContext // base context of every pull; copied, never changed
+	log *slog.Logger
+
+	policyPath                        string // Options.SignaturePolicy
+	registriesConf, registriesConfDir string // the node's files, for messages
 
 	mountMu sync.Mutex // serializes Mount and Unmount, to make Mount idempotent
 
@@ -94,9 +117,17 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if cacheDir == "" {
 		cacheDir = filepath.Join(opts.Root, "image-cache")
 	}
-	sys, err := prepareImageDirs(cacheDir, opts.Registries)
+	sys, err := prepareImageDirs(cacheDir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	if opts.SignaturePolicy != "" {
+		// Checked now so that a broken policy shows at start; read again at every pull.
+		if _, err := signature.NewPolicyFromFile(opts.SignaturePolicy); errors.Is(err, fs.ErrNotExist) {
+			log.Warn("no signature policy: every pull fails until it exists", "signature_policy", opts.SignaturePolicy)
+		} else if err != nil {
+			return nil, fmt.Errorf("open storage: signature policy %s: %w", opts.SignaturePolicy, err)
+		}
 	}
 
 	sopts := storagetypes.StoreOptions{
@@ -115,13 +146,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open storage at %s (driver %q): %w", opts.Root, opts.Driver, err)
 	}
 	s := &Store{
-		st:  st,
-		sys: sys,
-		policy: &signature.Policy{Default: signature.PolicyRequirements{
-			signature.NewPRInsecureAcceptAnything(),
-		}},
-		log:     log,
-		configs: map[string]ImageConfig{},
+		st:                st,
+		sys:               sys,
+		log:               log,
+		policyPath:        opts.SignaturePolicy,
+		registriesConf:    opts.RegistriesConf,
+		registriesConfDir: opts.RegistriesConfDir,
+		configs:           map[string]ImageConfig{},
 	}
 	log.Debug("storage opened", "root", opts.Root, "run_root", opts.RunRoot, "driver", s.Driver())
 	return s, nil
@@ -134,8 +165,13 @@ func (o Options) validate() error {
 			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", p.name, p.path))
 		}
 	}
-	if o.ImageCacheDir != "" && !filepath.IsAbs(o.ImageCacheDir) {
-		errs = append(errs, fmt.Errorf("image cache dir must be an absolute path, got %q", o.ImageCacheDir))
+	for _, p := range []struct{ name, path string }{
+		{"image cache dir", o.ImageCacheDir}, {"registries.conf", o.RegistriesConf}, {"registries.conf.d", o.RegistriesConfDir},
+		{"signature policy", o.SignaturePolicy}, {"auth file", o.AuthFile},
+	} {
+		if p.path != "" && !filepath.IsAbs(p.path) {
+			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", p.name, p.path))
+		}
 	}
 	if !slices.Contains([]string{"", DriverOverlay, DriverVFS}, o.Driver) {
 		errs = append(errs, fmt.Errorf("driver must be %q, %q or empty, got %q", DriverOverlay, DriverVFS, o.Driver))
@@ -226,26 +262,27 @@ func (s *Store) FsInfo(ctx context.Context) (FsUsage, error) {
 }
 
 // prepareImageDirs creates the image cache directory and what containers/image needs in it,
-// writes registries.conf from regs, and returns the SystemContext that points
-// containers/image there.
-func prepareImageDirs(dir string, regs []Registry) (*types.SystemContext, error) {
+// prepares its registries configuration (see prepareRegistries), and returns the
+// SystemContext that points containers/image there.
+func prepareImageDirs(dir string, opts Options) (*types.SystemContext, error) {
 	sys := &types.SystemContext{
-		BlobInfoCacheDir:            dir,
-		BigFilesTemporaryDir:        filepath.Join(dir, "tmp"),
-		RegistriesDirPath:           filepath.Join(dir, "registries.d"),
-		SystemRegistriesConfPath:    filepath.Join(dir, "registries.conf"),
-		SystemRegistriesConfDirPath: filepath.Join(dir, "registries.conf.d"),
-		UserShortNameAliasConfPath:  filepath.Join(dir, "short-name-aliases.conf"),
-		// The only credentials file ever read (none by default): never
-		// $HOME/.docker/config.json or /run/containers/0/auth.json.
-		AuthFilePath: filepath.Join(dir, "auth.json"),
+		BlobInfoCacheDir:     dir,
+		BigFilesTemporaryDir: filepath.Join(dir, "tmp"),
+		// Aliases a pull records (crijournal records none) would go here, never under $HOME.
+		UserShortNameAliasConfPath: filepath.Join(dir, "short-name-aliases.conf"),
+		// The only credentials file ever read: never $HOME/.docker/config.json or
+		// /run/containers/0/auth.json.
+		AuthFilePath: opts.AuthFile,
 	}
-	for _, d := range []string{dir, sys.BigFilesTemporaryDir, sys.RegistriesDirPath, sys.SystemRegistriesConfDirPath} {
+	if sys.AuthFilePath == "" {
+		sys.AuthFilePath = filepath.Join(dir, "auth.json")
+	}
+	for _, d := range []string{dir, sys.BigFilesTemporaryDir} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("image cache: %w", err)
 		}
 	}
-	if err := writeRegistriesConf(sys, regs); err != nil {
+	if err := prepareRegistries(sys, dir, opts.RegistriesConf, opts.RegistriesConfDir, opts.Registries); err != nil {
 		return nil, err
 	}
 	return sys, nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	mathrand "math/rand/v2"
 	"net"
 	"os"
@@ -354,6 +355,10 @@ type daemonOptions struct {
 	runtimePath    string           // runtimes.runc.path; default: runc in PATH
 	secondHandler  string           // a second runtime handler (runc, root <run_root>/runc-<name>); default none
 	storageDriver  string           // storage_driver; default vfs
+	// nodeFiles are written in the node's directory before the daemon starts, by name:
+	// registries.conf, registries.conf.d/<name>, policy.json (default: accept anything)
+	// and auth.json, which the daemon reads as the node's containers files.
+	nodeFiles map[string]string
 }
 
 // registryMirror is one [[registries]] entry of the daemon's configuration.
@@ -449,6 +454,7 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 	}
 	d.writeCNIConfig(t)
 	d.writeWrapper(t)
+	d.writeNodeFiles(t)
 	d.writeConfig(t)
 	t.Logf("node: dir %s, bridge %s, subnet %s", d.base, d.bridge, d.subnet)
 	d.start(t, bin)
@@ -547,6 +553,13 @@ func (d *daemon) writeConfig(t *testing.T) {
 	if d.opts.conmonPath != "" {
 		lines = append(lines, "conmon_path = "+q(d.opts.conmonPath))
 	}
+	// The node's containers files are the test's own, never /etc/containers.
+	lines = append(lines,
+		"registries_conf = "+q(filepath.Join(d.base, "registries.conf")),
+		"registries_conf_dir = "+q(filepath.Join(d.base, "registries.conf.d")),
+		"signature_policy = "+q(filepath.Join(d.base, "policy.json")),
+		"global_auth_file = "+q(filepath.Join(d.base, "auth.json")),
+	)
 	lines = append(lines, d.opts.extraTOML...)
 	lines = append(lines, "", "[runtimes.runc]", "root = "+q(filepath.Join(d.runRoot, "runc")))
 	if d.opts.runtimePath != "" {
@@ -559,6 +572,23 @@ func (d *daemon) writeConfig(t *testing.T) {
 		lines = append(lines, "", "[[registries]]", "prefix = "+q(r.prefix), "location = "+q(r.location), fmt.Sprintf("insecure = %v", r.insecure))
 	}
 	writeFile(t, d.configPath, strings.Join(lines, "\n")+"\n", 0o644)
+}
+
+// permissivePolicy is the signature policy of a test node: accept anything.
+const permissivePolicy = `{"default": [{"type": "insecureAcceptAnything"}]}`
+
+// writeNodeFiles writes opts.nodeFiles, and the permissive policy.json unless they have one.
+func (d *daemon) writeNodeFiles(t *testing.T) {
+	t.Helper()
+	files := map[string]string{"policy.json": permissivePolicy}
+	maps.Copy(files, d.opts.nodeFiles)
+	for name, content := range files {
+		path := filepath.Join(d.base, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, path, content, 0o600)
+	}
 }
 
 func writeFile(t *testing.T, path, content string, mode os.FileMode) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -67,6 +68,8 @@ func runServe(cmd *cobra.Command, args []string) error {
 	images, err := storage.Open(ctx, storage.Options{
 		Root: cfg.StorageRootDir(), RunRoot: cfg.StorageRunRootDir(), Driver: cfg.StorageDriver,
 		Registries: storageRegistries(cfg), ImageCacheDir: cfg.ImageCacheDir(), Logger: log,
+		RegistriesConf: cfg.RegistriesConf, RegistriesConfDir: cfg.RegistriesConfDir,
+		SignaturePolicy: cfg.SignaturePolicy, AuthFile: cfg.GlobalAuthFile,
 	})
 	if err != nil {
 		return err
@@ -113,11 +116,19 @@ func runServe(cmd *cobra.Command, args []string) error {
 		m.Recovered(outcome, n)
 	}
 	if m != nil {
-		addr, err := m.Serve(ctx, cfg.MetricsAddress)
+		var tlsFiles *metrics.TLSFiles
+		scheme := "http"
+		if cfg.MetricsCert != "" {
+			tlsFiles, scheme = &metrics.TLSFiles{CertFile: cfg.MetricsCert, KeyFile: cfg.MetricsKey}, "https"
+		}
+		addr, err := m.Serve(ctx, cfg.MetricsAddress, tlsFiles)
 		if err != nil {
 			return err
 		}
-		log.Info("metrics served", "address", "http://"+addr+"/metrics")
+		log.Info("metrics served", "address", scheme+"://"+addr+"/metrics")
+		if tlsFiles == nil && !isLoopback(addr) {
+			log.Warn("metrics are served in plain HTTP on a node address; set metrics_cert and metrics_key for HTTPS", "address", addr)
+		}
 	}
 
 	for _, rt := range runtimes.all() {
@@ -194,4 +205,14 @@ func storageRegistries(cfg config.Config) []storage.Registry {
 		out[i] = storage.Registry(r)
 	}
 	return out
+}
+
+// isLoopback reports whether the host of addr (host:port) is a loopback address.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
