@@ -18,7 +18,8 @@ GOTAGS := containers_image_openpgp,exclude_graphdriver_btrfs
 export CGO_ENABLED := 1
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 BIN := bin/crijournal
 # End-to-end tests run this binary.
 export CRIJOURNAL_BIN := $(abspath $(BIN))
@@ -112,13 +113,13 @@ install:
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	sed 's|@BINDIR@|$(BINDIR)|g' contrib/systemd/crijournal.service > "$$tmp/crijournal.service"; \
 	put 0644 "$$tmp/crijournal.service" $(SYSTEMDDIR)/crijournal.service; \
-	./$(BIN) completion bash > "$$tmp/crijournal.bash"; \
+	$(BIN) completion bash > "$$tmp/crijournal.bash"; \
 	put 0644 "$$tmp/crijournal.bash" $(COMPLETIONDIR)/crijournal; \
 	put 0644 contrib/crictl.yaml $(SHAREDIR)/crictl.yaml; \
 	if [ -e "$$d$(SYSCONFDIR)/crijournal/crijournal.toml" ]; then \
 		echo "install: kept $(SYSCONFDIR)/crijournal/crijournal.toml"; \
 	else \
-		./$(BIN) config --config /dev/null > "$$tmp/crijournal.toml"; \
+		$(BIN) config --config /dev/null > "$$tmp/crijournal.toml"; \
 		put 0644 "$$tmp/crijournal.toml" $(SYSCONFDIR)/crijournal/crijournal.toml; \
 	fi; \
 	if ls "$$d$(CNI_CONF_DIR)"/*.conf "$$d$(CNI_CONF_DIR)"/*.conflist "$$d$(CNI_CONF_DIR)"/*.json >/dev/null 2>&1; then \

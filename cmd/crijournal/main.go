@@ -57,7 +57,11 @@ Without a subcommand, crijournal serves (see "crijournal serve --help").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE:          runServe,
+		Version:       version,
 	}
+	// --version prints what `crijournal version` prints.
+	root.SetVersionTemplate("{{printf \"%s\" .Annotations.versionText}}")
+	root.Annotations = map[string]string{"versionText": versionText()}
 	flags := root.PersistentFlags()
 	flags.String("config", config.DefaultFile,
 		"configuration file (TOML); a missing file is an error unless it is the default ["+configEnv+"]")

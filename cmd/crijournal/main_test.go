@@ -87,3 +87,20 @@ func TestInspectOffline(t *testing.T) {
 		t.Error("inspect of an unknown record succeeded")
 	}
 }
+
+// TestVersionFlagAndCompletion: --version prints what version prints, with a git
+// revision line; cobra's completion command writes a bash completion.
+func TestVersionFlagAndCompletion(t *testing.T) {
+	flag, err := run(t, "--version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := run(t, "version")
+	if err != nil || flag != cmd || !strings.Contains(flag, "\ngit revision ") {
+		t.Fatalf("--version = %q, version = %q (%v): want the same text with a git revision", flag, cmd, err)
+	}
+	out, err := run(t, "completion", "bash")
+	if err != nil || !strings.Contains(out, "__start_crijournal") {
+		t.Fatalf("completion bash = %v:\n%.200s", err, out)
+	}
+}
