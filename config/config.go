@@ -172,7 +172,7 @@ type Config struct {
 	// picks a free port. Default: "0".
 	StreamPort string `toml:"stream_port" help:"port of the streaming server (0: any free port)"`
 
-	// Registries are pull mirrors added on top of RegistriesConf: an image
+	// Registries are pull mirrors added on top of registries_conf: an image
 	// whose name starts with Prefix is pulled from Location first, then from
 	// what registries.conf says about Prefix (its mirrors, then the registry
 	// itself). In the file each is a table [[registries]] with keys prefix,
@@ -190,7 +190,7 @@ type Config struct {
 	// Default: /etc/containers/registries.conf.
 	RegistriesConf string `toml:"registries_conf" help:"containers registries.conf of the node (mirrors, blocked, insecure, short names); empty or missing: none"`
 
-	// RegistriesConfDir is the drop-in directory of RegistriesConf, read after
+	// RegistriesConfDir is the drop-in directory of registries_conf, read after
 	// it in lexical order of the file names. Default:
 	// /etc/containers/registries.conf.d.
 	RegistriesConfDir string `toml:"registries_conf_dir" help:"drop-in directory of registries_conf; empty or missing: none"`
@@ -208,10 +208,13 @@ type Config struct {
 	// missing. Default: "", meaning <root>/image-cache/auth.json.
 	GlobalAuthFile string `toml:"global_auth_file" help:"registry credentials file of the node, containers auth.json format (empty: <root>/image-cache/auth.json)"`
 
-	// MetricsCert and MetricsKey are a PEM certificate and its key: when both
-	// are set the metrics endpoint speaks HTTPS. Default: "", plain HTTP.
+	// MetricsCert is a PEM certificate (chain) for the metrics endpoint:
+	// with metrics_key set too, it speaks HTTPS. Read at start.
+	// Default: "", plain HTTP.
 	MetricsCert string `toml:"metrics_cert" help:"PEM certificate of the metrics endpoint; with metrics_key it serves HTTPS"`
-	MetricsKey  string `toml:"metrics_key" help:"PEM key of metrics_cert"`
+
+	// MetricsKey is the PEM private key of metrics_cert. Default: "".
+	MetricsKey string `toml:"metrics_key" help:"PEM key of metrics_cert"`
 }
 
 // Registry redirects the pulls of images whose name starts with a prefix.
@@ -460,11 +463,13 @@ func (c Config) TOML() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("render %s: %w", f.key, err)
 		}
-		fmt.Fprintf(&buf, "\n# %s.\n# Env %s, flag --%s.\n", f.help, f.env, f.flag)
+		buf.WriteString("\n")
+		writeDoc(&buf, f.key, f.help+".")
+		fmt.Fprintf(&buf, "# Env %s, flag --%s.\n", f.env, f.flag)
 		buf.Write(line)
 	}
-	buf.WriteString("\n# OCI runtime handlers: [runtimes.<handler>] with path (empty: the handler's\n")
-	buf.WriteString("# name in PATH) and root (empty: <run_root>/<handler>).\n")
+	buf.WriteString("\n")
+	writeDoc(&buf, "runtimes", "OCI runtime handlers: [runtimes.<handler>] with path and root.")
 	buf.WriteString("# Env CRIJOURNAL_RUNTIMES_<HANDLER>_PATH and _ROOT.\n")
 	runtimes := c.Runtimes
 	if runtimes == nil {
@@ -475,11 +480,11 @@ func (c Config) TOML() ([]byte, error) {
 		return nil, fmt.Errorf("render runtimes: %w", err)
 	}
 	buf.Write(tables)
-	buf.WriteString("\n# Pull mirrors added on top of registries_conf: [[registries]] with prefix (an\n")
-	buf.WriteString("# image name prefix such as \"registry.k8s.io\" or \"docker.io/library\"), location\n")
-	buf.WriteString("# (host[:port][/path] tried first, no scheme) and insecure (plain HTTP, no TLS\n")
-	buf.WriteString("# verification). Then registries.conf's mirrors for the prefix, then the registry.\n")
-	buf.WriteString("# File only: no environment variable or flag.\n")
+	buf.WriteString("\n")
+	writeDoc(&buf, "registries", "Pull mirrors added on top of registries_conf: [[registries]] with prefix, location and insecure.")
+	buf.WriteString("# Each: prefix (an image name prefix such as \"registry.k8s.io\" or\n")
+	buf.WriteString("# \"docker.io/library\"), location (host[:port][/path], no scheme) and insecure\n")
+	buf.WriteString("# (plain HTTP, no TLS verification). File only: no environment variable or flag.\n")
 	if len(c.Registries) > 0 {
 		tables, err := toml.Marshal(map[string]any{"registries": c.Registries})
 		if err != nil {
@@ -488,6 +493,22 @@ func (c Config) TOML() ([]byte, error) {
 		buf.Write(tables)
 	}
 	return buf.Bytes(), nil
+}
+
+// writeDoc writes the documentation of key (its field's doc comment) as TOML comments, or
+// fallback when it has none.
+func writeDoc(buf *bytes.Buffer, key, fallback string) {
+	lines := keyDocs()[key]
+	if len(lines) == 0 && fallback != "" {
+		lines = []string{fallback}
+	}
+	for _, l := range lines {
+		if l == "" {
+			buf.WriteString("#\n")
+			continue
+		}
+		buf.WriteString("# " + l + "\n")
+	}
 }
 
 // validateRegistries checks every [[registries]] entry: prefix and location
