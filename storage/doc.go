@@ -5,10 +5,14 @@
 //
 // # What lives where
 //
-// Everything is under directories crijournal owns; nothing is read from or written to
-// /var/lib/containers, /var/cache/containers or /etc/containers, apart from the per-registry
-// certificate directories /etc/containers/certs.d and /etc/docker/certs.d, which are read
-// when they exist (they hold the CA certificates of private registries):
+// Everything is under directories crijournal owns, apart from the node's containers
+// configuration, which is read, never written: the registries configuration
+// (Options.RegistriesConf and RegistriesConfDir, /etc/containers/registries.conf and
+// registries.conf.d by default), the signature policy (Options.SignaturePolicy,
+// /etc/containers/policy.json), containers/image's signature lookaside configuration
+// (/etc/containers/registries.d) and the per-registry certificate directories
+// /etc/containers/certs.d and /etc/docker/certs.d. Nothing is written to /var/lib/containers
+// or /var/cache/containers:
 //
 //	Options.Root           graph root: layers, images, containers, the per-container dirs
 //	                       (config.Config.StorageRootDir, default /var/lib/crijournal/storage)
@@ -16,35 +20,36 @@
 //	                       (config.Config.StorageRunRootDir, default /run/crijournal/storage)
 //	Options.ImageCacheDir  (config.Config.ImageCacheDir, default <root>/image-cache)
 //	  blob-info-cache-v1.sqlite   containers/image's blob info cache (BlobInfoCacheDir)
-//	  auth.json                   optional registry credentials (containers-auth.json(5)
-//	                              format); absent by default
-//	  registries.conf             generated from Options.Registries at every Open
-//	  registries.conf.d/          empty: no drop-ins are read
-//	  registries.d/               empty: no signature lookaside configuration is read
+//	  auth.json                   registry credentials when Options.AuthFile is empty
+//	                              (containers-auth.json(5) format); absent by default
+//	  registries.conf             written only when the node has no registries.conf
+//	  registries.conf.d/          rebuilt at every Open: copies of the node's drop-ins and
+//	                              the drop-in of Options.Registries (see prepareRegistries)
 //	  tmp/                        big temporary files of pulls (BigFilesTemporaryDir)
 //
 // # Images
 //
-// PullImage qualifies short names the way the kubelet and Docker do, without search
-// registries or alias tables: "busybox" is docker.io/library/busybox:latest, "k8s/pause:3.9"
-// is docker.io/k8s/pause:3.9, a name without tag or digest gets ":latest", and a name with
-// both a tag and a digest keeps only the digest (as CRI-O does). The qualified name is then
-// redirected by Options.Registries (the longest matching prefix wins) and the image is stored
-// under the qualified name, never under the redirected one.
+// PullImage resolves short names as the registries configuration says (see
+// Store.candidates): an alias, else the unqualified-search registries (refusing a name
+// several of them could serve when short-name-mode is "enforcing"), else docker.io as the
+// kubelet and Docker qualify names: "busybox" is docker.io/library/busybox:latest. A name
+// without tag or digest gets ":latest", and a name with both a tag and a digest keeps only the
+// digest (as CRI-O does). The qualified name is pulled as the registries configuration says
+// (blocked, mirrors, insecure); Options.Registries add mirrors on top, tried first for their
+// prefix. The image is stored under the qualified name, never under a mirror's.
 //
 // Image IDs are containers/storage IDs: the hex digest of the image's config, without the
 // "sha256:" prefix. ImageStatus and RemoveImage accept a full ID (with or without "sha256:"),
 // an ID prefix of at least 3 hex digits that matches exactly one image (as CRI-O), a name with
-// a tag, or a name with a digest; short names are qualified as for pulls.
+// a tag, or a name with a digest; a short name is looked up under each name it may stand for.
 //
-// Signatures are neither verified nor stored: the signature policy is built in code and
-// accepts anything (insecureAcceptAnything), as with an /etc/containers/policy.json that says
-// so. A pull uses the credentials of its CRI request (Auth) for the registry its name says;
-// without them, and for a redirected pull (containers/image never sends a request's
-// credentials to another registry), those of <ImageCacheDir>/auth.json if it exists, else
-// none. No other credentials file ($HOME/.docker/config.json, /run/containers/0/auth.json)
-// is read. A registry on a loopback address (127.0.0.0/8, ::1, localhost) may be plain HTTP,
-// as with Docker and CRI-O.
+// Every pull must satisfy the signature policy (Options.SignaturePolicy), read afresh for
+// each pull; signatures are verified as it says and not stored. A pull uses the credentials
+// of its CRI request (Auth) for the registry its name says; without them, and for a mirror
+// (containers/image never sends a request's credentials to another registry), those of the
+// auth file (Options.AuthFile) if it exists, else none. No other credentials file
+// ($HOME/.docker/config.json, /run/containers/0/auth.json) is read. A registry on a loopback
+// address (127.0.0.0/8, ::1, localhost) may be plain HTTP, as with Docker and CRI-O.
 //
 // # Root filesystems
 //
