@@ -17,7 +17,7 @@
 //     after the key with "-" for "_" (cache_ttl is --cache-ttl). Only flags
 //     that were set on the command line count.
 //
-// Pull redirections (Registries, [[registries]] tables with prefix,
+// Pull mirrors (Registries, [[registries]] tables with prefix,
 // location and insecure) come from the file only.
 //
 // Load does all of that and then Validate. Every error about a value is a

@@ -237,7 +237,7 @@ func render(out io.Writer, records []journal.Record, o inspectOptions, args []st
 		if err != nil {
 			return err
 		}
-		return printRecord(out, rec, o.asJSON)
+		return printRecord(out, rec, o.asJSON, time.Now())
 	}
 	return printRecords(out, records, o.asJSON, time.Now())
 }
@@ -322,7 +322,7 @@ func printRecords(w io.Writer, records []journal.Record, asJSON bool, now time.T
 	return tw.Flush()
 }
 
-func printRecord(w io.Writer, r journal.Record, asJSON bool) error {
+func printRecord(w io.Writer, r journal.Record, asJSON bool, now time.Time) error {
 	if asJSON {
 		return writeJSON(w, r)
 	}
@@ -342,6 +342,9 @@ func printRecord(w io.Writer, r journal.Record, asJSON bool) error {
 	}
 	for k, v := range r.Markers {
 		field("Marker", k+"="+v)
+	}
+	if err := writeTimeline(w, r, now); err != nil {
+		return err
 	}
 	fmt.Fprintln(w, "Steps:")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
