@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,12 +21,15 @@ func newBenchCommand() *cobra.Command {
 	var asJSON bool
 	var compare string
 	var rounds int
+	var plotFile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure a CRI endpoint (crijournal, containerd or CRI-O) with a pod workload",
 		Long: `bench creates --pods pod sandboxes, --concurrency at a time (with --image, a container is
 created and started in each), then stops and removes everything it made, also when
-interrupted. It reports latency percentiles per operation and pods per second.
+interrupted. It reports latency percentiles per operation and pods per second, and
+shows its progress on stderr (a bar on a terminal, whole lines otherwise). With
+--plot FILE.svg it draws each operation's latency distribution.
 With --client-timeout it behaves like a kubelet: a request that takes longer is
 abandoned, and a failed request is retried with the same name until it succeeds (at
 most --max-retries times); the report counts the retries and errors each pod took,
@@ -41,15 +45,15 @@ setting (journal_no_sync, say) compared in one run.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
-			o.Progress = func(done, total int) {
-				fmt.Fprintf(os.Stderr, "\rpods up: %d/%d", done, total)
-				if done == total {
-					fmt.Fprintln(os.Stderr)
-				}
-			}
+			o.Progress = newProgress(os.Stderr)
 			if compare != "" {
 				c, err := bench.Compare(ctx, o, compare, rounds)
 				if c != nil && len(c.Runs) > 0 {
+					if plotFile != "" {
+						if perr := writePlot(plotFile, c.Series()); perr != nil {
+							return errors.Join(err, perr)
+						}
+					}
 					if asJSON {
 						c.WriteJSON(cmd.OutOrStdout())
 					} else {
@@ -61,6 +65,11 @@ setting (journal_no_sync, say) compared in one run.`,
 			rep, err := bench.Run(ctx, o)
 			if rep == nil {
 				return err
+			}
+			if plotFile != "" {
+				if perr := writePlot(plotFile, []bench.Series{rep.Series()}); perr != nil {
+					return errors.Join(err, perr)
+				}
 			}
 			if asJSON {
 				rep.WriteJSON(cmd.OutOrStdout())
@@ -82,5 +91,23 @@ setting (journal_no_sync, say) compared in one run.`,
 	f.StringVar(&compare, "compare-endpoint", "", "run the same workload on this endpoint too, alternating, and report the ratio of p50 latencies (endpoint / this)")
 	f.IntVar(&rounds, "rounds", 3, "with --compare-endpoint, runs on each endpoint")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&plotFile, "plot", "", "draw each operation's latency distribution into this SVG file (one curve per endpoint)")
 	return cmd
+}
+
+// writePlot draws the series into the SVG file path.
+func writePlot(path string, series []bench.Series) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if err := bench.Plot(f, series); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "latency distributions drawn in %s\n", path)
+	return nil
 }
