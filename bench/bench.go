@@ -29,7 +29,7 @@ type Options struct {
 	Timeout     time.Duration // client timeout per request; 0: none. With one, failed requests are retried with the same name
 	MaxRetries  int           // with a Timeout, retries per request before the pod counts as failed (default 100)
 	Prefix      string        // pod name prefix, so runs do not collide
-	Progress    func(done, total int)
+	Progress    func(done, total int) // called with 0 when the pods start, then once per pod up (or failed)
 }
 
 // Op names a measured operation.
@@ -178,6 +178,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var done int
 	var doneMu sync.Mutex
 	start := time.Now()
+	if o.Progress != nil {
+		o.Progress(0, o.Pods)
+	}
 	for range o.Concurrency {
 		wg.Add(1)
 		go func() {

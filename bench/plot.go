@@ -3,7 +3,10 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -54,6 +57,21 @@ var plotOps = []Op{OpPodUp, OpRunPodSandbox, OpCreateContainer, OpStartContainer
 // fraction of requests that took at most x, x on a log scale). Curves that rise later are
 // slower; the gap between two curves at a height is their difference at that percentile.
 func Plot(w io.Writer, series []Series) error {
+	plots, err := panels(series)
+	if err != nil {
+		return err
+	}
+	rows, cols := len(plots), len(plots[0])
+	img := vgsvg.New(vg.Length(cols)*12*vg.Centimeter, vg.Length(rows)*9*vg.Centimeter)
+	drawPanels(draw.New(img), plots)
+	if _, err := img.WriteTo(w); err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	return nil
+}
+
+// panels builds one plot per operation any series measured, two to a row.
+func panels(series []Series) ([][]*plot.Plot, error) {
 	var ops []Op
 	for _, op := range plotOps {
 		if slices.ContainsFunc(series, func(s Series) bool { return len(s.Samples[op]) > 0 }) {
@@ -61,7 +79,7 @@ func Plot(w io.Writer, series []Series) error {
 		}
 	}
 	if len(ops) == 0 {
-		return fmt.Errorf("plot: no latencies to draw")
+		return nil, fmt.Errorf("plot: no latencies to draw")
 	}
 	cols := min(2, len(ops))
 	rows := (len(ops) + cols - 1) / cols
@@ -72,14 +90,16 @@ func Plot(w io.Writer, series []Series) error {
 	for i, op := range ops {
 		p, err := cdfPlot(op, series)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		plots[i/cols][i%cols] = p
 	}
-	width, height := vg.Length(cols)*12*vg.Centimeter, vg.Length(rows)*9*vg.Centimeter
-	img := vgsvg.New(width, height)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: rows, Cols: cols, PadX: vg.Centimeter, PadY: vg.Centimeter,
+	return plots, nil
+}
+
+// drawPanels lays the plots out on dc in their rows and columns.
+func drawPanels(dc draw.Canvas, plots [][]*plot.Plot) {
+	tiles := draw.Tiles{Rows: len(plots), Cols: len(plots[0]), PadX: vg.Centimeter, PadY: vg.Centimeter,
 		PadTop: vg.Centimeter / 2, PadBottom: vg.Centimeter / 2, PadLeft: vg.Centimeter / 2, PadRight: vg.Centimeter / 2}
 	canvases := plot.Align(plots, tiles, dc)
 	for r := range plots {
@@ -89,10 +109,6 @@ func Plot(w io.Writer, series []Series) error {
 			}
 		}
 	}
-	if _, err := img.WriteTo(w); err != nil {
-		return fmt.Errorf("plot: %w", err)
-	}
-	return nil
 }
 
 // minPlotMs keeps latencies off zero, which a log axis cannot show.
@@ -104,10 +120,13 @@ func cdfPlot(op Op, series []Series) (*plot.Plot, error) {
 	p.X.Label.Text = "latency (ms, log scale)"
 	p.Y.Label.Text = "fraction of requests"
 	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top = false
-	p.Legend.Left = false
+	p.X.Tick.Marker = logTicks{}
+	// Room above 1 for the legend, one line per series.
+	p.Y.Min, p.Y.Max = 0, 1+0.1*float64(len(series)+1)
+	p.Y.Tick.Marker = plot.ConstantTicks([]plot.Tick{{Value: 0, Label: "0"}, {Value: 0.25}, {Value: 0.5, Label: "0.5"}, {Value: 0.75}, {Value: 0.9, Label: "0.9"}, {Value: 1, Label: "1"}})
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Legend.XOffs = vg.Millimeter * 2
 	p.Add(plotter.NewGrid())
 	for i, s := range series {
 		d := slices.Clone(s.Samples[op])
@@ -129,7 +148,33 @@ func cdfPlot(op Op, series []Series) (*plot.Plot, error) {
 		line.Dashes = plotutil.Dashes(i)
 		line.Width = vg.Points(1.5)
 		p.Add(line)
-		p.Legend.Add(fmt.Sprintf("%s (n=%d, p50 %.1f ms)", s.Label, len(d), ms(d[len(d)/2])), line)
+		p.Legend.Add(fmt.Sprintf("%s (n=%d, p50 %.1f ms)", strings.TrimPrefix(s.Label, "unix://"), len(d), ms(d[len(d)/2])), line)
 	}
+	// A little room left and right of the curves.
+	p.X.Min, p.X.Max = p.X.Min/1.25, p.X.Max*1.25
 	return p, nil
+}
+
+// logTicks marks a log axis at 1, 2 and 5 times each power of ten (labelled) and at the
+// other integers times it (not labelled), so that a range of less than a decade still
+// has labels.
+type logTicks struct{}
+
+func (logTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	for exp := math.Floor(math.Log10(lo)); math.Pow(10, exp) <= hi; exp++ {
+		base := math.Pow(10, exp)
+		for m := 1; m <= 9; m++ {
+			v := float64(m) * base
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	return ticks
 }

@@ -17,14 +17,14 @@ const progressLines = 20
 // newProgress returns a bench progress callback (bench.Options.Progress) that writes to w:
 // a progress bar redrawn in place when w is a terminal, else whole lines ("pods up: 10/50
 // (20%) after 3.1s"), so that a log of a long run shows how it went and is not a single line
-// of carriage returns. A run calls it once per pod, done counting up to total; a new run
-// (another round of a comparison) starts a new bar.
+// of carriage returns. A run calls it with done 0 when it starts, then once per pod up to
+// total; each run (a round of a comparison) gets a bar of its own.
 func newProgress(w io.Writer) func(done, total int) {
 	f, isFile := w.(*os.File)
 	if isFile && term.IsTerminal(int(f.Fd())) {
 		var bar *progressbar.ProgressBar
 		return func(done, total int) {
-			if bar == nil {
+			if bar == nil || done == 0 {
 				bar = progressbar.NewOptions(total,
 					progressbar.OptionSetWriter(w),
 					progressbar.OptionSetDescription("pods up"),
@@ -42,11 +42,12 @@ func newProgress(w io.Writer) func(done, total int) {
 			}
 		}
 	}
-	var start time.Time
-	last := -1
+	start := time.Now()
+	last := 0
 	return func(done, total int) {
-		if last < 0 || done < last {
+		if done == 0 || done < last {
 			start, last = time.Now(), 0
+			return
 		}
 		step := max(1, total/progressLines)
 		if done/step == last/step && done < total {
@@ -54,8 +55,5 @@ func newProgress(w io.Writer) func(done, total int) {
 		}
 		fmt.Fprintf(w, "pods up: %d/%d (%d%%) after %s\n", done, total, done*100/max(total, 1), time.Since(start).Round(100*time.Millisecond))
 		last = done
-		if done >= total {
-			last = -1
-		}
 	}
 }

@@ -12,7 +12,7 @@ func TestProgressLines(t *testing.T) {
 	var buf bytes.Buffer
 	progress := newProgress(&buf)
 	for run := 0; run < 2; run++ {
-		for done := 1; done <= 100; done++ {
+		for done := 0; done <= 100; done++ {
 			progress(done, 100)
 		}
 	}
@@ -29,7 +29,7 @@ func TestProgressLines(t *testing.T) {
 
 	buf.Reset()
 	progress = newProgress(&buf)
-	for done := 1; done <= 3; done++ {
+	for done := 0; done <= 3; done++ {
 		progress(done, 3)
 	}
 	if n := strings.Count(buf.String(), "\n"); n != 3 {
