@@ -96,6 +96,9 @@ func prepareRegistries(sys *types.SystemContext, dir, conf, confDir string, mirr
 		}
 	}
 	dropIns := filepath.Join(dir, "registries.conf.d")
+	if confDir != "" && filepath.Clean(confDir) == dropIns {
+		return fmt.Errorf("registries configuration: the drop-in directory %s is the one crijournal rebuilds at every start: use another", confDir)
+	}
 	if err := os.RemoveAll(dropIns); err != nil {
 		return fmt.Errorf("registries configuration: %w", err)
 	}

@@ -193,3 +193,23 @@ func names[T interface{ String() string }](refs []T) []string {
 	}
 	return out
 }
+
+// TestRegistriesConfDirIsNotOurs refuses a node drop-in directory that is the one
+// prepareRegistries rebuilds, which would delete the operator's files.
+func TestRegistriesConfDirIsNotOurs(t *testing.T) {
+	cache := t.TempDir()
+	ours := filepath.Join(cache, "registries.conf.d")
+	if err := os.MkdirAll(ours, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(ours, "operator.conf")
+	if err := os.WriteFile(keep, []byte(`unqualified-search-registries = ["quay.io"]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareRegistries(&types.SystemContext{}, cache, "", ours+"/", nil); err == nil {
+		t.Error("prepareRegistries with its own drop-in directory as the node's succeeded")
+	}
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("the operator's drop-in is gone: %v", err)
+	}
+}
