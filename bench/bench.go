@@ -21,14 +21,14 @@ import (
 
 // Options describe a run.
 type Options struct {
-	Endpoint    string        // unix:///path/to.sock
-	Pods        int           // how many pods
-	Concurrency int           // how many at a time
-	Image       string        // with an image, a container is created and started in each pod
-	Command     []string      // the container's command (default: sleep 3600)
-	Timeout     time.Duration // client timeout per request; 0: none. With one, failed requests are retried with the same name
-	MaxRetries  int           // with a Timeout, retries per request before the pod counts as failed (default 100)
-	Prefix      string        // pod name prefix, so runs do not collide
+	Endpoint    string                // unix:///path/to.sock
+	Pods        int                   // how many pods
+	Concurrency int                   // how many at a time
+	Image       string                // with an image, a container is created and started in each pod
+	Command     []string              // the container's command (default: sleep 3600)
+	Timeout     time.Duration         // client timeout per request; 0: none. With one, failed requests are retried with the same name
+	MaxRetries  int                   // with a Timeout, retries per request before the pod counts as failed (default 100)
+	Prefix      string                // pod name prefix, so runs do not collide
 	Progress    func(done, total int) // called with 0 when the pods start, then once per pod up (or failed)
 }
 
