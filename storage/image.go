@@ -101,19 +101,20 @@ func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, e
 		if err == nil {
 			return img, nil
 		}
-		if len(names) == 1 || ctx.Err() != nil || errors.Is(err, ErrRejectedByPolicy) {
+		if len(names) == 1 || ctx.Err() != nil {
 			return Image{}, err
 		}
-		errs = append(errs, err)
+		errs = append(errs, err) // and on to the next, as Podman does
 	}
-	// Not found only when no candidate had it; otherwise say what went wrong with each.
-	notFound := !slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, ErrImageNotFound) })
 	msgs := make([]string, len(errs))
 	for i, err := range errs {
 		msgs[i] = err.Error()
 	}
-	if notFound {
-		return Image{}, fmt.Errorf("pull %s: %w in any unqualified-search registry: %s", ref, ErrImageNotFound, strings.Join(msgs, "; "))
+	// The class of the errors when every candidate failed the same way.
+	for _, class := range []error{ErrImageNotFound, ErrRegistryBlocked, ErrRejectedByPolicy} {
+		if !slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, class) }) {
+			return Image{}, fmt.Errorf("pull %s: %w in every unqualified-search registry: %s", ref, class, strings.Join(msgs, "; "))
+		}
 	}
 	return Image{}, fmt.Errorf("pull %s: every unqualified-search registry failed: %s", ref, strings.Join(msgs, "; "))
 }
