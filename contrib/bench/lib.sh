@@ -7,6 +7,8 @@
 # started, by PID, and removes what they made.
 
 bin="${CRIJOURNAL_BIN:-$(pwd)/bin/crijournal}"
+# Pulls into a bench node need a signature policy, also where the machine has none.
+policy="$(cd "$(dirname "${BASH_SOURCE[0]}")/../containers" && pwd)/policy.json"
 [ -x "$bin" ] || { echo "$0: $bin not found: run make build first" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "$0: must run as root" >&2; exit 1; }
 
@@ -40,6 +42,7 @@ start_daemon() {
 CONF
 	"$bin" serve --config /dev/null --root "$dir/root" --run-root "$run" \
 		--socket "$dir/cri.sock" --namespace-dir "$run/ns" --cni-conf-dir "$dir/cni" \
+		--signature-policy "$policy" \
 		--log-level warn "$@" >"$dir/daemon.log" 2>&1 &
 	pids+=($!)
 	for _ in $(seq 100); do [ -S "$dir/cri.sock" ] && return; sleep 0.1; done
