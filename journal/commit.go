@@ -31,18 +31,32 @@ type committer struct {
 
 	nCommits, nWrites int64
 	observe           func(time.Duration, int)
+	// publish is called with each committed batch before its waiters are released.
+	publish func([]write)
 
 	// txMu is held during each write transaction; Check holds it to keep writers out,
 	// since bbolt's check is not safe alongside a writer.
 	txMu sync.Mutex
+
+	// failed is closed when the first commit fails (broken is set then).
+	failed chan struct{}
+	// beforeCommit, when set (by tests), runs before each commit; an error it returns
+	// fails that commit as a failed write of the file would.
+	beforeCommit func() error
 }
 
-// write is one record put or delete, with the matching names/ change.
+// write is one record put or delete, with the matching names/ change, and what to publish
+// once it is committed (see Journal.change).
 type write struct {
 	id    string
 	value []byte
 	del   bool
 	name  nameOp
+
+	entry    *entry
+	version  uint64
+	snapshot Record // the record as written (not for deletes)
+	durable  bool
 }
 
 type nameOp struct {
@@ -60,8 +74,8 @@ type pending struct {
 // lazyFlushDelay bounds how long a lazy write waits for a durable one to ride on.
 const lazyFlushDelay = 50 * time.Millisecond
 
-func newCommitter(db *bolt.DB, observe func(time.Duration, int)) *committer {
-	c := &committer{db: db, done: make(chan struct{}), observe: observe}
+func newCommitter(db *bolt.DB, observe func(time.Duration, int), publish func([]write)) *committer {
+	c := &committer{db: db, done: make(chan struct{}), observe: observe, publish: publish, failed: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	go c.loop()
 	return c
@@ -93,6 +107,13 @@ func (c *committer) enqueue(w write, durable bool) *pending {
 	c.queue = append(c.queue, w)
 	c.cond.Signal()
 	return p
+}
+
+// err returns the error of the failed commit, nil while commits succeed.
+func (c *committer) err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.broken
 }
 
 func (c *committer) brokenErr() error {
@@ -127,7 +148,12 @@ func (c *committer) loop() {
 		if err == nil {
 			start := time.Now()
 			c.txMu.Lock()
-			err = c.db.Update(func(tx *bolt.Tx) error { return apply(tx, batch) })
+			if c.beforeCommit != nil {
+				err = c.beforeCommit()
+			}
+			if err == nil {
+				err = c.db.Update(func(tx *bolt.Tx) error { return apply(tx, batch) })
+			}
 			c.txMu.Unlock()
 			if err == nil && c.observe != nil {
 				c.observe(time.Since(start), len(batch))
@@ -135,15 +161,21 @@ func (c *committer) loop() {
 		}
 		c.mu.Lock()
 		if err != nil && c.broken == nil {
-			// The index is now ahead of the file; refuse every later write rather
-			// than pretend they are durable.
-			c.broken = fmt.Errorf("journal commit failed, journal is read-only until restart: %w", err)
+			// What was queued is not on disk and is never published; every later
+			// change is refused (fail-stop): the daemon stops, and its next start
+			// recovers from the file.
+			c.broken = fmt.Errorf("%w: %w", ErrFailed, err)
+			err = c.broken
+			close(c.failed)
 		}
 		if err == nil {
 			c.nCommits++
 			c.nWrites += int64(len(batch))
 		}
 		c.mu.Unlock()
+		if err == nil && c.publish != nil {
+			c.publish(batch)
+		}
 		for _, p := range waiters {
 			p.err = err
 			close(p.done)

@@ -36,12 +36,18 @@ func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
 		return Record{}, fmt.Errorf("begin %s %q: id %q is not 64 lowercase hex: %w", req.Kind, req.Name, req.ID, ErrInvalid)
 	}
 	j.mu.Lock()
+	if err := j.writable(); err != nil {
+		j.mu.Unlock()
+		return Record{}, fmt.Errorf("begin %s %q: %w", req.Kind, req.Name, err)
+	}
 	if holder, ok := j.byName[string(nameKey(req.Kind, req.Name))]; ok {
-		err := &HeldError{Holder: holder.rec.Clone()}
+		// The holder as published: a change of it still on its way to disk is no
+		// answer to give (see change).
+		err := &HeldError{Holder: holder.shown.Clone()}
 		j.mu.Unlock()
 		return Record{}, err
 	}
-	if _, dup := j.byID[req.ID]; dup {
+	if j.byID[req.ID] != nil || j.shown[req.ID] != nil {
 		j.mu.Unlock()
 		return Record{}, fmt.Errorf("begin %s %q: id %s already in use", req.Kind, req.Name, req.ID)
 	}
@@ -51,10 +57,6 @@ func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
 		Fingerprint: req.Fingerprint, State: StateCreating, Stage: req.Stage,
 		Deadline: req.Deadline, Created: now, HoldsName: true,
 	}}
-	if j.closed {
-		j.mu.Unlock()
-		return Record{}, ErrClosed
-	}
 	j.byID[req.ID] = e
 	j.byName[string(nameKey(req.Kind, req.Name))] = e
 	// Lazy: until the first intent nothing exists outside the journal, so losing the
@@ -283,18 +285,19 @@ func (j *Journal) update(id string, mutate func(r *Record)) error {
 	return wait(p)
 }
 
-// Get returns a copy of the record with this ID.
+// Get returns a copy of the record with this ID, as published: what the file holds (see
+// change).
 func (j *Journal) Get(id string) (Record, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	e, err := j.lookup(id)
-	if err != nil {
-		return Record{}, err
+	e, ok := j.shown[id]
+	if !ok {
+		return Record{}, fmt.Errorf("record %s: %w", id, ErrNotFound)
 	}
-	return e.rec.Clone(), nil
+	return e.shown.Clone(), nil
 }
 
-// GetByName returns a copy of the record holding a name.
+// GetByName returns a copy of the record holding a name, as published.
 func (j *Journal) GetByName(kind Kind, name string) (Record, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -302,11 +305,11 @@ func (j *Journal) GetByName(kind Kind, name string) (Record, error) {
 	if !ok {
 		return Record{}, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
 	}
-	return e.rec.Clone(), nil
+	return e.shown.Clone(), nil
 }
 
 // List returns copies of the records for which keep returns true (all when keep is nil),
-// oldest first.
+// oldest first, as published.
 func (j *Journal) List(keep func(*Record) bool) []Record {
 	out, _ := j.WatchAll(keep)
 	return out
@@ -316,10 +319,10 @@ func (j *Journal) List(keep func(*Record) bool) []Record {
 // so that no change is missed between the look and the wait (inspect --watch).
 func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <-chan struct{}) {
 	j.mu.Lock()
-	out := make([]Record, 0, len(j.byID))
-	for _, e := range j.byID {
-		if keep == nil || keep(&e.rec) {
-			out = append(out, e.rec.Clone())
+	out := make([]Record, 0, len(j.shown))
+	for _, e := range j.shown {
+		if keep == nil || keep(&e.shown) {
+			out = append(out, e.shown.Clone())
 		}
 	}
 	changed = j.wake
@@ -339,5 +342,5 @@ func (j *Journal) Watch(kind Kind, name string) (rec Record, found bool, changed
 	if !ok {
 		return Record{}, false, j.wake
 	}
-	return e.rec.Clone(), true, e.changed
+	return e.shown.Clone(), true, e.changed
 }

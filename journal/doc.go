@@ -36,9 +36,21 @@
 // safe because every undo is idempotent; Begin rides too, since nothing exists outside the
 // journal before the first intent.
 //
+// Readers (Get, List, Watch) and watchers see a change only once it is published: a
+// durable change when its commit has succeeded, so memory never runs ahead of the file; a
+// lazy one at once (losing it in a crash is harmless by design), unless a durable change of
+// the same record is still on its way to disk. Calls that change records decide on the
+// records as queued.
+//
+// # Fail-stop
+//
+// A commit that fails (disk full, I/O error) publishes nothing and fails the journal:
+// Failed is closed, Err says why, and every later change returns ErrFailed. The daemon
+// then stops, and its next start recovers from what the file holds.
+//
 // Watch returns a record's snapshot together with a channel that is closed at its next
-// change, both taken under the index lock, so a change can never slip between a caller's
-// look and its wait.
+// published change, both taken under the index lock, so a change can never slip between
+// a caller's look and its wait.
 //
 // # Undo
 //

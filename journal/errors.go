@@ -25,6 +25,10 @@ var (
 	// ErrInvalid is returned by Begin for a request it cannot record (unknown kind, empty
 	// name, malformed ID): a caller's mistake, not the journal's state.
 	ErrInvalid = errors.New("invalid request")
+	// ErrFailed is returned by every change once a commit has failed (disk full, I/O
+	// error): from then on the file, not memory, is the truth, and only a restart, which
+	// recovers from the file, makes the journal writable again.
+	ErrFailed = errors.New("journal commit failed; the journal accepts no more changes until the daemon restarts and recovers from the file")
 	// ErrBusy is returned when an undo run for the record is already in progress.
 	ErrBusy = errors.New("an undo is already running for this record")
 )

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -100,21 +101,36 @@ type Journal struct {
 	opts Options
 	log  *slog.Logger
 
-	mu      sync.Mutex
-	byID    map[string]*entry
-	byName  map[string]*entry // nameKey -> entry holding the name
+	mu sync.Mutex
+	// byID and byName index the records as queued for the file: every call that
+	// changes a record decides on these (under mu, in the order the commits write).
+	byID   map[string]*entry
+	byName map[string]*entry // nameKey -> entry holding the name
+	// shown indexes the records as published: what Get, List and Watch return. A
+	// durable change is published only once its commit succeeded, so readers and
+	// watchers never see what the file may not hold (see publish).
+	shown   map[string]*entry
 	undoing map[string]chan struct{}
 	closed  bool
-	// wake is closed and replaced whenever expiry or retry times may have moved earlier.
-	wake chan struct{}
+	// wake is closed and replaced when a change is published; runEnded when an undo run
+	// ends. Maintain looks again at either: expiry or retry times may have moved.
+	wake, runEnded chan struct{}
 
 	commits *committer
+	// maintainPasses counts Maintain's looks for due work (Stats).
+	maintainPasses atomic.Int64
 }
 
-// entry is a record in the index plus the channel closed at its next change.
+// entry is a record in the index: as queued for the file (rec) and as published (shown),
+// plus the channel closed at its next published change.
 type entry struct {
-	rec     Record
+	rec     Record // as queued: what the next commit writes
+	shown   Record // as published: see Journal.publish
 	changed chan struct{}
+	// version counts the changes queued for rec, shownVersion is the version of shown;
+	// durablePending counts the durable writes queued and not yet published.
+	version, shownVersion uint64
+	durablePending        int
 }
 
 // Open opens (creating if needed) the journal at path, runs migrations and rebuilds the
@@ -134,21 +150,23 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	j := &Journal{
-		path:    path,
-		db:      db,
-		opts:    opts,
-		log:     opts.Logger,
-		byID:    map[string]*entry{},
-		byName:  map[string]*entry{},
-		undoing: map[string]chan struct{}{},
-		wake:    make(chan struct{}),
+		path:     path,
+		db:       db,
+		opts:     opts,
+		log:      opts.Logger,
+		byID:     map[string]*entry{},
+		byName:   map[string]*entry{},
+		shown:    map[string]*entry{},
+		undoing:  map[string]chan struct{}{},
+		wake:     make(chan struct{}),
+		runEnded: make(chan struct{}),
 	}
 	if err := j.load(); err != nil {
 		db.Close()
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		j.commits = newCommitter(db, opts.Hooks.Committed)
+		j.commits = newCommitter(db, opts.Hooks.Committed, j.published)
 	}
 	return j, nil
 }
@@ -227,7 +245,9 @@ func (j *Journal) loadRecords(tx *bolt.Tx) error {
 		if string(migrations.RecordKey(rec.ID)) != string(k) {
 			return corruptError(j.path, fmt.Errorf("record stored under %q has id %q", k, rec.ID))
 		}
-		j.byID[rec.ID] = &entry{rec: rec, changed: make(chan struct{})}
+		e := &entry{rec: rec, shown: rec.Clone(), changed: make(chan struct{})}
+		j.byID[rec.ID] = e
+		j.shown[rec.ID] = e
 		return nil
 	}); err != nil {
 		return err
@@ -381,18 +401,42 @@ func checkInvariants(tx *bolt.Tx, problems *[]error) error {
 	return nil
 }
 
-// Stats are counters of the committer, for benchmarks and metrics.
+// Stats are counters of the committer and of Maintain, for benchmarks and metrics.
 type Stats struct {
-	Commits int64 // bbolt transactions committed
-	Writes  int64 // record writes and deletes committed
+	Commits        int64 // bbolt transactions committed
+	Writes         int64 // record writes and deletes committed
+	MaintainPasses int64 // times Maintain looked for due work
 }
 
-// Stats returns the committer's counters.
+// Stats returns the journal's counters.
 func (j *Journal) Stats() Stats {
 	if j.commits == nil {
 		return Stats{}
 	}
-	return j.commits.stats()
+	s := j.commits.stats()
+	s.MaintainPasses = j.maintainPasses.Load()
+	return s
+}
+
+// Failed returns a channel that is closed when a commit fails. From then on every change
+// fails with ErrFailed and nothing more is published: the daemon must stop, and its next
+// start recovers from the file (fail-stop; see DESIGN §6). A read-only journal never fails.
+func (j *Journal) Failed() <-chan struct{} {
+	if j.commits == nil {
+		return nil
+	}
+	return j.commits.failed
+}
+
+// Err returns the error of the failed commit (errors.Is ErrFailed, and wrapping the
+// file's error, such as syscall.ENOSPC), or nil while the journal works.
+func (j *Journal) Err() error {
+	if j.commits == nil {
+		return nil
+	}
+	j.commits.mu.Lock()
+	defer j.commits.mu.Unlock()
+	return j.commits.broken
 }
 
 func newID() string {
@@ -413,23 +457,38 @@ func NewID() string { return newID() }
 
 // --- index helpers; callers hold j.mu ---
 
-// change applies mutate to the record of e, refreshes its timestamp, wakes its watchers and
-// queues the write. It returns the queued commit to wait on (nil when lazy).
-func (j *Journal) change(e *entry, durable bool, mutate func(r *Record)) (*pending, error) {
-	if j.closed {
-		return nil, ErrClosed
+// writable reports why the journal takes no changes: closed, read-only, or failed.
+func (j *Journal) writable() error {
+	switch {
+	case j.closed:
+		return ErrClosed
+	case j.commits == nil:
+		return fmt.Errorf("journal %s is read-only", j.path)
 	}
-	if j.commits == nil {
-		return nil, fmt.Errorf("journal %s is read-only", j.path)
+	return j.commits.err()
+}
+
+// change applies mutate to the record of e, refreshes its timestamp and queues the write.
+// It returns the queued commit to wait on (nil when lazy).
+//
+// When the change is published (readers see it, watchers wake): a durable change once
+// its commit succeeded, so memory never runs ahead of the file; a commit that fails
+// publishes nothing and fails the journal (fail-stop). A lazy change (durable false) is
+// one whose loss in a crash is harmless by design (a reservation, a done mark, an undo's
+// outcome, a later expiry): it is published at once, unless a durable change of the same
+// record is still on its way to disk, in which case it is published with it.
+func (j *Journal) change(e *entry, durable bool, mutate func(r *Record)) (*pending, error) {
+	if err := j.writable(); err != nil {
+		return nil, err
 	}
 	mutate(&e.rec)
 	e.rec.Updated = j.opts.Now()
-	j.notify(e)
 	b, err := encodeRecord(&e.rec)
 	if err != nil {
 		return nil, err
 	}
-	w := write{id: e.rec.ID, value: b}
+	e.version++
+	w := write{id: e.rec.ID, value: b, entry: e, version: e.version, snapshot: e.rec.Clone(), durable: durable}
 	key := nameKey(e.rec.Kind, e.rec.Name)
 	if e.rec.HoldsName {
 		w.name = nameOp{key: key, id: e.rec.ID, put: true}
@@ -437,28 +496,71 @@ func (j *Journal) change(e *entry, durable bool, mutate func(r *Record)) (*pendi
 		delete(j.byName, string(key))
 		w.name = nameOp{key: key, id: e.rec.ID, del: true}
 	}
+	if durable {
+		e.durablePending++
+	} else if e.durablePending == 0 {
+		j.show(e, w.version, &w.snapshot)
+		j.wakeAll()
+	}
 	return j.commits.enqueue(w, durable), nil
 }
 
-// forget deletes a record and its name from index and file.
+// forget deletes a record and its name from the index and the file. Calls that change
+// records no longer find it; readers see it until the delete is committed.
 func (j *Journal) forget(e *entry) (*pending, error) {
-	if j.closed {
-		return nil, ErrClosed
+	if err := j.writable(); err != nil {
+		return nil, err
 	}
 	delete(j.byID, e.rec.ID)
 	key := nameKey(e.rec.Kind, e.rec.Name)
-	w := write{id: e.rec.ID, del: true}
+	e.version++
+	e.durablePending++
+	w := write{id: e.rec.ID, del: true, entry: e, version: e.version, durable: true}
 	if j.byName[string(key)] == e {
 		delete(j.byName, string(key))
 		w.name = nameOp{key: key, id: e.rec.ID, del: true}
 	}
-	j.notify(e)
 	return j.commits.enqueue(w, true), nil
 }
 
-func (j *Journal) notify(e *entry) {
+// published is called by the committer after each successful commit, before its waiters
+// return: it publishes the batch's changes in the order they were queued.
+func (j *Journal) published(batch []write) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for i := range batch {
+		w := &batch[i]
+		e := w.entry
+		if w.durable {
+			e.durablePending--
+		}
+		if w.del {
+			j.show(e, w.version, nil)
+		} else {
+			j.show(e, w.version, &w.snapshot)
+		}
+	}
+	j.wakeAll()
+}
+
+// show publishes version v of e's record (nil: deleted), unless a later one is shown.
+func (j *Journal) show(e *entry, v uint64, rec *Record) {
+	if v <= e.shownVersion {
+		return
+	}
+	e.shownVersion = v
+	if rec == nil {
+		delete(j.shown, e.rec.ID)
+	} else {
+		e.shown = *rec
+		j.shown[e.rec.ID] = e
+	}
 	close(e.changed)
 	e.changed = make(chan struct{})
+}
+
+// wakeAll wakes WatchAll's callers and Maintain.
+func (j *Journal) wakeAll() {
 	close(j.wake)
 	j.wake = make(chan struct{})
 }
@@ -471,8 +573,20 @@ func (j *Journal) lookup(id string) (*entry, error) {
 	return e, nil
 }
 
+// current returns a copy of the record with this ID as queued (not as published): for
+// the journal's own decisions.
+func (j *Journal) current(id string) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, err := j.lookup(id)
+	if err != nil {
+		return Record{}, err
+	}
+	return e.rec.Clone(), nil
+}
+
 // wait blocks until p is committed. It does not give up when ctx ends: the change is
-// already in the index, and returning before it is durable would break the journal's
+// already queued, and returning before it is durable would break the journal's
 // promise. A nil p is a lazy write.
 func wait(p *pending) error {
 	if p == nil {

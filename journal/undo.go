@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -99,7 +100,7 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		case <-ctx.Done():
 			return fmt.Errorf("record %s: %w", id, ctx.Err())
 		}
-		if rec, err := j.Get(id); err == nil && len(rec.FailedUndos()) > 0 {
+		if rec, err := j.current(id); err == nil && len(rec.FailedUndos()) > 0 {
 			return &UndoError{ID: id, Failures: failuresOf(rec)}
 		}
 		return nil
@@ -119,6 +120,8 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 	defer func() {
 		j.mu.Lock()
 		delete(j.undoing, id)
+		close(j.runEnded) // its next retry, if any, is now due for Maintain
+		j.runEnded = make(chan struct{})
 		j.mu.Unlock()
 		close(finished)
 	}()
@@ -250,7 +253,7 @@ func (j *Journal) backoff(attempts int) time.Duration {
 // that it did. The first failure stops it and is returned; the step stays done and no
 // marker is set, so the caller can try again.
 func (j *Journal) UndoSteps(ctx context.Context, id string, markers map[string]*string, kinds ...StepKind) error {
-	rec, err := j.Get(id)
+	rec, err := j.current(id)
 	if err != nil {
 		return err
 	}
@@ -286,16 +289,10 @@ func (j *Journal) UndoSteps(ctx context.Context, id string, markers map[string]*
 // ExpireCached rolls back every cached record whose expiry has passed. It returns how many
 // were rolled back, and the errors of those whose undo failed (they are retried later).
 func (j *Journal) ExpireCached(ctx context.Context) (int, error) {
-	now := j.opts.Now()
-	expired := j.List(func(r *Record) bool { return r.State == StateCached && !r.Expiry.After(now) })
+	expired, _, _ := j.dueWork(j.opts.Now(), nil)
 	var errs []error
-	for _, rec := range expired {
-		j.log.Info("cached record expired, rolling back", "id", rec.ID, "name", rec.Name, "kind", rec.Kind)
-		if j.opts.Hooks.Expired != nil {
-			j.opts.Hooks.Expired(rec)
-		}
-		if err := j.Rollback(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
-			j.log.Warn("cache expiry: undo failed, will retry", "id", rec.ID, "name", rec.Name, "kind", rec.Kind, "err", err)
+	for _, id := range expired {
+		if err := j.expire(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -305,104 +302,189 @@ func (j *Journal) ExpireCached(ctx context.Context) (int, error) {
 // RetryUndos runs again the rollback of every undoing record that has a failed undo due,
 // and of records left undoing or removing by a crash (none in progress in this process).
 func (j *Journal) RetryUndos(ctx context.Context) (int, error) {
-	now := j.opts.Now()
-	j.mu.Lock()
-	var due []string
-	for id, e := range j.byID {
-		if _, busy := j.undoing[id]; busy {
-			continue
-		}
-		if e.rec.State != StateUndoing && e.rec.State != StateRemoving {
-			continue
-		}
-		failed := e.rec.FailedUndos()
-		isDue := len(failed) == 0 // interrupted by a crash: nothing failed yet
-		for _, s := range failed {
-			if !s.NextRetry.After(now) {
-				isDue = true
-			}
-		}
-		if isDue {
-			due = append(due, id)
-		}
-	}
-	j.mu.Unlock()
+	_, due, _ := j.dueWork(j.opts.Now(), nil)
 	var errs []error
 	for _, id := range due {
-		rec, err := j.Get(id)
-		if err != nil {
-			continue
-		}
-		err = j.runUndo(ctx, id, rec.State == StateRemoving)
-		switch {
-		case err == nil:
-			j.log.Info("undo retry succeeded, record gone", "id", id, "name", rec.Name, "kind", rec.Kind)
-		case errors.Is(err, ErrNotFound), errors.Is(err, ErrWrongState):
-		default:
-			j.log.Warn("undo retry failed, will retry", "id", id, "name", rec.Name, "kind", rec.Kind, "err", err)
+		if err := j.retry(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return len(due), errors.Join(errs...)
 }
 
-// nextDue returns when the next cached expiry or undo retry falls due (zero if none).
-func (j *Journal) nextDue() time.Time {
+// expire rolls back one cached record whose expiry passed; a failed undo is logged, and
+// returned, and retried later.
+func (j *Journal) expire(ctx context.Context, id string) error {
+	rec, err := j.current(id)
+	if err != nil {
+		return nil
+	}
+	j.log.Info("cached record expired, rolling back", "id", rec.ID, "name", rec.Name, "kind", rec.Kind)
+	if j.opts.Hooks.Expired != nil {
+		j.opts.Hooks.Expired(rec)
+	}
+	if err := j.Rollback(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
+		j.log.Warn("cache expiry: undo failed, will retry", "id", rec.ID, "name", rec.Name, "kind", rec.Kind, "err", err)
+		return err
+	}
+	return nil
+}
+
+// retry runs the rollback (or removal) of one undoing (or removing) record again; a
+// failure is logged, and returned.
+func (j *Journal) retry(ctx context.Context, id string) error {
+	rec, err := j.current(id)
+	if err != nil {
+		return nil
+	}
+	err = j.runUndo(ctx, id, rec.State == StateRemoving)
+	switch {
+	case err == nil:
+		j.log.Info("undo retry succeeded, record gone", "id", id, "name", rec.Name, "kind", rec.Kind)
+	case errors.Is(err, ErrNotFound), errors.Is(err, ErrWrongState):
+	default:
+		j.log.Warn("undo retry failed, will retry", "id", id, "name", rec.Name, "kind", rec.Kind, "err", err)
+		return err
+	}
+	return nil
+}
+
+// dueWork looks at the records as queued and lists the cached ones whose expiry has
+// passed, and the undoing or removing ones with a failed undo due or none failed yet (a
+// crash interrupted them), leaving out records whose undo is running now and those in
+// skip. next is the earliest expiry or retry time still to come among the others (zero if
+// none): a record being undone has no due time, since its run sets the next one.
+func (j *Journal) dueWork(now time.Time, skip map[string]job) (expire, retry []string, next time.Time) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	var next time.Time
-	consider := func(t time.Time) {
-		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+	later := func(t time.Time) {
+		if next.IsZero() || t.Before(next) {
 			next = t
 		}
 	}
-	for _, e := range j.byID {
-		if e.rec.State == StateCached {
-			consider(e.rec.Expiry)
+	for id, e := range j.byID {
+		if _, busy := j.undoing[id]; busy {
+			continue
 		}
-		for _, s := range e.rec.Steps {
-			if s.Status == StepUndoFailed {
-				consider(s.NextRetry)
+		if _, busy := skip[id]; busy {
+			continue
+		}
+		switch e.rec.State {
+		case StateCached:
+			if e.rec.Expiry.After(now) {
+				later(e.rec.Expiry)
+			} else {
+				expire = append(expire, id)
+			}
+		case StateUndoing, StateRemoving:
+			failed := e.rec.FailedUndos()
+			due := len(failed) == 0 // interrupted by a crash: nothing failed yet
+			for _, s := range failed {
+				if s.NextRetry.After(now) {
+					later(s.NextRetry)
+				} else {
+					due = true
+				}
+			}
+			if due {
+				retry = append(retry, id)
 			}
 		}
 	}
-	return next
+	slices.Sort(expire)
+	slices.Sort(retry)
+	return expire, retry, next
 }
 
-// Maintain expires cached records and retries failed undos until ctx ends: as soon as
-// one falls due, and at least every interval.
+// job is one of Maintain's two kinds of work.
+type job int
+
+const (
+	jobExpire job = iota // roll back a cached record whose expiry passed
+	jobRetry             // retry the failed undos of an undoing or removing record
+)
+
+// maintainWorkers bounds how many rollbacks Maintain runs at once for each job. Each job
+// has workers of its own, so a queue of undo retries that hang (each until undo_timeout)
+// never holds up the expiry of a cached record, and one hanging undo holds up no more
+// than its own worker.
+const maintainWorkers = 4
+
+// Maintain expires cached records and retries failed undos until ctx ends or the journal
+// fails: each as soon as it falls due, in workers of its own (maintainWorkers per job),
+// and it looks again at least every interval. It sleeps while nothing is due: a record
+// whose undo is running has no due time until that run ends. It returns once its workers
+// have returned; they are cancelled when it stops.
 func (j *Journal) Maintain(ctx context.Context, interval time.Duration) {
-	nextPass := time.Now().Add(interval)
-	for {
-		j.mu.Lock()
-		wake := j.wake
-		j.mu.Unlock()
-		target := nextPass
-		if due := j.nextDue(); !due.IsZero() && due.Before(target) {
-			target = due
+	ctx, cancel := context.WithCancel(ctx)
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	defer cancel()
+	running := map[string]job{} // records Maintain's workers are rolling back
+	busy := map[job]int{}
+	ended := make(chan string, 2*maintainWorkers) // a worker's record, when it returns
+	start := func(id string, what job) {
+		if busy[what] >= maintainWorkers {
+			return // ended wakes the loop when a worker is free
 		}
-		if wait := time.Until(target); wait > 0 {
-			timer := time.NewTimer(wait)
+		running[id] = what
+		busy[what]++
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			// Failures are logged per record, and retried at their next due time.
+			if what == jobExpire {
+				_ = j.expire(ctx, id)
+			} else {
+				_ = j.retry(ctx, id)
+			}
+			ended <- id
+		}()
+	}
+	nextPass := j.opts.Now().Add(interval)
+	for {
+		j.maintainPasses.Add(1)
+		j.mu.Lock()
+		wake, runEnded := j.wake, j.runEnded
+		j.mu.Unlock()
+		expire, retry, next := j.dueWork(j.opts.Now(), running)
+		for _, id := range expire {
+			start(id, jobExpire)
+		}
+		for _, id := range retry {
+			start(id, jobRetry)
+		}
+		target := nextPass
+		if !next.IsZero() && next.Before(target) {
+			target = next
+		}
+		timer := time.NewTimer(target.Sub(j.opts.Now()))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-j.Failed():
+			timer.Stop()
+			return
+		case id := <-ended:
+			timer.Stop()
+			busy[running[id]]--
+			delete(running, id)
+		case <-runEnded:
+			timer.Stop()
+		case <-wake:
+			// A change may have moved a due time earlier: look again, but no more
+			// often than every 10ms when changes come fast.
+			timer.Stop()
 			select {
 			case <-ctx.Done():
-				timer.Stop()
 				return
-			case <-wake:
-				// A change may have moved a due time earlier: look again, but
-				// no more often than every 10ms when changes come fast.
-				timer.Stop()
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(10 * time.Millisecond):
-				}
-				continue
-			case <-timer.C:
+			case <-time.After(10 * time.Millisecond):
+			}
+		case <-timer.C:
+			if now := j.opts.Now(); !now.Before(nextPass) {
+				nextPass = now.Add(interval)
 			}
 		}
-		// Failures are logged per record by both, and retried on a later pass.
-		_, _ = j.ExpireCached(ctx)
-		_, _ = j.RetryUndos(ctx)
-		nextPass = time.Now().Add(interval)
 	}
 }
