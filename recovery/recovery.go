@@ -48,6 +48,9 @@ func Run(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile Re
 			go func() {
 				defer wg.Done()
 				for rec := range work {
+					if j.Err() != nil {
+						continue // the journal failed: the daemon stops, the next start recovers
+					}
 					var one Summary
 					replay(ctx, j, log, reconcile, rec, &one)
 					mu.Lock()
@@ -63,6 +66,9 @@ func Run(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile Re
 		}
 		close(work)
 		wg.Wait()
+	}
+	if err := j.Err(); err != nil {
+		return sum // the caller stops the daemon; the next start recovers again
 	}
 	// Undos that fail are logged per record by ExpireCached, and retried in the background.
 	if n, _ := j.ExpireCached(ctx); n > 0 {

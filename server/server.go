@@ -85,9 +85,16 @@ func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*
 	}, nil
 }
 
-// Status reports RuntimeReady, and NetworkReady false with a reason while no CNI network
-// is configured.
+// Status reports RuntimeReady (false with a reason once the journal has failed: the
+// daemon is stopping), and NetworkReady false with a reason while no CNI network is
+// configured.
 func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	runtime := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
+	if err := s.journal.Err(); err != nil {
+		runtime.Status = false
+		runtime.Reason = ReasonJournalFailed
+		runtime.Message = fmt.Sprintf("%v; the runtime is stopping, its next start recovers from the journal file", err)
+	}
 	network := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
 	if _, err := s.networks.Network(); err != nil {
 		network.Status = false
@@ -95,15 +102,29 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		network.Message = fmt.Sprintf("Network plugin returns error: %v", err)
 	}
 	return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
-		{Type: runtimeapi.RuntimeReady, Status: true},
+		runtime,
 		network,
 	}}}, nil
+}
+
+// ReasonJournalFailed is the reason of RuntimeReady false once a journal commit failed.
+const ReasonJournalFailed = "JournalFailed"
+
+// servedWhenFailed are the calls still answered once the journal has failed, so that the
+// kubelet learns why the runtime is not ready; every other call is refused (fail-stop).
+var servedWhenFailed = map[string]bool{
+	"/runtime.v1.RuntimeService/Status":  true,
+	"/runtime.v1.RuntimeService/Version": true,
 }
 
 // UnaryInterceptor maps every error a handler returns to a gRPC status (in one place, so
 // handlers can return wrapped Go errors) and logs each call at debug level.
 func (s *Server) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
+	if jerr := s.journal.Err(); jerr != nil && !servedWhenFailed[info.FullMethod] {
+		s.metrics.Operation(info.FullMethod, codes.Unavailable.String(), time.Since(start))
+		return nil, status.Errorf(codes.Unavailable, "%v; the runtime is stopping and takes no more work", jerr)
+	}
 	resp, err := handler(ctx, req)
 	if err != nil {
 		err = toStatus(err)
@@ -136,7 +157,7 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, netns.ErrNoNetwork):
 		code = codes.FailedPrecondition
-	case errors.Is(err, journal.ErrClosed):
+	case errors.Is(err, journal.ErrClosed), errors.Is(err, journal.ErrFailed):
 		code = codes.Unavailable
 	}
 	return status.Error(code, err.Error())

@@ -111,6 +111,9 @@ func runServe(cmd *cobra.Command, args []string) error {
 	start := time.Now()
 	sum := recovery.Run(ctx, j, log, srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
+	if err := j.Err(); err != nil {
+		return failStop(cfg, "during recovery", err)
+	}
 	for outcome, n := range map[string]int{"rolled_back": sum.RolledBack, "cached": sum.Cached, "kept": sum.Kept,
 		"resumed": sum.Resumed, "reconciled": sum.Reconciled, "retrying": sum.Retrying} {
 		m.Recovered(outcome, n)
@@ -163,6 +166,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	go func() { served <- g.Serve(lis) }()
 	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.JournalFile(), "version", version)
 
+	var failed error // the journal's failure, when that is why the daemon stops
 	select {
 	case <-ctx.Done():
 		log.Info("stopping")
@@ -170,6 +174,12 @@ func runServe(cmd *cobra.Command, args []string) error {
 		stop()
 		<-maintained
 		return fmt.Errorf("serve: %w", err)
+	case <-j.Failed():
+		// Fail-stop (DESIGN §6): every call but Status and Version is refused from
+		// now on (see server.UnaryInterceptor); requests in flight fail on their next
+		// journal call. The error is returned, and printed once, at the end.
+		failed = j.Err()
+		stop()
 	}
 	stopped := make(chan struct{})
 	go func() {
@@ -184,7 +194,16 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 	<-maintained
 	os.Remove(cfg.Socket)
+	if failed != nil {
+		return failStop(cfg, "while serving", failed)
+	}
 	return nil
+}
+
+// failStop is the error the daemon exits with (non-zero) when a journal commit failed:
+// what failed and what to do, so that a service manager's log says it in one line.
+func failStop(cfg config.Config, when string, err error) error {
+	return fmt.Errorf("stopped %s: %w; free the space or fix the disk of %s, then start again: the next start recovers from the file", when, err, cfg.JournalFile())
 }
 
 // newLogger builds the daemon's logger from the configured level and format.

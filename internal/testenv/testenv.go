@@ -7,8 +7,13 @@ package testenv
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // InCI reports whether the tests run in CI (CI=true).
@@ -42,4 +47,51 @@ func RandomHex(t testing.TB, n int) string {
 		t.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+// SmallFS mounts a tmpfs of size bytes on a fresh directory below dir (t.TempDir() when
+// empty) and returns that directory; t.Cleanup unmounts it. Tests of a full disk put a
+// file there and fill the rest (FillFS). It needs root (RequireRoot first).
+func SmallFS(t testing.TB, dir string, size int64) string {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	mnt, err := os.MkdirTemp(dir, "smallfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", mnt, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		t.Fatalf("mount a %d-byte tmpfs on %s: %v", size, mnt, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", mnt, err)
+		}
+		os.Remove(mnt)
+	})
+	return mnt
+}
+
+// FillFS writes a file named name in dir until the file system is full (ENOSPC) and
+// returns its path: remove it to free the space again.
+func FillFS(t testing.TB, dir, name string) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 4096)
+	for {
+		_, err := f.Write(chunk)
+		if errors.Is(err, unix.ENOSPC) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("fill %s: %v", path, err)
+		}
+	}
+	return path
 }
