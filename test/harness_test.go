@@ -358,7 +358,8 @@ type daemonOptions struct {
 	// nodeFiles are written in the node's directory before the daemon starts, by name:
 	// registries.conf, registries.conf.d/<name>, policy.json (default: accept anything)
 	// and auth.json, which the daemon reads as the node's containers files.
-	nodeFiles map[string]string
+	nodeFiles  map[string]string
+	journalDir string // the directory of journal_path (a file system of its own); default root
 }
 
 // registryMirror is one [[registries]] entry of the daemon's configuration.
@@ -509,7 +510,8 @@ if [ -n "$delay" ]; then
 	sleep "$delay"
 fi
 if [ -e "$dir/cni-fail-${CNI_COMMAND}" ]; then
-	echo '{"cniVersion":"1.0.0","code":11,"msg":"injected failure"}'
+	msg="$(cat "$dir/cni-fail-${CNI_COMMAND}")"
+	echo "{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"${msg:-injected failure}\"}"
 	exit 1
 fi
 if [ "${CNI_COMMAND}" = ADD ] && [ -e "$dir/cni-fail-late-ADD" ]; then
@@ -560,6 +562,9 @@ func (d *daemon) writeConfig(t *testing.T) {
 		"signature_policy = "+q(filepath.Join(d.base, "policy.json")),
 		"global_auth_file = "+q(filepath.Join(d.base, "auth.json")),
 	)
+	if d.opts.journalDir != "" {
+		lines = append(lines, "journal_path = "+q(d.journalPath()))
+	}
 	lines = append(lines, d.opts.extraTOML...)
 	lines = append(lines, "", "[runtimes.runc]", "root = "+q(filepath.Join(d.runRoot, "runc")))
 	if d.opts.runtimePath != "" {
@@ -1062,7 +1067,8 @@ func (d *daemon) slowCNI(t *testing.T, dur time.Duration) {
 }
 
 // failCNI makes the bridge plugin fail every call of the CNI command (ADD,
-// DEL, CHECK) with a CNI error while on.
+// DEL, CHECK) with a CNI error while on (with the message in the file
+// cni-fail-<COMMAND>, "injected failure" when it is empty).
 func (d *daemon) failCNI(t *testing.T, command string, on bool) {
 	t.Helper()
 	path := filepath.Join(d.base, "cni-fail-"+command)
@@ -1173,7 +1179,12 @@ func (d *daemon) checkJournal(t *testing.T) {
 	}
 }
 
-func (d *daemon) journalPath() string { return filepath.Join(d.root, "journal.db") }
+func (d *daemon) journalPath() string {
+	if d.opts.journalDir != "" {
+		return filepath.Join(d.opts.journalDir, "journal.db")
+	}
+	return filepath.Join(d.root, "journal.db")
+}
 
 func (d *daemon) openJournal(t *testing.T) *journal.Journal {
 	t.Helper()

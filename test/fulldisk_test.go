@@ -1,0 +1,239 @@
+package test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
+	"github.com/crijournal/crijournal/journal"
+)
+
+// The full-disk fault tests (issue 10): the journal lives on a small tmpfs of its own
+// (journal_path), mounted and unmounted by the test; the rest of the node (images,
+// namespaces, CNI) stays on the ordinary disk. At the step a test targets, a file fills
+// the tmpfs, so the next commit that needs space fails with ENOSPC, and the daemon must
+// fail-stop: exit non-zero with one clear message, having published nothing the file
+// does not hold. After the space is freed and the daemon restarted, recovery runs from
+// the file: nothing leaked, nothing lost.
+//
+// What "needs space" means: bbolt writes every change into pages its file already has
+// when enough are free (copy on write reuses the pages the previous version of a record
+// freed), and grows the file only when they are not; on a full disk only growth fails.
+// So each test makes the targeted commit write more than the file has free:
+//   - creation: the pod carries a 200 KiB annotation, so its Ready commit (the first to
+//     hold the pod's config) needs ~50 pages a small journal never had;
+//   - recovery: the same pod, killed after Ready: caching it at the next start rewrites
+//     that record, and the file has no free run of its size (Ready took fresh pages);
+//   - removal: the pod's CNI DEL fails with a 64 KiB message, which the record keeps as
+//     the failed undo's error, so the removal's last commit grows the record by 16 pages.
+
+// journalFSSize is the size of the journal's tmpfs: room for the file, not much more.
+const journalFSSize = 4 << 20
+
+// fullDiskDaemon starts a daemon whose journal is on a tmpfs of its own, and returns the
+// tmpfs's directory.
+func fullDiskDaemon(t *testing.T) (*daemon, string) {
+	t.Helper()
+	requirePrereqs(t)
+	testenv.RequireRoot(t, "the full-disk tests mount a tmpfs for the journal")
+	dir := testenv.SmallFS(t, "", journalFSSize)
+	return startDaemon(t, daemonOptions{journalDir: dir}), dir
+}
+
+// bigPod writes a pod configuration with a 200 KiB annotation (see above).
+func bigPod(t *testing.T, name string) string {
+	t.Helper()
+	cfg := map[string]any{
+		"metadata":    map[string]any{"name": name, "namespace": "fulldisk", "uid": randomHex(t, 8), "attempt": 0},
+		"hostname":    "e2e",
+		"labels":      map[string]string{"e2e": "crijournal"},
+		"annotations": map[string]string{"e2e.crijournal/ballast": strings.Repeat("b", 200<<10)},
+	}
+	return writePodJSON(t, "pod-"+sanitize(name), cfg)
+}
+
+// requireFailStop waits for the daemon to end by itself after a journal commit failed,
+// and requires the fail-stop: a non-zero exit (not a signal), and the one message that
+// names the cause, printed once.
+func (d *daemon) requireFailStop(t *testing.T, when string, within time.Duration) {
+	t.Helper()
+	d.mu.Lock()
+	p, done, start := d.proc, d.done, d.starts
+	d.mu.Unlock()
+	if p == nil {
+		t.Fatal("requireFailStop: no daemon was started")
+	}
+	select {
+	case <-done:
+	case <-time.After(within):
+		d.kill(t)
+		t.Fatalf("the daemon was still running %v after the journal's disk filled; log:\n%s", within, d.logTail(60))
+	}
+	d.reap()
+	d.mu.Lock()
+	exitErr := d.exitErr
+	d.mu.Unlock()
+	var ee *exec.ExitError
+	if !errors.As(exitErr, &ee) || ee.ExitCode() <= 0 {
+		t.Fatalf("the daemon ended with %v, want a non-zero exit status; log:\n%s", exitErr, d.logTail(60))
+	}
+	log := d.logOfStart(start)
+	want := "crijournal: stopped " + when + ": journal commit failed"
+	if n := strings.Count(log, "crijournal: stopped "); n != 1 || !strings.Contains(log, want) || !strings.Contains(log, "no space left on device") ||
+		!strings.Contains(log, d.journalPath()) {
+		t.Fatalf("the daemon exited (%v), but its log has %d stop messages, want one saying %q, naming ENOSPC and %s; log:\n%s",
+			exitErr, n, want, d.journalPath(), d.logTail(60))
+	}
+	t.Logf("the daemon failed stop (%v) %s", exitErr, when)
+}
+
+// firstLine shortens an error that may carry a plugin's long message.
+func firstLine(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	s, _, _ := strings.Cut(err.Error(), "\n")
+	if len(s) > 300 {
+		s = s[:300] + "..."
+	}
+	return s
+}
+
+// freeSpace removes the file that filled the journal's tmpfs.
+func freeSpace(t *testing.T, filler string) {
+	t.Helper()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFullDiskDuringCreation: the disk fills while a pod's network is being attached;
+// the commit of the finished pod fails, the daemon fail-stops, the request fails. After
+// the restart the half-made pod is rolled back (IP, veth, namespaces, pause: nothing
+// left) and the pod made before the disk filled is still there.
+func TestFullDiskDuringCreation(t *testing.T) {
+	d, dir := fullDiskDaemon(t)
+	kept := d.mustRunp(t, podConfig(t, "kept", "fulldisk", randomHex(t, 8), 0, false))
+
+	d.slowCNI(t, 3*time.Second)
+	type result struct {
+		stdout, stderr string
+		err            error
+	}
+	runp := make(chan result, 1)
+	victim := bigPod(t, "victim")
+	go func() {
+		stdout, stderr, err := d.crictlTimeout(2*time.Minute, "runp", victim)
+		runp <- result{stdout, stderr, err}
+	}()
+	d.waitADD(t, 2, time.Minute) // the attach step's intent is on disk; its plugin sleeps
+	filler := testenv.FillFS(t, dir, "filler")
+
+	d.requireFailStop(t, "while serving", time.Minute)
+	res := <-runp
+	if res.err == nil || !strings.Contains(res.stderr, "journal commit failed") {
+		t.Errorf("runp on a full disk: %v, stdout %q, stderr %q; want a failure naming the failed commit", res.err, res.stdout, res.stderr)
+	}
+
+	freeSpace(t, filler)
+	d.slowCNI(t, 0)
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	d.requirePods(t, "after the restart, the pod made before the disk filled", kept)
+	d.assertNoLeaks(t, kept)
+	d.removePod(t, kept)
+	d.stopClean(t)
+}
+
+// TestFullDiskDuringRemoval: the disk is full when a pod is removed and its CNI DEL
+// fails with a long message: the removal's commit that records the failed undo needs
+// space, the daemon fail-stops. After the restart (space freed, DEL working), the
+// interrupted removal is finished: nothing of the pod is left.
+func TestFullDiskDuringRemoval(t *testing.T) {
+	d, dir := fullDiskDaemon(t)
+	id := d.mustRunp(t, podConfig(t, "doomed", "fulldisk", randomHex(t, 8), 0, false))
+	other := d.mustRunp(t, podConfig(t, "other", "fulldisk", randomHex(t, 8), 0, false))
+
+	writeFile(t, filepath.Join(d.base, "cni-fail-DEL"), strings.Repeat("m", 64<<10), 0o644)
+	filler := testenv.FillFS(t, dir, "filler")
+	// RemovePodSandbox of the ready pod (crictl rmp would stop it first, and the stop
+	// fails on the DEL before it writes anything): the DEL is the removal's undo here.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := d.cri(t).RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id})
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "journal commit failed") {
+		t.Errorf("RemovePodSandbox on a full disk: %v; want Unavailable naming the failed commit", firstLine(err))
+	}
+	d.requireFailStop(t, "while serving", time.Minute)
+
+	freeSpace(t, filler)
+	d.failCNI(t, "DEL", false)
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	// The removal was asked for and its mark reached the file: recovery finished it.
+	// Had the mark itself failed, the pod would still be listed, whole.
+	if pods := d.pods(t); len(pods) == 2 {
+		t.Logf("the removal's first commit failed: the pod is still there; removing it again")
+		d.removePod(t, id)
+	}
+	d.requirePods(t, "after the restart", other)
+	d.assertNoLeaks(t, other)
+	d.removePod(t, other)
+	d.stopClean(t)
+}
+
+// TestFullDiskDuringRecovery: a pod finished (ready on disk) when the daemon was killed;
+// the disk is full when the daemon starts again, so recovery cannot cache it: the
+// daemon fail-stops before it serves. After the space is freed, the next start caches
+// it and the retry of the same request gets the same pod: nothing lost, nothing leaked.
+func TestFullDiskDuringRecovery(t *testing.T) {
+	d, dir := fullDiskDaemon(t)
+	const point = "sandbox-create/before-answer"
+	d.restartArmed(t, point)
+	pod := bigPod(t, "survivor")
+	if _, _, err := d.runp(t, pod); err == nil {
+		t.Fatal("runp succeeded through a kill failure point")
+	}
+	d.requireKilledAt(t, point, time.Minute)
+
+	filler := testenv.FillFS(t, dir, "filler")
+	d.mu.Lock()
+	d.opts.env = nil
+	d.mu.Unlock()
+	d.start(t, daemonBinary(t))
+	d.requireFailStop(t, "during recovery", 2*time.Minute)
+	// The file still says what it said before: the failed commit changed nothing.
+	var crashed string
+	for _, r := range d.records(t) {
+		if r.Kind == journal.KindSandbox && strings.Contains(r.Name, "survivor") {
+			crashed = r.ID
+			if r.State != journal.StateReady {
+				t.Errorf("after the failed recovery the file holds the pod as %s, want %s", r.State, journal.StateReady)
+			}
+		}
+	}
+	if crashed == "" {
+		t.Fatal("the journal lost the pod that was ready when the daemon was killed")
+	}
+
+	freeSpace(t, filler)
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	d.requirePods(t, "after recovery, the unanswered pod is cached, not listed")
+	if id := d.mustRunp(t, pod); id != crashed {
+		t.Errorf("the retry got pod %s, want the cached %s", id, crashed)
+	}
+	d.requirePods(t, "the retry claimed the cached pod", crashed)
+	d.removePod(t, crashed)
+	d.stopClean(t)
+}
