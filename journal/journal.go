@@ -528,6 +528,7 @@ func (j *Journal) forget(e *entry) (*pending, error) {
 func (j *Journal) published(batch []write) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	shown := false
 	for i := range batch {
 		w := &batch[i]
 		e := w.entry
@@ -535,18 +536,21 @@ func (j *Journal) published(batch []write) {
 			e.durablePending--
 		}
 		if w.del {
-			j.show(e, w.version, nil)
+			shown = j.show(e, w.version, nil) || shown
 		} else {
-			j.show(e, w.version, &w.snapshot)
+			shown = j.show(e, w.version, &w.snapshot) || shown
 		}
 	}
-	j.wakeAll()
+	if shown {
+		j.wakeAll()
+	}
 }
 
-// show publishes version v of e's record (nil: deleted), unless a later one is shown.
-func (j *Journal) show(e *entry, v uint64, rec *Record) {
+// show publishes version v of e's record (nil: deleted), unless it or a later one is
+// shown already; it reports whether it did.
+func (j *Journal) show(e *entry, v uint64, rec *Record) bool {
 	if v <= e.shownVersion {
-		return
+		return false
 	}
 	e.shownVersion = v
 	if rec == nil {
@@ -557,6 +561,7 @@ func (j *Journal) show(e *entry, v uint64, rec *Record) {
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
+	return true
 }
 
 // wakeAll wakes WatchAll's callers and Maintain.

@@ -96,8 +96,8 @@ func TestMaintainIdlesWhileABusyRecordIsDue(t *testing.T) {
 
 	stop := startMaintain(t, j, time.Hour)
 	time.Sleep(300 * time.Millisecond) // time to spin, if it did
-	if passes := j.Stats().MaintainPasses; passes > 2 {
-		t.Errorf("Maintain made %d passes in 300ms while the only due record was busy; want it idle (at most 2)", passes)
+	if passes := j.Stats().MaintainPasses; passes > 3 {
+		t.Errorf("Maintain made %d passes in 300ms while the only due record was busy; want it idle (at most 3)", passes)
 	}
 
 	close(u.release)
