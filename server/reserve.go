@@ -76,7 +76,12 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 			}
 			claimed, err := s.journal.Claim(ctx, req.Kind, req.Name, req.Fingerprint)
 			if errors.Is(err, journal.ErrWrongState) || errors.Is(err, journal.ErrNotFound) {
-				continue // it changed under us: look again
+				// It changed under us (an expiry, say), and the change is on its way to
+				// disk: look again once it is published, not in a busy loop.
+				if err := s.waitForChange(ctx, req.Kind, req.Name, h); err != nil {
+					return reservation{}, err
+				}
+				continue
 			}
 			if err != nil {
 				return reservation{}, err

@@ -15,7 +15,10 @@
 #   PODS=100 CONCURRENCY=10 CLIENT_TIMEOUT=2s   the workload
 #   KILL_MIN=2 KILL_MAX=6                        seconds between kills
 #   MAX_KILLS=100 MAX_SECONDS=1200               bounds of the run (kills; seconds, overall)
-#   SLOW_CNI=0.3                                 seconds the CNI plugin sleeps, so kills land mid-ADD
+#   SLOW_CNI=2.5                                 seconds the CNI plugin sleeps (ADD and DEL): more than
+#                                                CLIENT_TIMEOUT, so first attempts time out and are
+#                                                cached for their retry, and kills land mid-ADD
+#   REMOVAL_KILLS=5                              kills during the removal rounds after bench
 #   IMAGE=                                       with an image, a container is made and started in
 #                                                every pod too (pulled first; REGISTRY names an
 #                                                insecure registry to use, e.g. 127.0.0.1:5000)
@@ -32,7 +35,8 @@ KILL_MIN="${KILL_MIN:-2}"
 KILL_MAX="${KILL_MAX:-6}"
 MAX_KILLS="${MAX_KILLS:-100}"
 MAX_SECONDS="${MAX_SECONDS:-1200}"
-SLOW_CNI="${SLOW_CNI:-0.3}"
+SLOW_CNI="${SLOW_CNI:-2.5}"
+REMOVAL_KILLS="${REMOVAL_KILLS:-5}"
 IMAGE="${IMAGE:-}"
 REGISTRY="${REGISTRY:-}"
 CACHE_TTL="${CACHE_TTL:-20s}"
@@ -68,7 +72,7 @@ bench_pid=""
 our_processes() {
 	local p cmd
 	for p in /proc/[0-9]*; do
-		cmd="$(tr '\0' ' ' <"$p/cmdline" 2>/dev/null)" || continue
+		cmd="$({ tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null)" || continue
 		case "$cmd" in *"$run"*) echo "${p#/proc/}" ;; esac
 	done
 }
@@ -209,15 +213,34 @@ wait "$bench_pid" 2>/dev/null || bench_rc=$?
 bench_pid=""
 kill -0 "$daemon_pid" 2>/dev/null || { wait "$daemon_pid" 2>/dev/null || true; start_daemon; }
 
-# --- convergence: what bench's teardown could not remove (a kill cut it) ------------
-left_over=0
-for attempt in 1 2 3 4 5; do
+# --- removal under kills: what bench's teardown could not remove (a kill cut it) ----------
+# Rounds of stopp+rmp of every pod left, CONCURRENCY at a time; during each of the first
+# REMOVAL_KILLS rounds the daemon is killed at a random moment and started again.
+left_over="$(cri pods -q --label "io.crijournal.bench=$prefix" 2>/dev/null | wc -l || true)"
+removal_kills=0
+rounds=0
+remove_all() {
+	printf '%s\n' "$@" | xargs -r -P "$CONCURRENCY" -I{} sh -c \
+		'crictl --runtime-endpoint "unix://$1" --timeout 30s stopp "$2" && crictl --runtime-endpoint "unix://$1" --timeout 30s rmp "$2"' \
+		_ "$sock" {} >/dev/null 2>&1
+}
+while [ "$rounds" -lt 30 ] && ! out_of_time; do
 	ids="$(cri pods -q --label "io.crijournal.bench=$prefix" 2>/dev/null || true)"
 	[ -n "$ids" ] || break
-	for id in $ids; do
-		[ "$attempt" -gt 1 ] || left_over=$((left_over + 1))
-		cri stopp "$id" >/dev/null 2>&1 && cri rmp "$id" >/dev/null 2>&1 || true
-	done
+	rounds=$((rounds + 1))
+	# shellcheck disable=SC2086
+	remove_all $ids &
+	remove_pid=$!
+	if [ "$removal_kills" -lt "$REMOVAL_KILLS" ] && [ "$kills" -lt "$MAX_KILLS" ]; then
+		sleep "0.$((RANDOM % 9 + 1))"
+		kill -KILL "$daemon_pid" 2>/dev/null || true
+		wait "$daemon_pid" 2>/dev/null || true
+		kills=$((kills + 1))
+		removal_kills=$((removal_kills + 1))
+		echo "=== soak: SIGKILL $kills (removal) at $(elapsed)s ===" >>"$base/daemon.log"
+		start_daemon
+	fi
+	wait "$remove_pid" || true
 done
 # Cached creations nobody claimed expire after cache_ttl; failed undos are retried: wait
 # until the journal holds nothing (bounded).
@@ -265,11 +288,14 @@ teardown_errors="$(jq '.teardown_errors | length' "$base/bench.json" 2>/dev/null
 swept="$(jq '.swept' "$base/bench.json" 2>/dev/null || echo "?")"
 kinds="$(jq -c '.error_kinds // {}' "$base/bench.json" 2>/dev/null || echo "?")"
 recovered="$(grep -c 'msg="recovery done"' "$base/daemon.log" || true)"
+recovery="$(grep 'msg="recovery done"' "$base/daemon.log" | awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); if (kv[2] ~ /^[0-9]+$/) sum[kv[1]] += kv[2]}}
+	END {printf "rolled back %d, cached %d, kept %d, resumed %d, reconciled %d, retrying %d", sum["rolled_back"], sum["cached"], sum["kept"], sum["resumed"], sum["reconciled"], sum["retrying"]}')"
 cat <<REPORT
 chaos soak: $PODS pods ($CONCURRENCY at a time, client timeout $CLIENT_TIMEOUT${IMAGE:+, container $IMAGE}), $(elapsed)s
-  SIGKILLs: $kills (every ${KILL_MIN}-${KILL_MAX}s); daemon starts: $recovered; exits by itself: $restarts_by_itself
+  SIGKILLs: $kills ($((kills - removal_kills)) during bench, every ${KILL_MIN}-${KILL_MAX}s; $removal_kills during $rounds removal rounds); daemon starts: $recovered; exits by itself: $restarts_by_itself
+  recoveries, summed: $recovery
   pods up (converged): $up; failed after retries: $failed; client retries: $retries; errors seen by the client: $kinds
-  bench exit status: $bench_rc; teardown calls cut by a kill: $teardown_errors; pods swept by label: $swept; left for the final removal: $left_over
+  bench exit status: $bench_rc (non-zero when a kill cut its teardown); teardown calls cut: $teardown_errors; pods swept by label: $swept; left for the removal rounds: $left_over
   journal records before the stop: $records
   leaks found: ${#leaks[@]}
 REPORT
