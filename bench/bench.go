@@ -354,6 +354,12 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 		if err == nil {
 			err = retry(OpStartContainer, func(c context.Context) error {
 				_, err := rt.StartContainer(c, &runtimeapi.StartContainerRequest{ContainerId: cid})
+				if err != nil && running(ctx, rt, cid) {
+					// An earlier attempt started it and its answer was lost (a
+					// timeout, a runtime restart): the kubelet sees it running at its
+					// next sync and moves on, rather than start it again.
+					return nil
+				}
 				return err
 			})
 		}
@@ -364,6 +370,14 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 		rep.add(OpPodUp, time.Since(start))
 	}
 	return res, id
+}
+
+// running reports whether the runtime says the container is running.
+func running(ctx context.Context, rt runtimeapi.RuntimeServiceClient, id string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	resp, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	return err == nil && resp.GetStatus().GetState() == runtimeapi.ContainerState_CONTAINER_RUNNING
 }
 
 // retryDelay is the pause before the retry of a request that failed with err: short after

@@ -28,7 +28,7 @@ var (
 	// ErrFailed is returned by every change once a commit has failed (disk full, I/O
 	// error): from then on the file, not memory, is the truth, and only a restart, which
 	// recovers from the file, makes the journal writable again.
-	ErrFailed = errors.New("journal commit failed; the journal accepts no more changes until the daemon restarts and recovers from the file")
+	ErrFailed = errors.New("journal commit failed, the journal takes no more changes")
 	// ErrBusy is returned when an undo run for the record is already in progress.
 	ErrBusy = errors.New("an undo is already running for this record")
 )

@@ -94,7 +94,11 @@ func (d *daemon) requireFailStop(t *testing.T, when string, within time.Duration
 		t.Fatalf("the daemon exited (%v), but its log has %d stop messages, want one saying %q, naming ENOSPC and %s; log:\n%s",
 			exitErr, n, want, d.journalPath(), d.logTail(60))
 	}
-	t.Logf("the daemon failed stop (%v) %s", exitErr, when)
+	for line := range strings.Lines(log) {
+		if strings.HasPrefix(line, "crijournal: stopped ") {
+			t.Logf("the daemon failed stop (%v): %s", exitErr, firstLine(errors.New(strings.TrimSpace(line))))
+		}
+	}
 }
 
 // firstLine shortens an error that may carry a plugin's long message.
