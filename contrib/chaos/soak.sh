@@ -95,9 +95,8 @@ cleanup() {
 	for id in $(runc --root "$run/runc" list -q 2>/dev/null); do
 		runc --root "$run/runc" delete --force "$id" >/dev/null 2>&1 || true
 	done
-	for m in $(awk -v r="$run" -v b="$base" 'index($5, r) == 1 || index($5, b) == 1 {print $5}' /proc/self/mountinfo | sort -r); do
-		umount -l "$m" 2>/dev/null || true
-	done
+	awk -v r="$run" -v b="$base" 'index($5, r) == 1 || index($5, b) == 1 {print $5}' /proc/self/mountinfo | sort -r |
+		while read -r m; do umount -l "$m" 2>/dev/null || true; done
 	ip link del "$bridge" 2>/dev/null || true
 	rm -rf "$run"
 	if [ -n "${KEEP:-}" ]; then
@@ -220,6 +219,7 @@ left_over="$(cri pods -q --label "io.crijournal.bench=$prefix" 2>/dev/null | wc 
 removal_kills=0
 rounds=0
 remove_all() {
+	# shellcheck disable=SC2016 # $1 and $2 are the inner shell's arguments
 	printf '%s\n' "$@" | xargs -r -P "$CONCURRENCY" -I{} sh -c \
 		'crictl --runtime-endpoint "unix://$1" --timeout 30s stopp "$2" && crictl --runtime-endpoint "unix://$1" --timeout 30s rmp "$2"' \
 		_ "$sock" {} >/dev/null 2>&1
