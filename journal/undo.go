@@ -323,7 +323,11 @@ func (j *Journal) expire(ctx context.Context, id string) error {
 	if j.opts.Hooks.Expired != nil {
 		j.opts.Hooks.Expired(rec)
 	}
-	if err := j.Rollback(ctx, rec.ID); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
+	err = j.Rollback(ctx, rec.ID)
+	if errors.Is(err, ErrFailed) {
+		return err // the daemon stops, saying why, once
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
 		j.log.Warn("cache expiry: undo failed, will retry", "id", rec.ID, "name", rec.Name, "kind", rec.Kind, "err", err)
 		return err
 	}
@@ -342,6 +346,8 @@ func (j *Journal) retry(ctx context.Context, id string) error {
 	case err == nil:
 		j.log.Info("undo retry succeeded, record gone", "id", id, "name", rec.Name, "kind", rec.Kind)
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrWrongState):
+	case errors.Is(err, ErrFailed):
+		return err // the daemon stops, saying why, once
 	default:
 		j.log.Warn("undo retry failed, will retry", "id", id, "name", rec.Name, "kind", rec.Kind, "err", err)
 		return err

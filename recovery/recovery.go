@@ -140,6 +140,9 @@ func replay(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile
 	}
 	if err != nil {
 		var uerr *journal.UndoError
+		if errors.Is(err, journal.ErrFailed) {
+			return // the journal failed: the daemon stops, saying why, once
+		}
 		if errors.As(err, &uerr) {
 			sum.Retrying++
 			log.Warn("recovery: undo failed, will be retried in the background", "err", err)

@@ -64,7 +64,7 @@ func bigPod(t *testing.T, name string) string {
 
 // requireFailStop waits for the daemon to end by itself after a journal commit failed,
 // and requires the fail-stop: a non-zero exit (not a signal), and the one message that
-// names the cause, printed once.
+// names the cause, printed once (no warning or error logged it before).
 func (d *daemon) requireFailStop(t *testing.T, when string, within time.Duration) {
 	t.Helper()
 	d.mu.Lock()
@@ -95,6 +95,9 @@ func (d *daemon) requireFailStop(t *testing.T, when string, within time.Duration
 			exitErr, n, want, d.journalPath(), d.logTail(60))
 	}
 	for line := range strings.Lines(log) {
+		if (strings.Contains(line, "level=ERROR") || strings.Contains(line, "level=WARN")) && strings.Contains(line, "journal commit failed") {
+			t.Errorf("the failed commit is logged before the stop message too: %s", firstLine(errors.New(strings.TrimSpace(line))))
+		}
 		if strings.HasPrefix(line, "crijournal: stopped ") {
 			t.Logf("the daemon failed stop (%v): %s", exitErr, firstLine(errors.New(strings.TrimSpace(line))))
 		}
