@@ -43,6 +43,8 @@ CACHE_TTL="${CACHE_TTL:-20s}"
 CNI_DIR="${CNI_DIR:-/usr/lib/cni}"
 
 bin="${CRIJOURNAL_BIN:-$(pwd)/bin/crijournal}"
+# Pulls need a signature policy, also where the machine has none: the repository's.
+policy="$(cd "$(dirname "${BASH_SOURCE[0]}")/../containers" && pwd)/policy.json"
 [ -x "$bin" ] || { echo "$0: $bin not found: run make build first" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "$0: must run as root" >&2; exit 2; }
 for tool in crictl jq runc ip; do
@@ -136,6 +138,7 @@ cache_sweep_interval = "1s"
 undo_retry_min = "200ms"
 undo_retry_max = "2s"
 storage_driver = "vfs"
+signature_policy = "$policy"
 log_level = "info"
 
 [runtimes.runc]
