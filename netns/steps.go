@@ -12,12 +12,22 @@ import (
 // Step kinds this package owns. The strings are stored in the journal: never change them.
 const (
 	// StepPin pins a sandbox's namespaces. Args: one path per kind ("net", "ipc", "uts").
+	// Made by PinStep.
 	StepPin journal.StepKind = "netns-pin"
-	// StepAttach attaches a sandbox to the CNI network. Args: see AttachArgs.
+	// StepAttach attaches a sandbox to the CNI network. Args: an Attachment (see
+	// AttachStep).
 	StepAttach journal.StepKind = "cni-attach"
 	// StepPause starts a sandbox's pause process in a new, pinned pid namespace.
-	// Args: see PauseArgs.
+	// Args: ArgPath. Made by PauseStep.
 	StepPause journal.StepKind = "pause-process"
+)
+
+// Stages of this package's steps, as inspect, logs and waiting requests show them (and the
+// stalled-requests metric counts them by).
+const (
+	StagePin    = "sandbox namespaces pinning"
+	StagePause  = "sandbox pid namespace (pause process)"
+	StageAttach = "sandbox network creation"
 )
 
 // ArgPath is the key of StepPause's argument: the pin of the pid namespace. The pause
@@ -36,34 +46,82 @@ const (
 	ArgPodUID    = "pod_uid"
 )
 
-// PinArgs returns the journal arguments of a StepPin for the pins Pin would make.
-func PinArgs(dir, sandboxID string, kinds []Kind) map[string]string {
+// PinStep returns the step that pins the namespaces of the given kinds for a sandbox
+// (see Pin), hostname set in a new UTS namespace. Its result is the pinned paths.
+func PinStep(dir, sandboxID string, kinds []Kind, hostname string) journal.Action[Paths] {
 	args := map[string]string{}
 	for _, k := range kinds {
 		args[string(k)] = PinPath(dir, k, sandboxID)
 	}
-	return args
+	return journal.Action[Paths]{Kind: StepPin, Stage: StagePin, Args: args,
+		Run: func(ctx context.Context) (Paths, error) {
+			return Pin(ctx, dir, sandboxID, kinds, hostname)
+		}}
 }
 
-// PauseArgs returns the journal arguments of a StepPause for the pin StartPause would make.
-func PauseArgs(dir, sandboxID string) map[string]string {
-	return map[string]string{ArgPath: PinPath(dir, PID, sandboxID)}
+// PauseProcess is the result of a PauseStep.
+type PauseProcess struct {
+	Path string // the pin of the pid namespace
+	PID  int    // the pause process, in the caller's pid namespace
 }
 
-// AttachArgs returns the journal arguments of a StepAttach: everything Detach needs.
-func AttachArgs(network, sandboxID, netnsPath, ifName, podName, podNS, podUID string) map[string]string {
+// PauseStep returns the step that starts a sandbox's pause process, running binary, in a
+// new pid namespace pinned in dir (see StartPause).
+func PauseStep(dir, sandboxID, binary string) journal.Action[PauseProcess] {
+	return journal.Action[PauseProcess]{Kind: StepPause, Stage: StagePause,
+		Args: map[string]string{ArgPath: PinPath(dir, PID, sandboxID)},
+		Run: func(ctx context.Context) (PauseProcess, error) {
+			path, pid, err := StartPause(ctx, dir, sandboxID, binary)
+			return PauseProcess{Path: path, PID: pid}, err
+		}}
+}
+
+// Attachment is one sandbox's attachment to a CNI network: everything CNI ADD needs and
+// everything its undo, CNI DEL, needs. It is recorded as StepAttach's arguments.
+type Attachment struct {
+	Network   string // the network's name, to refuse a DEL on another network
+	SandboxID string
+	NetNS     string // the path of the pinned network namespace
+	IfName    string
+	Pod       Pod
+}
+
+// Pod names the pod a sandbox belongs to, for the K8S_* CNI arguments.
+type Pod struct {
+	Name, Namespace, UID string
+}
+
+func (a Attachment) args() map[string]string {
 	return map[string]string{
-		ArgNetwork: network, ArgSandboxID: sandboxID, ArgNetNS: netnsPath, ArgIfName: ifName,
-		ArgPodName: podName, ArgPodNS: podNS, ArgPodUID: podUID,
+		ArgNetwork: a.Network, ArgSandboxID: a.SandboxID, ArgNetNS: a.NetNS, ArgIfName: a.IfName,
+		ArgPodName: a.Pod.Name, ArgPodNS: a.Pod.Namespace, ArgPodUID: a.Pod.UID,
 	}
 }
 
-// CNIArgs returns the K8S_* CNI arguments of a pod.
-func CNIArgs(podName, podNS, podUID, sandboxID string) map[string]string {
-	return map[string]string{
-		"K8S_POD_NAME": podName, "K8S_POD_NAMESPACE": podNS, "K8S_POD_UID": podUID,
-		"K8S_POD_INFRA_CONTAINER_ID": sandboxID,
+func attachmentOf(args map[string]string) Attachment {
+	return Attachment{
+		Network: args[ArgNetwork], SandboxID: args[ArgSandboxID], NetNS: args[ArgNetNS], IfName: args[ArgIfName],
+		Pod: Pod{Name: args[ArgPodName], Namespace: args[ArgPodNS], UID: args[ArgPodUID]},
 	}
+}
+
+// cniArgs returns the K8S_* CNI arguments of the attachment.
+func (a Attachment) cniArgs() map[string]string {
+	return map[string]string{
+		"K8S_POD_NAME": a.Pod.Name, "K8S_POD_NAMESPACE": a.Pod.Namespace, "K8S_POD_UID": a.Pod.UID,
+		"K8S_POD_INFRA_CONTAINER_ID": a.SandboxID,
+	}
+}
+
+// AttachStep returns the step that attaches a sandbox to network n (CNI ADD, see
+// Network.Attach) through interface ifName of the namespace at netnsPath. Its result is
+// the attachment's Result.
+func AttachStep(n *Network, sandboxID, netnsPath, ifName string, pod Pod) journal.Action[*Result] {
+	a := Attachment{Network: n.Name(), SandboxID: sandboxID, NetNS: netnsPath, IfName: ifName, Pod: pod}
+	return journal.Action[*Result]{Kind: StepAttach, Stage: StageAttach, Args: a.args(),
+		Run: func(ctx context.Context) (*Result, error) {
+			return n.Attach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs())
+		}}
 }
 
 // NetworkSource hands out the current CNI network; it is how undos find the network long
@@ -93,19 +151,19 @@ func RegisterUndos(reg *journal.Registry, networks NetworkSource) {
 
 // DetachStep runs the CNI DEL described by a StepAttach's arguments.
 func DetachStep(ctx context.Context, networks NetworkSource, args map[string]string) error {
-	if _, err := KillPlugins(ctx, args[ArgSandboxID]); err != nil {
+	a := attachmentOf(args)
+	if _, err := KillPlugins(ctx, a.SandboxID); err != nil {
 		return err
 	}
 	n, err := networks.Network()
 	if err != nil {
-		return fmt.Errorf("cni detach of %s: %w", args[ArgSandboxID], err)
+		return fmt.Errorf("cni detach of %s: %w", a.SandboxID, err)
 	}
-	if args[ArgNetwork] != "" && n.Name() != args[ArgNetwork] {
+	if a.Network != "" && n.Name() != a.Network {
 		return fmt.Errorf("cni detach of %s: attached to network %q, but the configured network is now %q",
-			args[ArgSandboxID], args[ArgNetwork], n.Name())
+			a.SandboxID, a.Network, n.Name())
 	}
-	cniArgs := CNIArgs(args[ArgPodName], args[ArgPodNS], args[ArgPodUID], args[ArgSandboxID])
-	return n.Detach(ctx, args[ArgSandboxID], args[ArgNetNS], args[ArgIfName], cniArgs)
+	return n.Detach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs())
 }
 
 // Networks loads the CNI network from a configuration directory on first use and keeps it;

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -576,7 +577,7 @@ func TestJournalUndoDeletesContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Intent(ctxb, rec.ID, "create", StepRuntimeContainer, ContainerArgs(r.Handler(), rec.ID)); err != nil {
+	if _, err := j.Intent(ctxb, rec.ID, StageCreate, StepRuntimeContainer, CreateStep(r, rec.ID, "", nil, "").Args); err != nil {
 		t.Fatal(err)
 	}
 	// A crash between intent and Create, or after it: the undo must cope with both.
@@ -666,4 +667,13 @@ func TestContainerOutlivesDaemon(t *testing.T) {
 		t.Fatalf("conmon %d alive after Delete", conmon)
 	}
 	requireNoZombies(t)
+}
+
+// TestCreateStepArgsAreStable pins the undo arguments CreateStep records: they are stored
+// on disk.
+func TestCreateStepArgsAreStable(t *testing.T) {
+	a := CreateStep(&Runtime{handler: "runc"}, "abc", "/b", nil, "")
+	if a.Kind != "oci-container" || !maps.Equal(a.Args, map[string]string{"handler": "runc", "id": "abc"}) {
+		t.Errorf("step %s %v, want oci-container {handler: runc, id: abc}", a.Kind, a.Args)
+	}
 }

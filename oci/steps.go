@@ -4,13 +4,19 @@ import (
 	"context"
 	"fmt"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/crijournal/crijournal/journal"
 )
 
 // StepRuntimeContainer creates a container in an OCI runtime (Create). Its undo is
-// Delete, which is idempotent. Args: see ContainerArgs. The string is stored in the
-// journal: never change it.
+// Delete, which is idempotent. Args: ArgHandler and ArgID. Made by CreateStep. The string
+// is stored in the journal: never change it.
 const StepRuntimeContainer journal.StepKind = "oci-container"
+
+// StageCreate is the stage of a StepRuntimeContainer, as inspect, logs and waiting
+// requests show it.
+const StageCreate = "container runtime creation"
 
 // Keys of StepRuntimeContainer's arguments.
 const (
@@ -18,10 +24,14 @@ const (
 	ArgHandler = "handler"
 )
 
-// ContainerArgs returns the journal arguments of a StepRuntimeContainer: everything
-// Delete needs.
-func ContainerArgs(handler, id string) map[string]string {
-	return map[string]string{ArgHandler: handler, ArgID: id}
+// CreateStep returns the step that creates container id in runtime r from the bundle
+// directory, the spec and the log path (see Runtime.Create). Its result is conmon's PID.
+func CreateStep(r *Runtime, id, bundle string, spec *specs.Spec, logPath string) journal.Action[int] {
+	return journal.Action[int]{Kind: StepRuntimeContainer, Stage: StageCreate,
+		Args: map[string]string{ArgHandler: r.Handler(), ArgID: id},
+		Run: func(ctx context.Context) (int, error) {
+			return r.Create(ctx, id, bundle, spec, logPath)
+		}}
 }
 
 // RegisterUndos registers the undo of every step kind this package owns. runtimes

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
@@ -148,7 +146,7 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 				// Started by a StartContainer that did not live to record it (the daemon
 				// died between runc start and the marker): it runs, say so, or it would
 				// stay CREATED and every StartContainer retry would fail.
-				return s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, now())
+				return s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, nowMarker())
 			}
 			return nil // still alive
 		}
@@ -170,5 +168,5 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 }
 
 func errContainerState(id string, state runtimeapi.ContainerState, want string) error {
-	return status.Errorf(codes.FailedPrecondition, "container %s is %s, want %s", id, strings.TrimPrefix(state.String(), "CONTAINER_"), want)
+	return newError(errWrongState, "container %s is %s, want %s", id, strings.TrimPrefix(state.String(), "CONTAINER_"), want)
 }

@@ -9,8 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
@@ -33,7 +31,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 	if err := rt.Start(ctx, c.rec.ID); err != nil {
 		return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
 	}
-	if err := s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, now()); err != nil {
+	if err := s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, nowMarker()); err != nil {
 		return nil, err
 	}
 	s.log.Info("container started", "id", c.rec.ID, "name", c.rec.Name)
@@ -79,7 +77,7 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 	if c.state() == runtimeapi.ContainerState_CONTAINER_CREATED {
 		// Never started: the runtime's init process is killed; record a plain exit.
 		return s.journal.SetMarkers(ctx, c.rec.ID, map[string]*string{
-			markerExitCode: stringPtr("0"), markerReason: stringPtr("Completed"), markerFinishedAt: now(),
+			markerExitCode: stringPtr("0"), markerReason: stringPtr("Completed"), markerFinishedAt: nowMarker(),
 		})
 	}
 	// Wait briefly for conmon's exit file, so the status says how it ended.
@@ -101,7 +99,7 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 // ID is success, per the CRI.
 func (s *Server) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	rec, err := s.findRecord(journal.KindContainer, req.GetContainerId())
-	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+	if errors.Is(err, errNotFound) {
 		return &runtimeapi.RemoveContainerResponse{}, nil
 	}
 	if err != nil {
@@ -113,8 +111,12 @@ func (s *Server) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCont
 	return &runtimeapi.RemoveContainerResponse{}, nil
 }
 
+// removalTimeout bounds the undos of a container's removal: the runtime's delete, then the
+// storage container's.
+const removalTimeout = 4 * time.Minute
+
 func (s *Server) removeContainer(ctx context.Context, rec journal.Record) error {
-	rctx, cancel := detached(ctx, runtimeCreateTimeout)
+	rctx, cancel := detached(ctx, removalTimeout)
 	defer cancel()
 	err := s.journal.Remove(rctx, rec.ID)
 	var uerr *journal.UndoError
@@ -130,7 +132,8 @@ func (s *Server) removeContainer(ctx context.Context, rec journal.Record) error 
 	return nil
 }
 
-// containersOf returns the created containers of a sandbox.
+// containersOf returns the records of a sandbox's containers that hold their names: created
+// ones, and those in progress or cached.
 func (s *Server) containersOf(sandboxID string) []journal.Record {
 	return s.journal.List(func(r *journal.Record) bool {
 		return r.Kind == journal.KindContainer && r.Parent == sandboxID && r.HoldsName
@@ -164,7 +167,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 	}
 	resp := &runtimeapi.ContainerStatusResponse{Status: st}
 	if req.GetVerbose() {
-		resp.Info = map[string]string{"info": mustJSON(map[string]any{
+		resp.Info = map[string]string{"info": infoJSON(map[string]any{
 			"sandbox_id": c.obj.SandboxID, "runtime_handler": c.obj.Handler, "bundle": c.obj.Bundle, "rootfs": c.obj.Rootfs,
 			"journal": map[string]any{"state": c.rec.State, "steps": c.rec.Steps, "markers": c.rec.Markers},
 		})}
@@ -220,7 +223,7 @@ func (s *Server) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) 
 	stdout, stderr, code, err := rt.ExecSync(ctx, c.rec.ID, req.GetCmd(), time.Duration(req.GetTimeout())*time.Second)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, oci.ErrExecTimeout) {
-			return nil, status.Errorf(codes.DeadlineExceeded, "exec in container %s timed out after %ds: %v", c.rec.ID, req.GetTimeout(), err)
+			return nil, newError(errTimedOut, "exec in container %s timed out after %ds: %v", c.rec.ID, req.GetTimeout(), err)
 		}
 		return nil, fmt.Errorf("exec in container %s: %w", c.rec.ID, err)
 	}
@@ -257,7 +260,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtimeapi.U
 	}
 	res, err := oci.Resources(req.GetLinux())
 	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, invalidf("%w", err)
 	}
 	rt, err := s.runtimes.Runtime(c.obj.Handler)
 	if err != nil {

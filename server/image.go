@@ -7,8 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/storage"
@@ -22,7 +20,7 @@ type imageService struct {
 
 func (i *imageService) store() (*storage.Store, error) {
 	if i.s.images == nil {
-		return nil, status.Error(codes.Unavailable, "image storage is not available on this daemon")
+		return nil, newError(errUnavailable, "image storage is not available on this daemon")
 	}
 	return i.s.images, nil
 }
@@ -38,21 +36,6 @@ func (i *imageService) storeFor(spec *runtimeapi.ImageSpec) (*storage.Store, str
 		return nil, "", invalidf("image reference (image.image) is required")
 	}
 	return st, ref, nil
-}
-
-// imageError maps the storage package's errors to gRPC codes.
-func imageError(err error) error {
-	switch {
-	case errors.Is(err, storage.ErrImageNotFound):
-		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, storage.ErrImageInUse):
-		return status.Error(codes.FailedPrecondition, err.Error())
-	case errors.Is(err, storage.ErrInvalidReference), errors.Is(err, storage.ErrAmbiguousShortName):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, storage.ErrRegistryBlocked), errors.Is(err, storage.ErrRejectedByPolicy):
-		return status.Error(codes.PermissionDenied, err.Error())
-	}
-	return err
 }
 
 func toCRIImage(img storage.Image) *runtimeapi.Image {
@@ -87,7 +70,7 @@ func (i *imageService) PullImage(ctx context.Context, req *runtimeapi.PullImageR
 	start := time.Now()
 	img, err := st.PullImage(ctx, ref, auth)
 	if err != nil {
-		return nil, imageError(err) // storage names the image
+		return nil, err // storage names the image
 	}
 	i.s.log.Info("image pulled", "image", ref, "id", img.ID, "took", time.Since(start).Round(time.Millisecond))
 	return &runtimeapi.PullImageResponse{ImageRef: img.ID}, nil
@@ -106,7 +89,7 @@ func (i *imageService) ListImages(ctx context.Context, req *runtimeapi.ListImage
 			return resp, nil
 		}
 		if err != nil {
-			return nil, imageError(err)
+			return nil, err
 		}
 		resp.Images = append(resp.Images, toCRIImage(img))
 		return resp, nil
@@ -132,11 +115,11 @@ func (i *imageService) ImageStatus(ctx context.Context, req *runtimeapi.ImageSta
 		return &runtimeapi.ImageStatusResponse{}, nil
 	}
 	if err != nil {
-		return nil, imageError(err)
+		return nil, err
 	}
 	resp := &runtimeapi.ImageStatusResponse{Image: toCRIImage(img)}
 	if req.GetVerbose() {
-		resp.Info = map[string]string{"info": mustJSON(img)}
+		resp.Info = map[string]string{"info": infoJSON(img)}
 	}
 	return resp, nil
 }
@@ -150,7 +133,7 @@ func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveIm
 	}
 	err = st.RemoveImage(ctx, ref)
 	if err != nil && !errors.Is(err, storage.ErrImageNotFound) {
-		return nil, imageError(fmt.Errorf("remove image %s: %w", ref, err))
+		return nil, fmt.Errorf("remove image %s: %w", ref, err)
 	}
 	return &runtimeapi.RemoveImageResponse{}, nil
 }

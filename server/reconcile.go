@@ -45,7 +45,7 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	}
 	nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 	defer cancel()
-	at := now()
+	at := nowMarker()
 	if err := s.journal.UndoSteps(nctx, rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach); err != nil {
 		// Still not ready, whatever the DEL did: the kubelet will stop and remove the
 		// pod, and the removal runs the DEL again (its failures retried by the journal).

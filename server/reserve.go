@@ -3,13 +3,8 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -50,11 +45,11 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 				if err := s.rollback(ctx, h); err != nil && !errors.As(err, new(*journal.UndoError)) {
 					return reservation{}, err
 				}
-				return reservation{}, status.Errorf(codes.AlreadyExists,
+				return reservation{}, newError(errExists,
 					"%s name %q was held by %s %s, made from a different request and finished after that request's deadline; it has been rolled back, so a retry can use the name",
 					what, req.Name, what, h.ID)
 			}
-			return reservation{}, status.Errorf(codes.AlreadyExists,
+			return reservation{}, newError(errExists,
 				"%s name %q is already used by %s %s (%s), made from a different request; remove it first or change the attempt",
 				what, req.Name, what, h.ID, h.State)
 		}
@@ -70,7 +65,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 				wctx, cancel := answerBefore(ctx)
 				<-wctx.Done()
 				cancel()
-				return reservation{}, status.Errorf(codes.DeadlineExceeded,
+				return reservation{}, newError(errTimedOut,
 					"%s %s (%q) is ready but was finished after its request timed out; it will be returned on the next retry",
 					what, h.ID, req.Name)
 			}
@@ -117,7 +112,7 @@ func (s *Server) waitForChange(ctx context.Context, kind journal.Kind, name stri
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return status.Errorf(codes.DeadlineExceeded,
+			return newError(errTimedOut,
 				"%s %q is still being created by an earlier request (%s, stage %q); it is kept and will be returned on a later retry",
 				kind, name, cur.ID, cur.Stage)
 		}
@@ -163,41 +158,4 @@ func (s *Server) rollback(ctx context.Context, rec journal.Record) error {
 		s.log.Warn("undo failed; the name is released and the undo will be retried", "id", rec.ID, "name", rec.Name, "err", err)
 	}
 	return err
-}
-
-// finish settles a creation whose steps are all done: ready (durable), then created if
-// the request is still live, or cached if not, in which case the request fails with
-// DeadlineExceeded. flow names the failure points "<flow>/before-answer" (between ready
-// and the answer) and "<flow>/after-answer".
-func (s *Server) finish(ctx context.Context, flow, id string, object any) (journal.Record, error) {
-	if err := s.journal.Ready(id, object); err != nil {
-		return journal.Record{}, err
-	}
-	if err := failpoint.Inject(flow + "/before-answer"); err != nil {
-		rec, _ := s.journal.Get(id)
-		return rec, s.fail(ctx, rec, "answer", err)
-	}
-	live := ctx.Err() == nil
-	rec, err := s.journal.Answer(ctx, id, live)
-	if err != nil {
-		return rec, err
-	}
-	if err := failpoint.Inject(flow + "/after-answer"); err != nil {
-		return rec, err
-	}
-	if !live {
-		s.metrics.CacheEvent(rec.Kind, "cached")
-		s.log.Info("creation finished after its request ended: cached for the retry", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "expiry", rec.Expiry)
-		return rec, status.Errorf(codes.DeadlineExceeded,
-			"%s %s (%q) finished after the request's deadline; it is kept until %s and will be returned on the next retry",
-			rec.Kind, rec.ID, rec.Name, rec.Expiry.Format(time.RFC3339))
-	}
-	return rec, nil
-}
-
-// fail rolls back a creation that could not be finished and returns the step's error.
-func (s *Server) fail(ctx context.Context, rec journal.Record, stage string, err error) error {
-	s.log.Info("creation failed: rolling back", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "stage", stage, "err", err)
-	s.rollback(ctx, rec)
-	return fmt.Errorf("%s %s: %s: %w", rec.Kind, rec.Name, stage, err)
 }

@@ -100,7 +100,7 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 			defer cancel()
 			res, err := s.reserve(ctx, beginReq("pod", tt.fp))
 			if tt.wantCode != codes.OK {
-				if status.Code(err) != tt.wantCode {
+				if status.Code(toStatus(err)) != tt.wantCode {
 					t.Fatalf("reserve = %v, want code %v", err, tt.wantCode)
 				}
 				if tt.wantCode == codes.DeadlineExceeded && !strings.Contains(err.Error(), "test stage") {
@@ -166,7 +166,7 @@ func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_, err := s.reserve(ctx, beginReq("pod", "fp"))
-	if status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "next retry") {
+	if status.Code(toStatus(err)) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "next retry") {
 		t.Fatalf("reserve = %v, want DeadlineExceeded saying the next retry gets it", err)
 	}
 	rec, err := s.journal.Get(holder.ID)

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -79,12 +77,6 @@ func (sb sandbox) state() runtimeapi.PodSandboxState {
 	return runtimeapi.PodSandboxState_SANDBOX_READY
 }
 
-// errNotYetCreated is the answer for a sandbox that exists in the journal but was never
-// handed to a client: hidden, exactly as CRI-O hides it.
-func errNotYetCreated(kind journal.Kind, id string) error {
-	return status.Errorf(codes.NotFound, "%s %s is not yet created", kind, id)
-}
-
 // findRecord returns the created record of kind whose ID is id or starts with it.
 func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error) {
 	if id == "" {
@@ -101,13 +93,13 @@ func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error
 	}
 	switch {
 	case len(matches) == 0:
-		return journal.Record{}, status.Errorf(codes.NotFound, "%s %s not found", kind, id)
+		return journal.Record{}, newError(errNotFound, "%s %s not found", kind, id)
 	case len(matches) > 1:
 		return journal.Record{}, invalidf("%s ID prefix %q is ambiguous (%d matches)", kind, id, len(matches))
 	}
 	rec := matches[0]
 	if rec.State != journal.StateCreated {
-		return journal.Record{}, errNotYetCreated(kind, rec.ID)
+		return journal.Record{}, newError(errNotYetCreated, "%s %s is not yet created", kind, rec.ID)
 	}
 	return rec, nil
 }
@@ -125,7 +117,7 @@ func (s *Server) findSandbox(id string) (sandbox, error) {
 // unknown ID is success, as in CRI-O.
 func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	sb, err := s.findSandbox(req.GetPodSandboxId())
-	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+	if errors.Is(err, errNotFound) {
 		s.log.Info("stop of an unknown sandbox: nothing to do", "id", req.GetPodSandboxId())
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
@@ -146,7 +138,7 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 	if _, stopped := sb.rec.Marker(markerStopped); !stopped {
 		// CNI DEL (the undo of the attach step) and both markers in one commit.
 		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
-		at := now()
+		at := nowMarker()
 		err := s.journal.UndoSteps(nctx, sb.rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach)
 		cancel()
 		if err != nil {
@@ -157,13 +149,10 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }
 
-func now() *string {
+// nowMarker returns the time now as a marker's value (UTC, RFC 3339 with nanoseconds).
+func nowMarker() *string {
 	t := time.Now().UTC().Format(time.RFC3339Nano)
 	return &t
-}
-
-func isNotYetCreated(err error) bool {
-	return strings.Contains(status.Convert(err).Message(), "not yet created")
 }
 
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
@@ -172,7 +161,7 @@ func isNotYetCreated(err error) bool {
 // the next start. An unknown ID is success, per the CRI.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	rec, err := s.findRecord(journal.KindSandbox, req.GetPodSandboxId())
-	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+	if errors.Is(err, errNotFound) {
 		return &runtimeapi.RemovePodSandboxResponse{}, nil
 	}
 	if err != nil {
@@ -239,11 +228,10 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: st}
 	if req.GetVerbose() {
-		info, _ := json.Marshal(map[string]any{
+		resp.Info = map[string]string{"info": infoJSON(map[string]any{
 			"namespaces": sb.obj.Namespaces, "host_network": sb.obj.HostNetwork,
 			"journal": map[string]any{"state": sb.rec.State, "steps": sb.rec.Steps, "markers": sb.rec.Markers},
-		})
-		resp.Info = map[string]string{"info": string(info)}
+		})}
 	}
 	return resp, nil
 }
@@ -288,9 +276,10 @@ func labelsMatch(labels, selector map[string]string) bool {
 
 // watchPause marks the sandbox not ready as soon as the pause process holding its shared
 // pid namespace exits while the sandbox lives (killed, say, by an OOM or a person), without
-// polling. The removal of the sandbox kills the pause itself: that exit is ignored.
+// polling. The removal of the sandbox kills the pause itself: that exit is ignored. The
+// watch belongs to the server: it ends with that exit, or when Close is called.
 func (s *Server) watchPause(id, name, path string) {
-	err := netns.WatchPause(context.Background(), path, func() {
+	err := netns.WatchPause(s.lifetime, path, func() {
 		rec, err := s.journal.Get(id)
 		if err != nil || (rec.State != journal.StateCreated && rec.State != journal.StateCached) {
 			return
@@ -299,7 +288,7 @@ func (s *Server) watchPause(id, name, path string) {
 			return
 		}
 		s.log.Warn("the pause process of the sandbox exited: the sandbox is not ready", "id", id, "name", rec.Name)
-		if err := s.journal.SetMarker(context.Background(), id, markerPauseExited, now()); err != nil {
+		if err := s.journal.SetMarker(s.lifetime, id, markerPauseExited, nowMarker()); err != nil {
 			s.log.Warn("cannot mark the sandbox not ready", "id", id, "name", rec.Name, "err", err)
 		}
 	})

@@ -2,35 +2,27 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
 
-// Stages of a sandbox creation, as inspect and waiting requests show them.
-const (
-	stageSandboxReserve    = "sandbox name reservation"
-	stageSandboxNamespaces = "sandbox namespaces pinning"
-	stageSandboxPause      = "sandbox pid namespace (pause process)"
-	stageSandboxNetwork    = "sandbox network creation"
-)
+// stageSandboxReserve is the stage of a sandbox creation before its first step, as
+// inspect and waiting requests show it; the steps' stages are theirs (netns.StagePin, ...).
+const stageSandboxReserve = "sandbox name reservation"
 
 // flowSandboxCreate names the sandbox creation flow in failure points.
 const flowSandboxCreate = "sandbox-create"
 
-// pinTimeout bounds pinning namespaces, which only makes syscalls.
-const pinTimeout = 30 * time.Second
+// namespaceTimeout bounds pinning a sandbox's namespaces and starting its pause process:
+// syscalls and one fork, nothing that waits on the network or the disk for long.
+const namespaceTimeout = 30 * time.Second
 
 // RunPodSandbox creates a pod sandbox: pinned namespaces, a pause process holding a
 // shared pid namespace when the pod asks for one (pid POD), and, unless the pod uses the
@@ -46,115 +38,94 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 			return nil, invalidf("runtime handler %q is not configured (configured: %s)", h, strings.Join(slices.Sorted(maps.Keys(s.cfg.Runtimes)), ", "))
 		}
 	}
-	hostNetwork := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+	namespaces := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	hostNetwork := namespaces.GetNetwork() == runtimeapi.NamespaceMode_NODE
 	var network *netns.Network
 	if !hostNetwork {
 		if network, err = s.networks.Network(); err != nil {
-			return nil, status.Errorf(codes.FailedPrecondition, "cannot create pod network: %v", err)
+			return nil, newError(errWrongState, "cannot create pod network: %w", err)
 		}
 	}
+
 	deadline, _ := ctx.Deadline()
-	res, err := s.reserve(ctx, journal.BeginRequest{
+	c, existingID, err := s.begin(ctx, flowSandboxCreate, journal.BeginRequest{
 		Kind: journal.KindSandbox, Name: name, Deadline: deadline, Stage: stageSandboxReserve,
 		Fingerprint: fingerprint(cfg, req.GetRuntimeHandler()),
 	})
-	if err != nil {
-		return nil, err
+	if c == nil {
+		return answerSandbox(existingID, err)
 	}
-	if res.existingID != "" {
-		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: res.existingID}, nil
-	}
-	rec := res.record
-	id := rec.ID
-	md := cfg.GetMetadata()
-	sb := sandboxObject{
+	id := c.rec.ID
+	obj := sandboxObject{
 		Config:         mustMarshal(cfg),
 		RuntimeHandler: req.GetRuntimeHandler(),
 		HostNetwork:    hostNetwork,
+		Namespaces:     map[string]string{},
 		CreatedAt:      time.Now(),
 	}
 
-	// Step 1: pin the namespaces the pod does not share with the host.
-	kinds := []netns.Kind{}
-	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
-		kinds = append(kinds, netns.IPC)
+	// The namespaces the pod does not share with the host, pinned.
+	if kinds := podNamespaces(namespaces); len(kinds) > 0 {
+		paths, err := runStep(c, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)))
+		if err != nil {
+			return nil, err
+		}
+		for k, p := range paths {
+			obj.Namespaces[string(k)] = p
+		}
 	}
+	// A shared pid namespace, held by a pause process (this very binary) as its init. It
+	// stays until the sandbox is removed, as CRI-O's infra container does.
+	if namespaces.GetPid() == runtimeapi.NamespaceMode_POD {
+		pause, err := runStep(c, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, s.pauseBinary))
+		if err != nil {
+			return nil, err
+		}
+		obj.Namespaces[string(netns.PID)] = pause.Path
+		s.log.Debug("pause process started", "id", id, "name", name, "pid", pause.PID, "pidns", pause.Path)
+	}
+	// The network, which may take long: it is cut off by network_timeout only.
 	if !hostNetwork {
-		kinds = append(kinds, netns.Net, netns.UTS)
-	}
-	if len(kinds) > 0 {
-		err := s.step(ctx, flowSandboxCreate, rec, stageSandboxNamespaces, netns.StepPin, netns.PinArgs(s.cfg.NamespaceDir, id, kinds), func() error {
-			pctx, cancel := detached(ctx, pinTimeout)
-			defer cancel()
-			paths, err := netns.Pin(pctx, s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg))
-			sb.Namespaces = map[string]string{}
-			for k, p := range paths {
-				sb.Namespaces[string(k)] = p
-			}
-			return err
-		})
+		md := cfg.GetMetadata()
+		attached, err := runStep(c, limit{s.cfg.NetworkTimeout, "network_timeout"}, netns.AttachStep(network, id,
+			obj.Namespaces[string(netns.Net)], netns.DefaultIfName, netns.Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}))
 		if err != nil {
-			return nil, s.fail(ctx, rec, stageSandboxNamespaces, err)
+			return nil, err
 		}
+		obj.IPs = attached.IPs
 	}
 
-	// Step 2: a shared pid namespace, held by a pause process (this very binary) as its
-	// init. It stays until the sandbox is removed, as CRI-O's infra container does.
-	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid() == runtimeapi.NamespaceMode_POD {
-		err := s.step(ctx, flowSandboxCreate, rec, stageSandboxPause, netns.StepPause, netns.PauseArgs(s.cfg.NamespaceDir, id), func() error {
-			exe, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("start pause process: find the daemon's binary: %w", err)
-			}
-			pctx, cancel := detached(ctx, pinTimeout)
-			defer cancel()
-			path, pid, err := netns.StartPause(pctx, s.cfg.NamespaceDir, id, exe)
-			if err != nil {
-				return err
-			}
-			if sb.Namespaces == nil {
-				sb.Namespaces = map[string]string{}
-			}
-			sb.Namespaces[string(netns.PID)] = path
-			s.log.Debug("pause process started", "id", id, "name", rec.Name, "pid", pid, "pidns", path)
-			return nil
-		})
-		if err != nil {
-			return nil, s.fail(ctx, rec, stageSandboxPause, err)
-		}
-	}
-
-	// Step 3: attach the network, detached from the request so a slow network can still
-	// finish and be cached for the retry rather than thrown away.
-	if !hostNetwork {
-		netnsPath := sb.Namespaces[string(netns.Net)]
-		args := netns.AttachArgs(network.Name(), id, netnsPath, netns.DefaultIfName, md.GetName(), md.GetNamespace(), md.GetUid())
-		err := s.step(ctx, flowSandboxCreate, rec, stageSandboxNetwork, netns.StepAttach, args, func() error {
-			nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
-			defer cancel()
-			result, err := network.Attach(nctx, id, netnsPath, netns.DefaultIfName, netns.CNIArgs(md.GetName(), md.GetNamespace(), md.GetUid(), id))
-			if errors.Is(err, context.DeadlineExceeded) {
-				return status.Errorf(codes.DeadlineExceeded, "CNI ADD did not finish within network_timeout (%s): %v", s.cfg.NetworkTimeout, err)
-			}
-			if err == nil {
-				sb.IPs = result.IPs
-			}
-			return err
-		})
-		if err != nil {
-			return nil, s.fail(ctx, rec, stageSandboxNetwork, err)
-		}
-	}
-
-	settled, err := s.finish(ctx, flowSandboxCreate, id, sb)
-	if p := sb.Namespaces[string(netns.PID)]; p != "" && (settled.State == journal.StateCreated || settled.State == journal.StateCached) {
-		s.watchPause(id, rec.Name, p)
+	settled, err := c.finish(obj)
+	if p := obj.Namespaces[string(netns.PID)]; p != "" && (settled.State == journal.StateCreated || settled.State == journal.StateCached) {
+		s.watchPause(id, name, p)
 	}
 	if err != nil {
 		return nil, err
 	}
-	s.log.Info("pod sandbox created", "id", id, "name", name, "ips", sb.IPs)
+	s.log.Info("pod sandbox created", "id", id, "name", name, "ips", obj.IPs)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// answerSandbox answers a RunPodSandbox settled by its reservation: the sandbox that
+// already holds the name, or the reservation's error.
+func answerSandbox(existingID string, err error) (*runtimeapi.RunPodSandboxResponse, error) {
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: existingID}, nil
+}
+
+// podNamespaces returns the kinds of namespace a pod pins for itself: ipc unless it shares
+// the host's, net and uts unless it uses the host's network.
+func podNamespaces(opts *runtimeapi.NamespaceOption) []netns.Kind {
+	var kinds []netns.Kind
+	if opts.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, netns.IPC)
+	}
+	if opts.GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, netns.Net, netns.UTS)
+	}
+	return kinds
 }
 
 // sandboxHostname is the hostname set in the pod's UTS namespace.

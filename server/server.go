@@ -11,13 +11,12 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -44,6 +43,13 @@ type Server struct {
 	version  string
 	log      *slog.Logger
 	pods     podGates // keeps a pod's container creations and its removal apart
+
+	// pauseBinary is the program a pause process runs: this daemon's own binary.
+	pauseBinary string
+	// lifetime is the context of the work the server starts by itself (the watches of
+	// pause processes); Close ends it.
+	lifetime context.Context
+	end      context.CancelFunc
 }
 
 // RuntimeSource hands out the OCI runtime of a runtime handler.
@@ -63,10 +69,25 @@ type Deps struct {
 	Log      *slog.Logger
 }
 
-// New returns a server over an open journal.
+// New returns a server over an open journal. Close it to stop the work it starts by
+// itself.
 func New(d Deps) *Server {
-	return &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics,
+	s := &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics,
 		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log}
+	s.lifetime, s.end = context.WithCancel(context.Background())
+	exe, err := os.Executable()
+	if err != nil {
+		// StartPause refuses the empty path: pods with a shared pid namespace fail.
+		s.log.Warn("cannot find the daemon's own binary: pods that share a pid namespace cannot be created", "err", err)
+	}
+	s.pauseBinary = exe
+	return s
+}
+
+// Close stops the work the server started by itself: the watches of pause processes. Call
+// it once no request runs any more.
+func (s *Server) Close() {
+	s.end()
 }
 
 // Register attaches the runtime and image services to g.
@@ -117,13 +138,15 @@ var servedWhenFailed = map[string]bool{
 	"/runtime.v1.RuntimeService/Version": true,
 }
 
-// UnaryInterceptor maps every error a handler returns to a gRPC status (in one place, so
-// handlers can return wrapped Go errors) and logs each call at debug level.
+// UnaryInterceptor turns every error a handler returns into a gRPC status (toStatus, the
+// one place codes are chosen: handlers return wrapped Go errors) and logs each call at
+// debug level.
 func (s *Server) UnaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	start := time.Now()
 	if jerr := s.journal.Err(); jerr != nil && !servedWhenFailed[info.FullMethod] {
-		s.metrics.Operation(info.FullMethod, codes.Unavailable.String(), time.Since(start))
-		return nil, status.Errorf(codes.Unavailable, "%v; the runtime is stopping and takes no more work", jerr)
+		err := toStatus(newError(errUnavailable, "%v; the runtime is stopping and takes no more work", jerr))
+		s.metrics.Operation(info.FullMethod, status.Code(err).String(), time.Since(start))
+		return nil, err
 	}
 	resp, err := handler(ctx, req)
 	if err != nil {
@@ -138,32 +161,9 @@ func (s *Server) UnaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	return resp, nil
 }
 
-// toStatus turns an error into a gRPC status error with the code its class calls for.
-func toStatus(err error) error {
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	code := codes.Unknown
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		code = codes.DeadlineExceeded
-	case errors.Is(err, context.Canceled):
-		code = codes.Canceled
-	case errors.Is(err, journal.ErrNotFound):
-		code = codes.NotFound
-	case errors.Is(err, journal.ErrNameHeld):
-		code = codes.AlreadyExists
-	case errors.Is(err, netns.ErrInvalid):
-		code = codes.InvalidArgument
-	case errors.Is(err, netns.ErrNoNetwork):
-		code = codes.FailedPrecondition
-	case errors.Is(err, journal.ErrClosed), errors.Is(err, journal.ErrFailed):
-		code = codes.Unavailable
-	}
-	return status.Error(code, err.Error())
-}
-
-func mustJSON(v any) string {
+// infoJSON encodes v for the info of a verbose status call; what cannot be encoded is
+// shown as its error, a JSON string.
+func infoJSON(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Sprintf("%q", err.Error())

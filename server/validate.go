@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strings"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -18,10 +16,6 @@ import (
 // because it separates the parts of a sandbox name; '/' and ".." because names must never
 // escape a path.
 var namePart = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$`)
-
-func invalidf(format string, args ...any) error {
-	return status.Errorf(codes.InvalidArgument, format, args...)
-}
 
 func checkNamePart(field, value string) error {
 	switch {
@@ -65,7 +59,8 @@ var hostnamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-
 func fingerprint(msg proto.Message, extra ...string) string {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
 	if err != nil {
-		// Cannot happen for a message that was just unmarshalled; make it unique.
+		// Cannot happen for a message that was just unmarshalled. Should it, the error
+		// stands in for the digest (requests that fail alike share it).
 		return "unmarshalable:" + err.Error()
 	}
 	h := sha256.New()

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -12,8 +10,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/config"
-	"github.com/crijournal/crijournal/journal"
-	"github.com/crijournal/crijournal/netns"
 )
 
 func TestSandboxName(t *testing.T) {
@@ -45,7 +41,7 @@ func TestSandboxName(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := sandboxName(tt.cfg)
 			if tt.wantErr != "" {
-				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.wantErr) {
+				if status.Code(toStatus(err)) != codes.InvalidArgument || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("sandboxName = %v, want InvalidArgument containing %q", err, tt.wantErr)
 				}
 				return
@@ -72,26 +68,6 @@ func TestFingerprintTellsRequestsApart(t *testing.T) {
 	}
 }
 
-func TestToStatus(t *testing.T) {
-	tests := []struct {
-		err  error
-		want codes.Code
-	}{
-		{fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
-		{fmt.Errorf("x: %w", journal.ErrNotFound), codes.NotFound},
-		{&journal.HeldError{}, codes.AlreadyExists},
-		{fmt.Errorf("x: %w", netns.ErrInvalid), codes.InvalidArgument},
-		{fmt.Errorf("x: %w", netns.ErrNoNetwork), codes.FailedPrecondition},
-		{fmt.Errorf("wrapped: %w", status.Error(codes.ResourceExhausted, "kept")), codes.ResourceExhausted},
-		{errors.New("plain"), codes.Unknown},
-	}
-	for _, tt := range tests {
-		if got := status.Code(toStatus(tt.err)); got != tt.want {
-			t.Errorf("toStatus(%v) = %v, want %v", tt.err, got, tt.want)
-		}
-	}
-}
-
 func TestRunPodSandboxRefusesUnknownRuntimeHandler(t *testing.T) {
 	s := testServer(t)
 	s.cfg.Runtimes = map[string]config.Runtime{"runc": {}}
@@ -100,7 +76,7 @@ func TestRunPodSandboxRefusesUnknownRuntimeHandler(t *testing.T) {
 		RuntimeHandler: "kata",
 	}
 	_, err := s.RunPodSandbox(context.Background(), req)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "kata") {
+	if status.Code(toStatus(err)) != codes.InvalidArgument || !strings.Contains(err.Error(), "kata") {
 		t.Fatalf("RunPodSandbox with an unknown handler = %v, want InvalidArgument naming it", err)
 	}
 	if recs := s.journal.List(nil); len(recs) != 0 {

@@ -214,7 +214,7 @@ func TestUndoDeletesContainer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seq, err := j.Intent(ctx, rec.ID, "storage", StepContainerStorage, ContainerArgs(id))
+			seq, err := j.Intent(ctx, rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -265,11 +265,20 @@ func TestUndoWithoutStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Intent(ctx, rec.ID, "storage", StepContainerStorage, ContainerArgs(id)); err != nil {
+	if _, err := j.Intent(ctx, rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args); err != nil {
 		t.Fatal(err)
 	}
 	var uerr *journal.UndoError
 	if err := j.Rollback(ctx, rec.ID); !errors.As(err, &uerr) || !errors.Is(err, storeErr) {
 		t.Errorf("Rollback = %v, want an UndoError with the store's error", err)
+	}
+}
+
+// TestContainerStepArgsAreStable pins the undo arguments ContainerStep records: they are
+// stored on disk.
+func TestContainerStepArgsAreStable(t *testing.T) {
+	a := ContainerStep(nil, ContainerRequest{ID: "abc", Name: "n", ImageID: "img"})
+	if a.Kind != "storage-container" || len(a.Args) != 1 || a.Args["id"] != "abc" {
+		t.Errorf("step %s %v, want storage-container {id: abc}", a.Kind, a.Args)
 	}
 }

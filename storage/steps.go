@@ -8,16 +8,47 @@ import (
 )
 
 // StepContainerStorage creates the storage container (the root filesystem) of a CRI
-// container. Args: see ContainerArgs. The string is stored in the journal: never change it.
+// container. Args: ArgID. Made by ContainerStep. The string is stored in the journal:
+// never change it.
 const StepContainerStorage journal.StepKind = "storage-container"
+
+// StageContainer is the stage of a StepContainerStorage, as inspect, logs and waiting
+// requests show it.
+const StageContainer = "container storage creation"
 
 // ArgID is the key of StepContainerStorage's argument: the storage container's ID.
 const ArgID = "id"
 
-// ContainerArgs returns the journal arguments of a StepContainerStorage for storage
-// container id.
-func ContainerArgs(id string) map[string]string {
-	return map[string]string{ArgID: id}
+// ContainerRequest is what a CRI container's storage container is made from.
+type ContainerRequest struct {
+	ID      string // the CRI container's ID, which the storage container takes
+	Name    string
+	ImageID string
+	Labels  map[string]string
+}
+
+// ContainerFS is the result of a ContainerStep: where the container's files are.
+type ContainerFS struct {
+	Rootfs string // the mounted root filesystem
+	Dir    string // the storage container's own directory (the OCI bundle)
+}
+
+// ContainerStep returns the step that creates and mounts the storage container of a CRI
+// container in store s (see Store.CreateContainer and Store.Mount).
+func ContainerStep(s *Store, req ContainerRequest) journal.Action[ContainerFS] {
+	return journal.Action[ContainerFS]{Kind: StepContainerStorage, Stage: StageContainer,
+		Args: map[string]string{ArgID: req.ID},
+		Run: func(ctx context.Context) (ContainerFS, error) {
+			if _, err := s.CreateContainer(ctx, req.ID, req.Name, req.ImageID, req.Labels); err != nil {
+				return ContainerFS{}, err
+			}
+			rootfs, err := s.Mount(ctx, req.ID)
+			if err != nil {
+				return ContainerFS{}, err
+			}
+			dir, _, err := s.ContainerDirs(req.ID)
+			return ContainerFS{Rootfs: rootfs, Dir: dir}, err
+		}}
 }
 
 // RegisterUndos registers the undo of every step kind this package owns. stores hands out

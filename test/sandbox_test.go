@@ -474,6 +474,11 @@ func TestNetworkTimeout(t *testing.T) {
 	if !strings.Contains(r.stderr, "network_timeout") {
 		t.Errorf("the error does not name network_timeout:\n%s", r.stderr)
 	}
+	for line := range strings.Lines(r.stderr) {
+		if n := strings.Count(line, "rpc error"); n > 1 {
+			t.Errorf("the error says \"rpc error\" %d times, want once:\n%s", n, line)
+		}
+	}
 	t.Logf("runp failed after %v (network_timeout 1s, the ADD would have slept 30s)", r.elapsed.Round(time.Millisecond))
 	d.waitNoLeaks(t, 5*time.Second)
 	if recs := d.liveRecords(t); len(recs) != 0 {

@@ -1,0 +1,244 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// The creation flows' tests drive the creation handle with fake steps: no root, no
+// namespaces, no runtime. Each fake step records its undo by kind in the journal like a
+// real one, and its undo notes that it ran.
+
+const (
+	fakeFirst  journal.StepKind = "fake-first"
+	fakeSecond journal.StepKind = "fake-second"
+)
+
+// undoLog lists the undos run, in order, as "<kind> <arg>".
+type undoLog struct {
+	mu   sync.Mutex
+	runs []string
+}
+
+func (u *undoLog) undo(ctx context.Context, rec journal.Record, step journal.Step) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.runs = append(u.runs, string(step.Kind)+" "+step.Args["thing"])
+	return nil
+}
+
+func (u *undoLog) list() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return slices.Clone(u.runs)
+}
+
+// flowServer returns a server over a journal whose registry undoes the fake step kinds.
+func flowServer(t *testing.T) (*Server, *undoLog) {
+	t.Helper()
+	undos := &undoLog{}
+	reg := journal.NewRegistry()
+	reg.Register(fakeFirst, undos.undo)
+	reg.Register(fakeSecond, undos.undo)
+	log := slog.New(slog.DiscardHandler)
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Logger: log, CacheTTL: time.Minute, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Deps{Journal: j, Log: log})
+	t.Cleanup(func() {
+		s.Close()
+		if problems := j.Check(); len(problems) > 0 {
+			t.Errorf("journal check: %v", problems)
+		}
+		j.Close()
+	})
+	return s, undos
+}
+
+// fakeStep is a step of kind that makes thing: run is its action.
+func fakeStep[T any](kind journal.StepKind, thing string, run func(ctx context.Context) (T, error)) journal.Action[T] {
+	return journal.Action[T]{Kind: kind, Stage: "making " + thing, Args: map[string]string{"thing": thing}, Run: run}
+}
+
+func returns[T any](v T) func(context.Context) (T, error) {
+	return func(context.Context) (T, error) { return v, nil }
+}
+
+func fails(err error) func(context.Context) (int, error) {
+	return func(context.Context) (int, error) { return 0, err }
+}
+
+// blocks runs until its context ends, then fails with the context's error.
+func blocks(ctx context.Context) (int, error) {
+	<-ctx.Done()
+	return 0, fmt.Errorf("fake plugin: %w", ctx.Err())
+}
+
+func beginFlow(t *testing.T, s *Server, ctx context.Context, name string) *creation {
+	t.Helper()
+	c, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp", Stage: "reserve"})
+	if err != nil || c == nil {
+		t.Fatalf("begin = %v, %q, %v; want a new creation", c, existing, err)
+	}
+	return c
+}
+
+var long = limit{d: time.Minute}
+
+// TestCreationStepsReturnTheirResults: each step's result comes back from runStep; every
+// step is recorded with its kind, stage and undo arguments, and done; finish creates the
+// record with the object, and a retry of the same request gets its ID.
+func TestCreationStepsReturnTheirResults(t *testing.T) {
+	s, undos := flowServer(t)
+	ctx := context.Background()
+	c := beginFlow(t, s, ctx, "pod")
+	paths, err := runStep(c, long, fakeStep(fakeFirst, "ns", returns(map[string]string{"net": "/run/ns/net"})))
+	if err != nil || paths["net"] != "/run/ns/net" {
+		t.Fatalf("first step = %v, %v", paths, err)
+	}
+	ips, err := runStep(c, long, fakeStep(fakeSecond, "net", returns([]string{"10.0.0.2"})))
+	if err != nil || !slices.Equal(ips, []string{"10.0.0.2"}) {
+		t.Fatalf("second step = %v, %v", ips, err)
+	}
+	rec, err := c.finish(map[string]any{"ips": ips})
+	if err != nil || rec.State != journal.StateCreated {
+		t.Fatalf("finish = %+v, %v; want created", rec, err)
+	}
+	rec, _ = s.journal.Get(c.rec.ID)
+	var got []string
+	for _, st := range rec.Steps {
+		got = append(got, fmt.Sprintf("%s/%s/%s/%s", st.Kind, st.Stage, st.Args["thing"], st.Status))
+	}
+	want := []string{"fake-first/making ns/ns/done", "fake-second/making net/net/done"}
+	if !slices.Equal(got, want) {
+		t.Errorf("steps %q, want %q", got, want)
+	}
+	if string(rec.Object) != `{"ips":["10.0.0.2"]}` {
+		t.Errorf("object %s", rec.Object)
+	}
+	if c2, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}); c2 != nil || existing != rec.ID || err != nil {
+		t.Errorf("the retry: %v, %q, %v; want the created ID", c2, existing, err)
+	}
+	if u := undos.list(); len(u) != 0 {
+		t.Errorf("undos ran for a creation that succeeded: %q", u)
+	}
+}
+
+// TestCreationFailures: a failed step, a failure between steps and a step cut off by its
+// limit each roll the creation back, last step first (the failed step's own undo
+// included: it may have done part of its work), free the name, and fail with an error
+// that names the creation and the stage once, with the cause's code.
+func TestCreationFailures(t *testing.T) {
+	tests := []struct {
+		name      string
+		second    func(c *creation) error
+		wantCode  codes.Code
+		wantMsg   string // the whole message after "rpc error: code = ... desc = "
+		wantUndos []string
+	}{
+		{
+			name: "failed step",
+			second: func(c *creation) error {
+				_, err := runStep(c, long, fakeStep(fakeSecond, "net", fails(errors.New("plugin said no"))))
+				return err
+			},
+			wantCode:  codes.Unknown,
+			wantMsg:   "sandbox pod: making net: plugin said no",
+			wantUndos: []string{"fake-second net", "fake-first ns"},
+		},
+		{
+			name: "failed step with a classed cause",
+			second: func(c *creation) error {
+				_, err := runStep(c, long, fakeStep(fakeSecond, "net", fails(invalidf("bad port %d", 0))))
+				return err
+			},
+			wantCode:  codes.InvalidArgument,
+			wantMsg:   "sandbox pod: making net: bad port 0",
+			wantUndos: []string{"fake-second net", "fake-first ns"},
+		},
+		{
+			name:      "failure between steps",
+			second:    func(c *creation) error { return c.fail("spec", invalidf("working dir is not absolute")) },
+			wantCode:  codes.InvalidArgument,
+			wantMsg:   "sandbox pod: spec: working dir is not absolute",
+			wantUndos: []string{"fake-first ns"},
+		},
+		{
+			name: "step cut off by its limit",
+			second: func(c *creation) error {
+				_, err := runStep(c, limit{50 * time.Millisecond, "network_timeout"}, fakeStep(fakeSecond, "net", blocks))
+				return err
+			},
+			wantCode:  codes.DeadlineExceeded,
+			wantMsg:   "sandbox pod: making net: not finished within network_timeout (50ms): fake plugin: context deadline exceeded",
+			wantUndos: []string{"fake-second net", "fake-first ns"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, undos := flowServer(t)
+			c := beginFlow(t, s, context.Background(), "pod")
+			if _, err := runStep(c, long, fakeStep(fakeFirst, "ns", returns(1))); err != nil {
+				t.Fatal(err)
+			}
+			err := toStatus(tt.second(c))
+			if status.Code(err) != tt.wantCode || status.Convert(err).Message() != tt.wantMsg {
+				t.Errorf("error %q (%v), want %v %q", err, status.Code(err), tt.wantCode, tt.wantMsg)
+			}
+			if u := undos.list(); !slices.Equal(u, tt.wantUndos) {
+				t.Errorf("undos %q, want %q", u, tt.wantUndos)
+			}
+			if _, err := s.journal.Get(c.rec.ID); !errors.Is(err, journal.ErrNotFound) {
+				t.Errorf("the record is still there: %v", err)
+			}
+			if next := beginFlow(t, s, context.Background(), "pod"); next.rec.ID == c.rec.ID {
+				t.Error("the next request got the rolled back record")
+			}
+		})
+	}
+}
+
+// TestCreationOutlivingItsRequestIsCached: a step runs detached from the request, so a
+// creation whose request ends during a step still finishes; it is cached for the retry,
+// the request fails with DeadlineExceeded saying so, and the retry gets it.
+func TestCreationOutlivingItsRequestIsCached(t *testing.T) {
+	s, undos := flowServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	c := beginFlow(t, s, ctx, "pod")
+	slow := func(sctx context.Context) (int, error) {
+		<-ctx.Done() // the request ends while the step runs
+		return 7, sctx.Err()
+	}
+	if got, err := runStep(c, long, fakeStep(fakeFirst, "ns", slow)); got != 7 || err != nil {
+		t.Fatalf("step = %d, %v; want its result: a step outlives its request", got, err)
+	}
+	rec, err := c.finish(1)
+	if code := status.Code(toStatus(err)); code != codes.DeadlineExceeded || !strings.Contains(err.Error(), "next retry") {
+		t.Errorf("finish = %v (%v), want DeadlineExceeded saying the next retry gets it", err, code)
+	}
+	if rec.State != journal.StateCached {
+		t.Errorf("state %s, want cached", rec.State)
+	}
+	_, existing, err := s.begin(context.Background(), "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"})
+	if existing != rec.ID || err != nil {
+		t.Errorf("the retry got %q, %v; want the cached %s", existing, err, rec.ID)
+	}
+	if u := undos.list(); len(u) != 0 {
+		t.Errorf("undos ran for a cached creation: %q", u)
+	}
+}
