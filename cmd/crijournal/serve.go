@@ -108,6 +108,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 
 	srv := server.New(server.Deps{Config: cfg, Journal: j, Networks: networks, Metrics: m,
 		Images: images, Runtimes: runtimes, Version: version, Log: log})
+	defer srv.Close()
 	start := time.Now()
 	sum := recovery.Run(ctx, j, log, srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
@@ -147,17 +148,18 @@ func runServe(cmd *cobra.Command, args []string) error {
 		defer close(maintained)
 		j.Maintain(ctx, cfg.CacheSweepInterval)
 	}()
+	// However serving ends, the journal's maintenance stops before the journal closes.
+	defer func() {
+		stop()
+		<-maintained
+	}()
 
 	lis, err := server.Listen(cfg.Socket)
 	if err != nil {
-		stop()
-		<-maintained
 		return err
 	}
 	if err := srv.ServeInspect(ctx, server.InspectSocket(cfg.Socket)); err != nil {
 		lis.Close()
-		stop()
-		<-maintained
 		return err
 	}
 	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor))
@@ -171,8 +173,6 @@ func runServe(cmd *cobra.Command, args []string) error {
 	case <-ctx.Done():
 		log.Info("stopping")
 	case err := <-served:
-		stop()
-		<-maintained
 		return fmt.Errorf("serve: %w", err)
 	case <-j.Failed():
 		// Fail-stop (DESIGN §6): every call but Status and Version is refused from
@@ -192,7 +192,6 @@ func runServe(cmd *cobra.Command, args []string) error {
 		log.Warn("requests still running after the graceful stop timeout: cutting them off; the next start recovers what they left", "timeout", gracefulStopTimeout)
 		g.Stop()
 	}
-	<-maintained
 	os.Remove(cfg.Socket)
 	if failed != nil {
 		return failStop(cfg, "while serving", failed)
