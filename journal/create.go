@@ -217,9 +217,10 @@ func (j *Journal) Claim(ctx context.Context, kind Kind, name, fingerprint string
 	return rec, wait(p)
 }
 
-// Touch pushes the expiry of the cached record holding a name to a full TTL from now, and
-// records the toucher's deadline; a waiting retry calls it so the resource it waits for
-// cannot expire under it. It reports whether a cached record was touched.
+// Touch pushes the expiry of the cached record holding a name to a full TTL from now, or
+// from the toucher's deadline when that is later, and never pulls it in; a waiting retry
+// calls it so the resource it waits for cannot expire under it. It reports whether a
+// cached record holds the name (and, when its expiry had to move, was moved).
 func (j *Journal) Touch(kind Kind, name string, deadline time.Time) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -29,8 +29,6 @@ var (
 	// error): from then on the file, not memory, is the truth, and only a restart, which
 	// recovers from the file, makes the journal writable again.
 	ErrFailed = errors.New("journal commit failed, the journal takes no more changes")
-	// ErrBusy is returned when an undo run for the record is already in progress.
-	ErrBusy = errors.New("an undo is already running for this record")
 )
 
 // HeldError tells Begin's caller which record holds the name.
