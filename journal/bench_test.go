@@ -26,13 +26,13 @@ func BenchmarkIntent(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for i := range per {
-						rec, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: fmt.Sprintf("pod-%d-%d", g, i)})
+						rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: fmt.Sprintf("pod-%d-%d", g, i)})
 						if err != nil {
 							b.Error(err)
 							return
 						}
 						for range stepsPerCreation {
-							seq, err := j.Intent(ctx, rec.ID, "bench", kindA, map[string]string{"path": "/run/crijournal/ns/netns/" + rec.ID})
+							seq, err := j.Intent(rec.ID, "bench", kindA, map[string]string{"path": "/run/crijournal/ns/netns/" + rec.ID})
 							if err != nil {
 								b.Error(err)
 								return
@@ -40,7 +40,7 @@ func BenchmarkIntent(b *testing.B) {
 							j.Done(rec.ID, seq)
 						}
 						j.Ready(rec.ID, map[string]string{"ip": "10.88.0.2"})
-						if _, err := j.Answer(ctx, rec.ID, true); err != nil {
+						if _, err := j.Answer(rec.ID, true); err != nil {
 							b.Error(err)
 						}
 					}
@@ -67,7 +67,7 @@ func BenchmarkOpen(b *testing.B) {
 			continue
 		}
 		j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
-		j.Answer(ctx, rec.ID, i%3 == 1)
+		j.Answer(rec.ID, i%3 == 1)
 	}
 	j.Close()
 	b.ResetTimer()

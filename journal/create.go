@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -23,7 +22,7 @@ type BeginRequest struct {
 // durable with the record's first intent (or lazyFlushDelay later). When a
 // record already holds the name it returns a *HeldError (errors.Is ErrNameHeld) carrying
 // that record, so the caller can wait on it, claim it, or refuse.
-func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
+func (j *Journal) Begin(req BeginRequest) (Record, error) {
 	if req.Kind != KindSandbox && req.Kind != KindContainer {
 		return Record{}, fmt.Errorf("begin: unknown kind %q: %w", req.Kind, ErrInvalid)
 	}
@@ -73,7 +72,7 @@ func (j *Journal) Begin(ctx context.Context, req BeginRequest) (Record, error) {
 // Intent appends a step in status intent and returns once it is durable: only then may the
 // caller act. stage becomes the record's current stage. It returns the step's sequence
 // number, for Done.
-func (j *Journal) Intent(ctx context.Context, id, stage string, kind StepKind, args map[string]string) (int, error) {
+func (j *Journal) Intent(id, stage string, kind StepKind, args map[string]string) (int, error) {
 	j.mu.Lock()
 	e, err := j.lookup(id)
 	if err == nil && e.rec.State != StateCreating && e.rec.State != StateCreated {
@@ -154,7 +153,7 @@ func (j *Journal) Ready(id string, object any) error {
 // Answer settles a ready record: created when the request that made it is still live (the
 // caller will hand it over), cached with an expiry when it is not (the retry claims it). It
 // returns the record as committed.
-func (j *Journal) Answer(ctx context.Context, id string, live bool) (Record, error) {
+func (j *Journal) Answer(id string, live bool) (Record, error) {
 	j.mu.Lock()
 	e, err := j.lookup(id)
 	if err == nil && e.rec.State != StateReady {
@@ -183,13 +182,13 @@ func (j *Journal) Answer(ctx context.Context, id string, live bool) (Record, err
 
 // Cache turns a ready record into a cached one with a fresh expiry, for recovery: its
 // request was never answered, so only a retry may have it.
-func (j *Journal) Cache(ctx context.Context, id string) (Record, error) {
-	return j.Answer(ctx, id, false)
+func (j *Journal) Cache(id string) (Record, error) {
+	return j.Answer(id, false)
 }
 
 // Claim hands a cached record to the retry that asks for it: same kind, name and
 // fingerprint. It atomically becomes created.
-func (j *Journal) Claim(ctx context.Context, kind Kind, name, fingerprint string) (Record, error) {
+func (j *Journal) Claim(kind Kind, name, fingerprint string) (Record, error) {
 	j.mu.Lock()
 	e, ok := j.byName[string(nameKey(kind, name))]
 	var err error
@@ -240,7 +239,7 @@ func (j *Journal) Touch(kind Kind, name string, deadline time.Time) bool {
 }
 
 // SetObject replaces the object of a created record, durably.
-func (j *Journal) SetObject(ctx context.Context, id string, object any) error {
+func (j *Journal) SetObject(id string, object any) error {
 	raw, err := json.Marshal(object)
 	if err != nil {
 		return fmt.Errorf("set object %s: %w", id, err)
@@ -249,12 +248,12 @@ func (j *Journal) SetObject(ctx context.Context, id string, object any) error {
 }
 
 // SetMarker sets (value non-nil) or clears (nil) a marker, durably.
-func (j *Journal) SetMarker(ctx context.Context, id, key string, value *string) error {
-	return j.SetMarkers(ctx, id, map[string]*string{key: value})
+func (j *Journal) SetMarker(id, key string, value *string) error {
+	return j.SetMarkers(id, map[string]*string{key: value})
 }
 
 // SetMarkers sets (value non-nil) or clears (nil) several markers in one durable write.
-func (j *Journal) SetMarkers(ctx context.Context, id string, markers map[string]*string) error {
+func (j *Journal) SetMarkers(id string, markers map[string]*string) error {
 	return j.update(id, func(r *Record) { setMarkers(r, markers) })
 }
 

@@ -35,6 +35,10 @@
 // Claim, Remove, ...) wait for their commit; Done rides on the next commit, which is
 // safe because every undo is idempotent; Begin rides too, since nothing exists outside the
 // journal before the first intent.
+// None of these calls takes a context: a change is applied to the index at once and its
+// commit, once queued, happens whatever the caller does, so there is nothing to cancel.
+// The calls that run other code (the undos: Rollback, Remove, UndoSteps, the sweeps and
+// Maintain) take one and honour it.
 //
 // Readers (Get, List, Watch) and watchers see a change only once it is published: a
 // durable change when its commit has succeeded, so memory never runs ahead of the file; a

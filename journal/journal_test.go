@@ -121,7 +121,7 @@ func checkFile(t testing.TB, path string) {
 
 func begin(t testing.TB, j *Journal, name string, deadline time.Time) Record {
 	t.Helper()
-	rec, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: name, Fingerprint: "fp-" + name, Deadline: deadline, Stage: "start"})
+	rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: name, Fingerprint: "fp-" + name, Deadline: deadline, Stage: "start"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func begin(t testing.TB, j *Journal, name string, deadline time.Time) Record {
 
 func step(t testing.TB, j *Journal, id string, kind StepKind, n string) {
 	t.Helper()
-	seq, err := j.Intent(ctx, id, "stage "+n, kind, map[string]string{"n": n})
+	seq, err := j.Intent(id, "stage "+n, kind, map[string]string{"n": n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +150,7 @@ func TestCreateLiveBecomesCreated(t *testing.T) {
 	if err := j.Ready(rec.ID, map[string]string{"ip": "10.0.0.2"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := j.Answer(ctx, rec.ID, true)
+	got, err := j.Answer(rec.ID, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,24 +171,24 @@ func TestCreateAfterDeadlineBecomesCachedAndClaimable(t *testing.T) {
 	if err := j.Ready(rec.ID, "obj"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := j.Answer(ctx, rec.ID, false)
+	got, err := j.Answer(rec.ID, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.State != StateCached || !got.Expiry.Equal(clock.Now().Add(time.Minute)) {
 		t.Fatalf("after Answer(not live) = state %s expiry %v", got.State, got.Expiry)
 	}
-	if _, err := j.Claim(ctx, KindSandbox, "pod", "other"); !errors.Is(err, ErrFingerprint) {
+	if _, err := j.Claim(KindSandbox, "pod", "other"); !errors.Is(err, ErrFingerprint) {
 		t.Fatalf("Claim with another fingerprint = %v, want ErrFingerprint", err)
 	}
-	claimed, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod")
+	claimed, err := j.Claim(KindSandbox, "pod", "fp-pod")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if claimed.ID != rec.ID || claimed.State != StateCreated || !claimed.Expiry.IsZero() {
 		t.Fatalf("Claim = %+v", claimed)
 	}
-	if _, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod"); !errors.Is(err, ErrWrongState) {
+	if _, err := j.Claim(KindSandbox, "pod", "fp-pod"); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("second Claim = %v, want ErrWrongState", err)
 	}
 }
@@ -196,7 +196,7 @@ func TestCreateAfterDeadlineBecomesCachedAndClaimable(t *testing.T) {
 func TestBeginReportsHolder(t *testing.T) {
 	j, _ := testJournal(t, Options{})
 	rec := begin(t, j, "pod", time.Time{})
-	_, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "x"})
+	_, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "x"})
 	var held *HeldError
 	if !errors.As(err, &held) || !errors.Is(err, ErrNameHeld) {
 		t.Fatalf("Begin on a held name = %v, want *HeldError", err)
@@ -205,7 +205,7 @@ func TestBeginReportsHolder(t *testing.T) {
 		t.Fatalf("holder = %+v", held.Holder)
 	}
 	// The same name of another kind is a different name.
-	if _, err := j.Begin(ctx, BeginRequest{Kind: KindContainer, Name: "pod"}); err != nil {
+	if _, err := j.Begin(BeginRequest{Kind: KindContainer, Name: "pod"}); err != nil {
 		t.Fatalf("container with a sandbox's name: %v", err)
 	}
 }
@@ -219,10 +219,10 @@ func TestIllegalTransitions(t *testing.T) {
 		want  error
 	}{
 		{name: "Ready with a step in intent", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Intent(ctx, id, "s", kindA, nil) },
+			setup: func(t *testing.T, j *Journal, id string) { j.Intent(id, "s", kindA, nil) },
 			run:   func(j *Journal, id string) error { return j.Ready(id, 1) }},
 		{name: "Answer before Ready", want: ErrWrongState,
-			run: func(j *Journal, id string) error { _, err := j.Answer(ctx, id, true); return err }},
+			run: func(j *Journal, id string) error { _, err := j.Answer(id, true); return err }},
 		{name: "Done of a missing step", want: ErrWrongState,
 			run: func(j *Journal, id string) error { return j.Done(id, 3) }},
 		{name: "Done twice", want: ErrWrongState,
@@ -231,23 +231,23 @@ func TestIllegalTransitions(t *testing.T) {
 		{name: "Remove while creating", want: ErrWrongState,
 			run: func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Claim while creating", want: ErrWrongState,
-			run: func(j *Journal, id string) error { _, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod"); return err }},
+			run: func(j *Journal, id string) error { _, err := j.Claim(KindSandbox, "pod", "fp-pod"); return err }},
 		{name: "Rollback of a created record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, true) },
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
 			run:   func(j *Journal, id string) error { return j.Rollback(ctx, id) }},
 		{name: "Intent on a cached record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) },
-			run:   func(j *Journal, id string) error { _, err := j.Intent(ctx, id, "s", kindA, nil); return err }},
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) },
+			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindA, nil); return err }},
 		{name: "Intent on an unknown ID", want: ErrNotFound,
-			run: func(j *Journal, id string) error { _, err := j.Intent(ctx, NewID(), "s", kindA, nil); return err }},
+			run: func(j *Journal, id string) error { _, err := j.Intent(NewID(), "s", kindA, nil); return err }},
 		{name: "Remove of an unknown ID", want: ErrNotFound,
 			run: func(j *Journal, id string) error { return j.Remove(ctx, NewID()) }},
 		{name: "Answer of a created record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, true) },
-			run:   func(j *Journal, id string) error { _, err := j.Answer(ctx, id, true); return err }},
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
+			run:   func(j *Journal, id string) error { _, err := j.Answer(id, true); return err }},
 		{name: "Answer of a cached record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) },
-			run:   func(j *Journal, id string) error { _, err := j.Answer(ctx, id, true); return err }},
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) },
+			run:   func(j *Journal, id string) error { _, err := j.Answer(id, true); return err }},
 		{name: "Ready twice", want: ErrWrongState,
 			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
 			run:   func(j *Journal, id string) error { return j.Ready(id, 2) }},
@@ -255,33 +255,33 @@ func TestIllegalTransitions(t *testing.T) {
 			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
 			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Remove of a cached record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) },
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) },
 			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Remove of an undoing record", want: ErrWrongState,
 			setup: rollBackWithAFailedUndo,
 			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Intent on a ready record", want: ErrWrongState,
 			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
-			run:   func(j *Journal, id string) error { _, err := j.Intent(ctx, id, "s", kindA, nil); return err }},
+			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindA, nil); return err }},
 		{name: "Intent on an undoing record", want: ErrWrongState,
 			setup: rollBackWithAFailedUndo,
-			run:   func(j *Journal, id string) error { _, err := j.Intent(ctx, id, "s", kindB, nil); return err }},
+			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindB, nil); return err }},
 		{name: "Claim of a created record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, true) },
-			run:   func(j *Journal, id string) error { _, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod"); return err }},
+			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
+			run:   func(j *Journal, id string) error { _, err := j.Claim(KindSandbox, "pod", "fp-pod"); return err }},
 		{name: "Begin of an unknown kind", want: ErrInvalid,
 			run: func(j *Journal, id string) error {
-				_, err := j.Begin(ctx, BeginRequest{Kind: "volume", Name: "v", Fingerprint: "f"})
+				_, err := j.Begin(BeginRequest{Kind: "volume", Name: "v", Fingerprint: "f"})
 				return err
 			}},
 		{name: "Begin with an empty name", want: ErrInvalid,
 			run: func(j *Journal, id string) error {
-				_, err := j.Begin(ctx, BeginRequest{Kind: KindContainer, Fingerprint: "f"})
+				_, err := j.Begin(BeginRequest{Kind: KindContainer, Fingerprint: "f"})
 				return err
 			}},
 		{name: "Begin with a malformed ID", want: ErrInvalid,
 			run: func(j *Journal, id string) error {
-				_, err := j.Begin(ctx, BeginRequest{Kind: KindContainer, Name: "c", ID: "../x", Fingerprint: "f"})
+				_, err := j.Begin(BeginRequest{Kind: KindContainer, Name: "c", ID: "../x", Fingerprint: "f"})
 				return err
 			}},
 	}
@@ -321,10 +321,10 @@ func TestCallsAfterClose(t *testing.T) {
 	j.Close()
 	for name, call := range map[string]func() error{
 		"Begin": func() error {
-			_, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: "other", Fingerprint: "f"})
+			_, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "other", Fingerprint: "f"})
 			return err
 		},
-		"Intent":   func() error { _, err := j.Intent(ctx, rec.ID, "s", kindA, nil); return err },
+		"Intent":   func() error { _, err := j.Intent(rec.ID, "s", kindA, nil); return err },
 		"Ready":    func() error { return j.Ready(rec.ID, 1) },
 		"Rollback": func() error { return j.Rollback(ctx, rec.ID) },
 	} {
@@ -340,7 +340,7 @@ func TestRollbackRunsUndosLIFOAndFreesName(t *testing.T) {
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
 	step(t, j, rec.ID, kindB, "2")
-	if _, err := j.Intent(ctx, rec.ID, "s", kindC, map[string]string{"n": "3"}); err != nil { // never done
+	if _, err := j.Intent(rec.ID, "s", kindC, map[string]string{"n": "3"}); err != nil { // never done
 		t.Fatal(err)
 	}
 	if err := j.Rollback(ctx, rec.ID); err != nil {
@@ -365,7 +365,7 @@ func TestRollbackOfAFinishedRecordIsDurableFirst(t *testing.T) {
 		settle func(j *Journal, id string)
 	}{
 		{"ready", func(j *Journal, id string) { j.Ready(id, 1) }},
-		{"cached", func(j *Journal, id string) { j.Ready(id, 1); j.Answer(ctx, id, false) }},
+		{"cached", func(j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var path string
@@ -429,7 +429,7 @@ func TestHangingUndoTimesOut(t *testing.T) {
 			step(t, j, rec.ID, kindB, "2")
 			if tc.live {
 				j.Ready(rec.ID, 1)
-				j.Answer(ctx, rec.ID, true)
+				j.Answer(rec.ID, true)
 			}
 			err := tc.run(j, rec.ID)
 			if err == nil || !strings.Contains(err.Error(), "undo_timeout") || !errors.Is(err, context.DeadlineExceeded) {
@@ -534,7 +534,7 @@ func TestRemove(t *testing.T) {
 	step(t, j, rec.ID, kindA, "1")
 	step(t, j, rec.ID, kindB, "2")
 	j.Ready(rec.ID, 1)
-	j.Answer(ctx, rec.ID, true)
+	j.Answer(rec.ID, true)
 	if err := j.UndoSteps(ctx, rec.ID, nil, kindB); err != nil {
 		t.Fatal(err)
 	}
@@ -554,10 +554,10 @@ func TestMarkersAndObject(t *testing.T) {
 	j, path := testJournal(t, Options{})
 	rec := begin(t, j, "pod", time.Time{})
 	v := "2026-01-01"
-	if err := j.SetMarker(ctx, rec.ID, "network-stopped", &v); err != nil {
+	if err := j.SetMarker(rec.ID, "network-stopped", &v); err != nil {
 		t.Fatal(err)
 	}
-	if err := j.SetObject(ctx, rec.ID, map[string]int{"a": 1}); err != nil {
+	if err := j.SetObject(rec.ID, map[string]int{"a": 1}); err != nil {
 		t.Fatal(err)
 	}
 	j.Close()
@@ -570,7 +570,7 @@ func TestMarkersAndObject(t *testing.T) {
 	if m, ok := got.Marker("network-stopped"); !ok || m != v || string(got.Object) != `{"a":1}` {
 		t.Fatalf("after reopen: markers %v object %s", got.Markers, got.Object)
 	}
-	if err := j2.SetMarker(ctx, rec.ID, "network-stopped", nil); err != nil {
+	if err := j2.SetMarker(rec.ID, "network-stopped", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := j2.Get(rec.ID); len(got.Markers) != 0 {
@@ -585,7 +585,7 @@ func TestTouchAndExpiry(t *testing.T) {
 	rec := begin(t, j, "pod", clock.Now())
 	step(t, j, rec.ID, kindA, "1")
 	j.Ready(rec.ID, 1)
-	j.Answer(ctx, rec.ID, false)
+	j.Answer(rec.ID, false)
 
 	clock.Advance(50 * time.Second)
 	if !j.Touch(KindSandbox, "pod", clock.Now().Add(3*time.Second)) {
@@ -635,17 +635,17 @@ func TestReopenEveryState(t *testing.T) {
 	j.Ready(ready.ID, "r")
 	cached := mk("cached")
 	j.Ready(cached.ID, "c")
-	j.Answer(ctx, cached.ID, false)
+	j.Answer(cached.ID, false)
 	created := mk("created")
 	j.Ready(created.ID, "c")
-	j.Answer(ctx, created.ID, true)
+	j.Answer(created.ID, true)
 	undoing := mk("undoing")
 	step(t, j, undoing.ID, kindB, "2")
 	j.Rollback(ctx, undoing.ID)
 	removing := mk("removing")
 	step(t, j, removing.ID, kindC, "3")
 	j.Ready(removing.ID, "r")
-	j.Answer(ctx, removing.ID, true)
+	j.Answer(removing.ID, true)
 	removed := make(chan error, 1)
 	go func() { removed <- j.Remove(ctx, removing.ID) }()
 	<-inUndo
@@ -731,13 +731,13 @@ func TestConcurrentWaiters(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				rec, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: name, Fingerprint: "fp"})
+				rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: name, Fingerprint: "fp"})
 				if err == nil {
 					mu.Lock()
 					winners[n]++
 					mu.Unlock()
 					for i := range 3 {
-						seq, err := j.Intent(ctx, rec.ID, "s", kindA, map[string]string{"i": fmt.Sprint(i)})
+						seq, err := j.Intent(rec.ID, "s", kindA, map[string]string{"i": fmt.Sprint(i)})
 						if err != nil {
 							t.Error(err)
 							return
@@ -745,7 +745,7 @@ func TestConcurrentWaiters(t *testing.T) {
 						j.Done(rec.ID, seq)
 					}
 					j.Ready(rec.ID, 1)
-					if _, err := j.Answer(ctx, rec.ID, true); err != nil {
+					if _, err := j.Answer(rec.ID, true); err != nil {
 						t.Error(err)
 					}
 					return
@@ -787,7 +787,7 @@ func TestGroupCommitSharesCommits(t *testing.T) {
 		ids[i] = begin(t, j, fmt.Sprintf("pod-%d", i), time.Time{}).ID
 	}
 	// Begin rides on the next commit: flush the reservations with a durable write.
-	if err := j.SetObject(ctx, ids[0], 1); err != nil {
+	if err := j.SetObject(ids[0], 1); err != nil {
 		t.Fatal(err)
 	}
 	before := j.Stats()
@@ -797,7 +797,7 @@ func TestGroupCommitSharesCommits(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range steps {
-				if _, err := j.Intent(ctx, id, "s", kindA, nil); err != nil {
+				if _, err := j.Intent(id, "s", kindA, nil); err != nil {
 					t.Error(err)
 				}
 			}
@@ -841,7 +841,7 @@ func TestOpenReadOnly(t *testing.T) {
 	if got, err := ro.Get(rec.ID); err != nil || got.Name != "pod" {
 		t.Fatalf("read-only Get = %+v, %v", got, err)
 	}
-	if _, err := ro.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: "x"}); err == nil {
+	if _, err := ro.Begin(BeginRequest{Kind: KindSandbox, Name: "x"}); err == nil {
 		t.Fatal("Begin on a read-only journal succeeded")
 	}
 	if _, err := Open(filepath.Join(t.TempDir(), "missing.db"), Options{ReadOnly: true}); err == nil {
@@ -1112,7 +1112,7 @@ func TestHooksReportEvents(t *testing.T) {
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
 	j.Ready(rec.ID, 1)
-	j.Answer(ctx, rec.ID, false) // cached
+	j.Answer(rec.ID, false) // cached
 	clock.Advance(2 * time.Minute)
 	if n, _ := j.ExpireCached(ctx); n != 1 { // its undo fails
 		t.Fatalf("ExpireCached expired %d, want 1", n)

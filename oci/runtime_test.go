@@ -573,11 +573,11 @@ func TestJournalUndoDeletesContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	rec, err := j.Begin(ctxb, journal.BeginRequest{Kind: journal.KindContainer, Name: "c", Fingerprint: "f"})
+	rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindContainer, Name: "c", Fingerprint: "f"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Intent(ctxb, rec.ID, StageCreate, StepRuntimeContainer, CreateStep(r, rec.ID, "", nil, "").Args); err != nil {
+	if _, err := j.Intent(rec.ID, StageCreate, StepRuntimeContainer, CreateStep(r, rec.ID, "", nil, "").Args); err != nil {
 		t.Fatal(err)
 	}
 	// A crash between intent and Create, or after it: the undo must cope with both.

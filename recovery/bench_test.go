@@ -55,7 +55,7 @@ func BenchmarkRecovery10k(b *testing.B) {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			rec, err := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindSandbox, Name: fmt.Sprintf("pod-%d", i), Fingerprint: "fp"})
+			rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: fmt.Sprintf("pod-%d", i), Fingerprint: "fp"})
 			if err != nil {
 				errs <- err
 				return
@@ -65,7 +65,7 @@ func BenchmarkRecovery10k(b *testing.B) {
 				kinds[1] = stepBroken
 			}
 			for _, kind := range kinds {
-				seq, err := j.Intent(ctx, rec.ID, "s", kind, map[string]string{"path": "/run/x/" + rec.ID})
+				seq, err := j.Intent(rec.ID, "s", kind, map[string]string{"path": "/run/x/" + rec.ID})
 				if err != nil {
 					errs <- err
 					return
@@ -79,7 +79,7 @@ func BenchmarkRecovery10k(b *testing.B) {
 				err = j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
 			case 2, 3, 5:
 				j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
-				_, err = j.Answer(ctx, rec.ID, i%6 != 2)
+				_, err = j.Answer(rec.ID, i%6 != 2)
 				if i%6 == 5 {
 					mu.Lock()
 					removing = append(removing, rec.ID)

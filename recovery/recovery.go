@@ -102,7 +102,7 @@ func replay(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile
 		}
 	case journal.StateReady:
 		var cached journal.Record
-		cached, err = j.Cache(ctx, rec.ID)
+		cached, err = j.Cache(rec.ID)
 		if err == nil {
 			sum.Cached++
 			log.Info("recovery: finished but unanswered creation cached for the retry", "expiry", cached.Expiry)

@@ -49,12 +49,12 @@ func TestRunReplaysEveryState(t *testing.T) {
 	}
 	ids := map[string]string{}
 	mk := func(name string, kinds ...journal.StepKind) string {
-		rec, err := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp"})
+		rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range kinds {
-			seq, err := j.Intent(ctx, rec.ID, "s", k, nil)
+			seq, err := j.Intent(rec.ID, "s", k, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,10 +68,10 @@ func TestRunReplaysEveryState(t *testing.T) {
 	j.Ready(id, 1)
 	id = mk("cached", stepOK)
 	j.Ready(id, 1)
-	j.Answer(ctx, id, false)
+	j.Answer(id, false)
 	id = mk("created", stepOK)
 	j.Ready(id, 1)
-	j.Answer(ctx, id, true)
+	j.Answer(id, true)
 	id = mk("broken", stepOK, stepBroken)
 	j.Rollback(ctx, id) // leaves it undoing with a failed undo
 	if err := j.Close(); err != nil {

@@ -146,7 +146,7 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 				// Started by a StartContainer that did not live to record it (the daemon
 				// died between runc start and the marker): it runs, say so, or it would
 				// stay CREATED and every StartContainer retry would fail.
-				return s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, nowMarker())
+				return s.journal.SetMarker(c.rec.ID, markerStartedAt, nowMarker())
 			}
 			return nil // still alive
 		}
@@ -160,7 +160,7 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	case code != 0:
 		reason = "Error"
 	}
-	return s.journal.SetMarkers(ctx, c.rec.ID, map[string]*string{
+	return s.journal.SetMarkers(c.rec.ID, map[string]*string{
 		markerExitCode:   stringPtr(strconv.Itoa(code)),
 		markerReason:     stringPtr(reason),
 		markerFinishedAt: stringPtr(at.UTC().Format(time.RFC3339Nano)),

@@ -31,7 +31,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 	if err := rt.Start(ctx, c.rec.ID); err != nil {
 		return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
 	}
-	if err := s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, nowMarker()); err != nil {
+	if err := s.journal.SetMarker(c.rec.ID, markerStartedAt, nowMarker()); err != nil {
 		return nil, err
 	}
 	s.log.Info("container started", "id", c.rec.ID, "name", c.rec.Name)
@@ -76,7 +76,7 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 	}
 	if c.state() == runtimeapi.ContainerState_CONTAINER_CREATED {
 		// Never started: the runtime's init process is killed; record a plain exit.
-		return s.journal.SetMarkers(ctx, c.rec.ID, map[string]*string{
+		return s.journal.SetMarkers(c.rec.ID, map[string]*string{
 			markerExitCode: stringPtr("0"), markerReason: stringPtr("Completed"), markerFinishedAt: nowMarker(),
 		})
 	}

@@ -50,7 +50,7 @@ func runStep[T any](c *creation, lim limit, a journal.Action[T]) (T, error) {
 	if err := failpoint.Inject(point + "before-intent"); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
-	seq, err := c.s.journal.Intent(c.ctx, c.rec.ID, a.Stage, a.Kind, a.Args)
+	seq, err := c.s.journal.Intent(c.rec.ID, a.Stage, a.Kind, a.Args)
 	if err != nil {
 		return none, c.fail(a.Stage, fmt.Errorf("journal intent: %w", err))
 	}
@@ -100,7 +100,7 @@ func (c *creation) finish(object any) (journal.Record, error) {
 		return rec, c.fail("answer", err)
 	}
 	live := c.ctx.Err() == nil
-	rec, err := s.journal.Answer(c.ctx, c.rec.ID, live)
+	rec, err := s.journal.Answer(c.rec.ID, live)
 	if err != nil {
 		return rec, err
 	}

@@ -49,7 +49,7 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	if err := s.journal.UndoSteps(nctx, rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach); err != nil {
 		// Still not ready, whatever the DEL did: the kubelet will stop and remove the
 		// pod, and the removal runs the DEL again (its failures retried by the journal).
-		if merr := s.journal.SetMarker(ctx, rec.ID, markerStopped, at); merr != nil {
+		if merr := s.journal.SetMarker(rec.ID, markerStopped, at); merr != nil {
 			err = fmt.Errorf("%w; and marking it stopped: %v", err, merr)
 		}
 		return true, fmt.Errorf("sandbox %s lost its namespaces: marked stopped, but its CNI DEL failed and is left to the removal: %w", rec.ID, err)

@@ -30,7 +30,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 	what := string(req.Kind)
 	waitedOn := "" // the ID of the in-progress creation this request has waited for
 	for {
-		rec, err := s.journal.Begin(ctx, req)
+		rec, err := s.journal.Begin(req)
 		var held *journal.HeldError
 		if !errors.As(err, &held) {
 			return reservation{record: rec}, err
@@ -69,7 +69,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 					"%s %s (%q) is ready but was finished after its request timed out; it will be returned on the next retry",
 					what, h.ID, req.Name)
 			}
-			claimed, err := s.journal.Claim(ctx, req.Kind, req.Name, req.Fingerprint)
+			claimed, err := s.journal.Claim(req.Kind, req.Name, req.Fingerprint)
 			if errors.Is(err, journal.ErrWrongState) || errors.Is(err, journal.ErrNotFound) {
 				// It changed under us (an expiry, say), and the change is on its way to
 				// disk: look again once it is published, not in a busy loop.

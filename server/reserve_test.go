@@ -41,7 +41,7 @@ func settle(t *testing.T, s *Server, id string, live bool) {
 	if err := s.journal.Ready(id, map[string]string{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.journal.Answer(context.Background(), id, live); err != nil {
+	if _, err := s.journal.Answer(id, live); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -58,37 +58,37 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 	}{
 		{name: "created, same request: true duplicate", fp: "fp", wantSame: true,
 			holder: func(t *testing.T, s *Server) string {
-				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, true)
 				return r.ID
 			}},
 		{name: "cached, same request: claimed", fp: "fp", wantSame: true,
 			holder: func(t *testing.T, s *Server) string {
-				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, false)
 				return r.ID
 			}},
 		{name: "cached, different request: rolled back, AlreadyExists, the next request takes the name", fp: "other",
 			wantCode: codes.AlreadyExists, wantFreed: true,
 			holder: func(t *testing.T, s *Server) string {
-				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, false)
 				return r.ID
 			}},
 		{name: "created, different request: AlreadyExists", fp: "other", wantCode: codes.AlreadyExists,
 			holder: func(t *testing.T, s *Server) string {
-				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, true)
 				return r.ID
 			}},
 		{name: "creating, different request: AlreadyExists", fp: "other", wantCode: codes.AlreadyExists,
 			holder: func(t *testing.T, s *Server) string {
-				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				return r.ID
 			}},
 		{name: "creating, same request, never finishes: DeadlineExceeded naming the stage", fp: "fp", wantCode: codes.DeadlineExceeded,
 			holder: func(t *testing.T, s *Server) string {
-				r, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				return r.ID
 			}},
 	}
@@ -134,11 +134,11 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 // ID at once when that creation's own request succeeds.
 func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
 	s := testServer(t)
-	holder, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+	holder, _ := s.journal.Begin(beginReq("pod", "fp"))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		s.journal.Ready(holder.ID, 1)
-		s.journal.Answer(context.Background(), holder.ID, true)
+		s.journal.Answer(holder.ID, true)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -157,11 +157,11 @@ func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
 // cached record's expiry is pushed past the waiter's deadline.
 func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
 	s := testServer(t)
-	holder, _ := s.journal.Begin(context.Background(), beginReq("pod", "fp"))
+	holder, _ := s.journal.Begin(beginReq("pod", "fp"))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		s.journal.Ready(holder.ID, 1)
-		s.journal.Answer(context.Background(), holder.ID, false)
+		s.journal.Answer(holder.ID, false)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

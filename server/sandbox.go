@@ -288,7 +288,7 @@ func (s *Server) watchPause(id, name, path string) {
 			return
 		}
 		s.log.Warn("the pause process of the sandbox exited: the sandbox is not ready", "id", id, "name", rec.Name)
-		if err := s.journal.SetMarker(s.lifetime, id, markerPauseExited, nowMarker()); err != nil {
+		if err := s.journal.SetMarker(id, markerPauseExited, nowMarker()); err != nil {
 			s.log.Warn("cannot mark the sandbox not ready", "id", id, "name", rec.Name, "err", err)
 		}
 	})

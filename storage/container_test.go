@@ -210,11 +210,11 @@ func TestUndoDeletesContainer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := newID(t)
-			rec, err := j.Begin(ctx, journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "undo-" + tc.name})
+			rec, err := j.Begin(journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "undo-" + tc.name})
 			if err != nil {
 				t.Fatal(err)
 			}
-			seq, err := j.Intent(ctx, rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args)
+			seq, err := j.Intent(rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -261,11 +261,11 @@ func TestUndoWithoutStore(t *testing.T) {
 	defer j.Close()
 	ctx := context.Background()
 	id := newID(t)
-	rec, err := j.Begin(ctx, journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "c"})
+	rec, err := j.Begin(journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Intent(ctx, rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args); err != nil {
+	if _, err := j.Intent(rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args); err != nil {
 		t.Fatal(err)
 	}
 	var uerr *journal.UndoError

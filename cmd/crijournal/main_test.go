@@ -46,11 +46,10 @@ func TestInspectOffline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := t.Context()
-	a, _ := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindSandbox, Name: "k8s_a_ns_u_0", Fingerprint: "f"})
-	j.Intent(ctx, a.ID, "sandbox network creation", "cni-attach", map[string]string{"netns": "/run/x"})
-	b, _ := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindContainer, Name: "k8s_c_a_ns_u_0", Fingerprint: "f"})
-	j.Intent(ctx, b.ID, "container storage creation", "storage-container", nil)
+	a, _ := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: "k8s_a_ns_u_0", Fingerprint: "f"})
+	j.Intent(a.ID, "sandbox network creation", "cni-attach", map[string]string{"netns": "/run/x"})
+	b, _ := j.Begin(journal.BeginRequest{Kind: journal.KindContainer, Name: "k8s_c_a_ns_u_0", Fingerprint: "f"})
+	j.Intent(b.ID, "container storage creation", "storage-container", nil)
 	j.Close()
 
 	common := []string{"--config", filepath.Join(dir, "none.toml"), "--journal-path", path, "--socket", filepath.Join(dir, "cri.sock")}
