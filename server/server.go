@@ -2,10 +2,16 @@
 // crijournal on top of the journal: request validation, the create, claim, wait and remove
 // flows, and the mapping of errors to gRPC status codes.
 //
-// Every creation follows one straight line (see RunPodSandbox): validate, reserve the name
-// in the journal (or settle the request from the record that already holds it), then for
-// each step record its intent, act, mark it done; finally answer, which makes the record
-// created when the request is still live and cached when it is not.
+// Every creation follows one straight line (see RunPodSandbox) through one handle
+// (creation.go): validate; reserve the name in the journal (begin), or settle the request
+// from the record that already holds it; then one runStep per step, which records the
+// step's intent, acts and marks it done, and rolls the creation back when the step fails;
+// finally finish, which makes the record created when the request is still live and
+// cached when it is not. The steps themselves are values (journal.Action) made by the
+// packages that own the resources (netns, storage, oci).
+//
+// Handlers return plain Go errors that wrap a class (errors.go) or a package's typed
+// error; toStatus, called by UnaryInterceptor, chooses the gRPC code in one table.
 package server
 
 import (
