@@ -100,12 +100,12 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 
 	// The root filesystem: a storage container from the image, mounted.
-	fs, err := runStep(c, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, storage.ContainerRequest{
+	files, err := runStep(c, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, storage.ContainerRequest{
 		ID: id, Name: name, ImageID: img.ID, Labels: map[string]string{"io.crijournal.sandbox": sb.rec.ID}}))
 	if err != nil {
 		return nil, err
 	}
-	obj.Rootfs, obj.Bundle = fs.Rootfs, fs.Dir
+	obj.Rootfs, obj.Bundle = files.Rootfs, files.Dir
 
 	spec, err := oci.Spec(oci.SpecInput{
 		ID: id, Container: cfg, Sandbox: sb.config, Rootfs: obj.Rootfs, Namespaces: sb.obj.Namespaces,
