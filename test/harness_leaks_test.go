@@ -1,6 +1,8 @@
 package test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,9 +11,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/oci"
 )
 
 // assertNoLeaks fails the test if the node holds anything of a sandbox or a
@@ -189,3 +196,225 @@ func (d *daemon) bridgePorts(t *testing.T) []bridgePort {
 
 // portRE parses a line of `ip -o link`: "12: veth1234@if3: <...".
 var portRE = regexp.MustCompile(`^(\d+): ([^@:]+)[@:]`)
+
+// runcList lists the runtime's containers under root (runc list, which would
+// make root if it did not exist).
+func runcList(root string) ([]string, error) {
+	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	out, err := exec.Command("runc", "--root", root, "list", "-q").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("runc --root %s list: %v: %s", root, err, out)
+	}
+	return strings.Fields(string(out)), nil
+}
+
+type procInfo struct {
+	pid     int
+	cmdline string
+}
+
+// conmonProcesses lists the live processes (not zombies) whose command line
+// names the conmon state directory: the conmons of a daemon (or the tests'
+// wrapper of conmon, before it execs conmon).
+func conmonProcesses(stateDir string) []procInfo {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	needle := []byte(stateDir + "/")
+	var out []procInfo
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Contains(cmdline, needle) {
+			continue
+		}
+		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
+			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+				continue
+			}
+		}
+		out = append(out, procInfo{pid, strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))})
+	}
+	return out
+}
+
+// storageContainers reads containers/storage's containers from its
+// containers.json files (any driver), without opening the store (the daemon
+// holds its locks): container ID -> its layer's ID (which names its root
+// filesystem's mount).
+func storageContainers(storageRoot string) (map[string]string, error) {
+	ids := map[string]string{}
+	for _, name := range []string{"containers.json", "volatile-containers.json"} {
+		files, _ := filepath.Glob(filepath.Join(storageRoot, "*-containers", name))
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			var cs []struct {
+				ID    string `json:"id"`
+				Layer string `json:"layer"`
+			}
+			if len(bytes.TrimSpace(b)) > 0 {
+				if err := json.Unmarshal(b, &cs); err != nil {
+					return nil, fmt.Errorf("%s: %w", f, err)
+				}
+			}
+			for _, c := range cs {
+				ids[c.ID] = c.Layer
+			}
+		}
+	}
+	return ids, nil
+}
+
+// cgroupDirs lists the cgroups below parent in every hierarchy, deepest
+// first (the parent itself excluded).
+func cgroupDirs(parent string) []string {
+	var out []string
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		root := filepath.Join(h, parent)
+		_ = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+			if err == nil && e.IsDir() && p != root {
+				out = append(out, p)
+			}
+			return nil
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+// containerLeaks lists what containers left on the node that kept does not
+// accept: runtime containers, conmons, storage containers, conmon's state
+// files, cgroups under the pods' cgroup parent, and mounts under the node's
+// directory (but the namespace pins, checked apart).
+func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
+	t.Helper()
+	var leaks []string
+	ids, err := runcList(d.runcRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		if !kept(id) {
+			leaks = append(leaks, "runtime container "+id)
+		}
+	}
+	for _, p := range conmonProcesses(d.ociStateDir) {
+		if !kept(p.cmdline) {
+			leaks = append(leaks, fmt.Sprintf("conmon process %d: %s", p.pid, p.cmdline))
+		}
+	}
+	sids, err := storageContainers(d.storageRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keptLayers []string // the root filesystems of kept containers
+	for id, layer := range sids {
+		if !kept(id) {
+			leaks = append(leaks, "storage container "+id)
+		} else if layer != "" {
+			keptLayers = append(keptLayers, layer)
+		}
+	}
+	for _, sub := range []string{"containers", "exits", "attach"} {
+		entries, err := os.ReadDir(filepath.Join(d.ociStateDir, sub))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if !kept(e.Name()) {
+				leaks = append(leaks, "conmon state "+filepath.Join(d.ociStateDir, sub, e.Name()))
+			}
+		}
+	}
+	for _, cg := range cgroupDirs(d.cgroupParent) {
+		if !kept(cg) {
+			leaks = append(leaks, "cgroup "+cg)
+		}
+	}
+	for _, m := range mountsBelow(d.base) {
+		if m == d.nsDir || strings.HasPrefix(m, d.nsDir+"/") {
+			continue // namespace pins: checked by leaks
+		}
+		if m == filepath.Join(d.storageRoot(), "overlay") {
+			continue // the overlay driver's home, made private once and left mounted
+		}
+		if !kept(m) && !slices.ContainsFunc(keptLayers, func(l string) bool { return strings.Contains(m, l) }) {
+			leaks = append(leaks, "mount "+m)
+		}
+	}
+	return leaks
+}
+
+// removeContainersLeft removes what containers a test left on its node once
+// the daemon is stopped: it kills their conmons, deletes their runtime
+// containers, removes their cgroups and conmon's state directory.
+func (d *daemon) removeContainersLeft(t *testing.T) {
+	removeNodeContainers(t.Logf, d.runcRoot(), d.ociStateDir, d.cgroupParent)
+	if h := d.opts.secondHandler; h != "" {
+		removeNodeContainers(t.Logf, d.handlerRoot(h), oci.StateDirFor(d.runRoot, h), d.cgroupParent)
+	}
+}
+
+// handlerRoot is the runc root of the handler opts.secondHandler names.
+func (d *daemon) handlerRoot(handler string) string {
+	return filepath.Join(d.runRoot, "runc-"+handler)
+}
+
+// sweepContainers removes the containers of a node whose test process died.
+func sweepContainers(dir string) {
+	runRoot := filepath.Join(dir, "run")
+	removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), oci.StateDirFor(runRoot, "runc"), "/cje2e-"+filepath.Base(dir))
+	// A second handler's, under any name (TestContainerDetails).
+	roots, _ := filepath.Glob(filepath.Join(runRoot, "runc-*"))
+	for _, root := range roots {
+		h := strings.TrimPrefix(filepath.Base(root), "runc-")
+		removeNodeContainers(func(string, ...any) {}, root, oci.StateDirFor(runRoot, h), "/cje2e-"+filepath.Base(dir))
+	}
+}
+
+func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupParent string) {
+	for _, p := range conmonProcesses(stateDir) {
+		logf("cleanup: killing conmon %d: %s", p.pid, p.cmdline)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	}
+	ids, _ := runcList(runcRoot)
+	for _, id := range ids {
+		out, err := exec.Command("runc", "--root", runcRoot, "delete", "--force", id).CombinedOutput()
+		logf("cleanup: runc delete --force %s: %v %s", id, err, out)
+	}
+	if strings.HasPrefix(cgroupParent, "/cje2e-") {
+		dirs := cgroupDirs(cgroupParent)
+		hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+		for _, h := range hierarchies {
+			dirs = append(dirs, filepath.Join(h, cgroupParent))
+		}
+		for _, dir := range dirs {
+			// A cgroup whose last process is still exiting is busy for a moment.
+			for i := 0; i < 50; i++ {
+				err := syscall.Rmdir(dir)
+				if err == nil || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	if strings.HasPrefix(stateDir, "/run/cjo-") {
+		if err := os.RemoveAll(stateDir); err != nil {
+			logf("cleanup: %v", err)
+		}
+	}
+}

@@ -1,0 +1,487 @@
+package test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// TestCrashDuringStart kills the daemon (SIGKILL) while StartContainer
+// waits on a runtime whose `runc start` has started the container but not
+// yet returned: the journal does not know the container runs. After the
+// restart the container must be reported running (the kubelet would
+// otherwise call StartContainer again, which can only fail), and be stopped
+// and removed without leaks.
+func TestCrashDuringStart(t *testing.T) {
+	t.Parallel()
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Skip(err)
+	}
+	dir := t.TempDir()
+	// The daemon runs `runc --root <root> --log-format json start <id>`.
+	wrapper := filepath.Join(dir, "runc")
+	writeFile(t, wrapper, `#!/bin/bash
+# crijournal end-to-end tests: runc, whose start returns late on demand.
+dir=`+shellQuote(dir)+`
+if [ "$5" = start ] && [ -f "$dir/start-sleep" ]; then
+	`+shellQuote(runc)+` "$@"
+	echo "start $6 $? $$" >> "$dir/start.log"
+	exec sleep "$(cat "$dir/start-sleep")"
+fi
+exec `+shellQuote(runc)+` "$@"
+`, 0o755)
+	d, _ := startContainerDaemon(t, daemonOptions{runtimePath: wrapper})
+	pod := d.containerPod(t, "start", false)
+	podID := d.mustRunp(t, pod)
+	id := d.mustCreate(t, podID, containerConfig(t, "late", 0, sleeper), pod)
+
+	writeFile(t, filepath.Join(dir, "start-sleep"), "30\n", 0o644)
+	bg := make(chan error, 1)
+	go func() {
+		_, _, err := d.crictl(t, "start", id)
+		bg <- err
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	var sleeperPid int
+	for {
+		b, _ := os.ReadFile(filepath.Join(dir, "start.log"))
+		if _, err := fmt.Sscanf(string(b), "start "+id+" 0 %d", &sleeperPid); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runc start did not start the container within 10s: %q", b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.kill(t)
+	// The wrapper, now sleeping in place of the runc start that returned, is
+	// no longer needed.
+	_ = syscall.Kill(sleeperPid, syscall.SIGKILL)
+	if err := <-bg; err == nil {
+		t.Fatal("crictl start succeeded although the daemon was killed during it")
+	}
+	if err := os.Remove(filepath.Join(dir, "start-sleep")); err != nil {
+		t.Fatal(err)
+	}
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+
+	d.requireCtrState(t, id, "CONTAINER_RUNNING")
+	if got := d.execSync(t, id, "echo", "running"); got != "running" {
+		t.Fatalf("exec printed %q", got)
+	}
+	_, stderr, err := d.crictl(t, "start", id)
+	requireCode(t, "crictl start of a running container", err, stderr, "FailedPrecondition")
+	d.mustCrictl(t, "stop", "-t", "1", id)
+	d.requireExited(t, id, 137)
+	d.mustCrictl(t, "rm", id)
+	d.removePod(t, podID)
+	d.stopClean(t)
+}
+
+// Triggers of the container flows for the crash matrix (crash_test.go). The
+// daemon pulls the test image and runs a pod first; the failure points of
+// the container flows are not on the pod's path.
+var (
+	// createContainerTrigger: CreateContainer of a new container in a
+	// ready pod. A creation may be rolled back, cached for the retry, or
+	// created (if the crash came after the record was answered).
+	createContainerTrigger = &crashTrigger{
+		how:        "crictl runp, then crictl create of a new container",
+		containers: true,
+		provoke:    createCrashingContainer,
+		settle:     settleContainer,
+		allowed:    []crashOutcome{outcomeGone, outcomeCached, outcomeCreated},
+	}
+
+	// timedOutContainerTrigger: CreateContainer whose request times out
+	// (crictl create -T 2s) while conmon is slow; the daemon goes on, so
+	// the creation finishes after the deadline and is answered "cached". A
+	// crash then must not lose it: the retry gets it, after the restart.
+	timedOutContainerTrigger = &crashTrigger{
+		how:        "crictl runp, then crictl create -T 2s while conmon takes 4s to start",
+		variant:    "timed out",
+		containers: true,
+		provoke: func(t *testing.T, d *daemon, pod string) string {
+			t.Helper()
+			d.pull(t, testImage)
+			podID := d.mustRunp(t, pod)
+			d.slowConmon(t, slowConmonDelay)
+			_, stderr, err := d.create(t, []string{"-T", "2s"}, podID, crashContainerConfig(t, pod), pod)
+			requireCode(t, "crictl create -T 2s with a slow conmon", err, stderr, "DeadlineExceeded")
+			d.waitConmonCall(t, 1, 5*time.Second)
+			d.slowConmon(t, 0)
+			return ""
+		},
+		settle:  settleContainer,
+		allowed: []crashOutcome{outcomeCached},
+	}
+
+	// rollbackContainerTrigger: CreateContainer whose last step fails (an
+	// injected error where the answer would be given), so the creation,
+	// runtime container and all, is rolled back at once and the crash hits
+	// the rollback. A failed creation can only end gone.
+	rollbackContainerTrigger = &crashTrigger{
+		how:        "crictl runp, then crictl create whose answer fails (container-create/before-answer=error)",
+		variant:    "container",
+		containers: true,
+		alsoArm:    "container-create/before-answer=error",
+		provoke:    createCrashingContainer,
+		settle:     settleContainer,
+		allowed:    []crashOutcome{outcomeGone},
+	}
+
+	// removeContainerTrigger: RemoveContainer of a running container
+	// (crictl rm refuses one without -f, and -f stops it first, so the RPC
+	// is called directly). After the restart the removal must have been
+	// finished.
+	removeContainerTrigger = &crashTrigger{
+		how:        "crictl runp, create, start, then RemoveContainer of the running container",
+		variant:    "container",
+		containers: true,
+		provoke: func(t *testing.T, d *daemon, pod string) string {
+			t.Helper()
+			d.pull(t, testImage)
+			podID := d.mustRunp(t, pod)
+			id := d.run(t, podID, crashContainerConfig(t, pod), pod)
+			d.requireCtrState(t, id, "CONTAINER_RUNNING")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err == nil {
+				t.Fatalf("RemoveContainer of %s succeeded: the daemon did not crash at the armed point (a misspelt point name?)", id)
+			} else {
+				t.Logf("RemoveContainer of %s: %v (the daemon crashed)", id, err)
+			}
+			return id
+		},
+		settle:  settleContainer,
+		allowed: []crashOutcome{outcomeGone},
+	}
+)
+
+// createCrashingContainer pulls the test image, runs the pod and creates a
+// container in it, a request that must not succeed: the daemon crashes at
+// the armed point on the way.
+func createCrashingContainer(t *testing.T, d *daemon, pod string) string {
+	t.Helper()
+	d.pull(t, testImage)
+	podID := d.mustRunp(t, pod)
+	if id, _, err := d.create(t, nil, podID, crashContainerConfig(t, pod), pod); err == nil {
+		t.Fatalf("crictl create returned container %s: the daemon did not crash at the armed point (a misspelt point name?)", id)
+	}
+	return ""
+}
+
+// crashContainerConfig writes (the same every time) and returns the
+// container configuration of a crash case, kept beside its pod's.
+func crashContainerConfig(t *testing.T, pod string) string {
+	t.Helper()
+	b, err := json.MarshalIndent(map[string]any{
+		"metadata": map[string]any{"name": "crash", "attempt": 0},
+		"image":    map[string]any{"image": testImage},
+		"command":  sleeper,
+		"log_path": "crash_0.log",
+		"linux": map[string]any{"security_context": map[string]any{
+			"namespace_options": map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)},
+		}},
+	}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(filepath.Dir(pod), "ctr-crash.json")
+	writeFile(t, path, string(b), 0o644)
+	return path
+}
+
+// settleContainer checks the invariant for a container whose request crashed
+// (crashed is its ID when known), after the restart: the pod is ready, and
+// either no container is listed and nothing of one is left (gone), or none
+// is listed and what is left is handed whole to the retry (cached), or the
+// container is listed whole and the retry gets the same ID (created). Then
+// it runs the container the retry got, removes it and the pod, and checks
+// the node is clean.
+func settleContainer(t *testing.T, d *daemon, pod, crashed string) crashOutcome {
+	t.Helper()
+	pods := d.pods(t)
+	if len(pods) != 1 {
+		t.Fatalf("after the restart crictl pods lists %v, want the one pod", pods)
+	}
+	podID := pods[0]
+	d.requireWholeSandbox(t, podID)
+	ctr := crashContainerConfig(t, pod)
+	listed := d.ps(t, true)
+	left := d.leaks(t, podID) // the daemon runs: no journal part
+	calls := d.conmonCalls(t)
+	var out crashOutcome
+	var id string
+	switch {
+	case len(listed) == 0 && len(left) == 0:
+		out = outcomeGone
+		id = d.mustCreate(t, podID, ctr, pod)
+		if id == crashed {
+			t.Fatalf("nothing of %s was left after the restart, yet the retry got it back", crashed)
+		}
+		if n := d.conmonCalls(t); n != calls+1 {
+			t.Fatalf("the retry got a new container %s but conmon was started %d times, want once", id, n-calls)
+		}
+	case len(listed) == 0:
+		out = outcomeCached
+		t.Logf("after the restart nothing is listed; the node holds:\n  %s", strings.Join(left, "\n  "))
+		id = d.mustCreate(t, podID, ctr, pod)
+		if crashed != "" && id != crashed {
+			t.Fatalf("after the restart nothing is listed but the node holds what %s made; the retry got a new container %s instead: the kept work is orphaned (neither gone nor returned)", crashed, id)
+		}
+		if n := d.conmonCalls(t); n != calls {
+			t.Fatalf("the retry got the kept container %s but conmon was started again", id)
+		}
+		if !strings.Contains(strings.Join(left, "\n"), "runtime container "+id) {
+			t.Fatalf("the retry got %s, which the node held no runtime container of:\n  %s", id, strings.Join(left, "\n  "))
+		}
+	case len(listed) == 1:
+		out = outcomeCreated
+		id = listed[0]
+		if crashed != "" && id != crashed {
+			t.Fatalf("after the restart crictl ps -a lists %s, want the crashed request's %s", id, crashed)
+		}
+		again := d.mustCreate(t, podID, ctr, pod)
+		if again != id {
+			t.Fatalf("the retry of a created container %s got %s, want the same ID (a true duplicate)", id, again)
+		}
+		if n := d.conmonCalls(t); n != calls {
+			t.Fatalf("the retry of the created container %s started conmon again", id)
+		}
+	default:
+		t.Fatalf("after the restart crictl ps -a lists %v: more than the one container requested", listed)
+	}
+	d.requirePs(t, "after the retry", id)
+	d.requireWholeContainer(t, id)
+	d.assertNoLeaks(t, podID, id)
+
+	d.removeCtr(t, id)
+	d.requirePs(t, "after stop and rm")
+	d.assertNoLeaks(t, podID)
+	d.removePod(t, podID)
+	d.requirePods(t, "after stopp and rmp")
+	d.assertNoLeaks(t)
+	return out
+}
+
+// TestContainerSurvivesRestart checks that a running container outlives the
+// daemon, stopped (SIGTERM) or killed (SIGKILL): after each start it is
+// listed running, takes exec and keeps logging; then it stops with the
+// right exit code and is removed without leaks.
+func TestContainerSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.containerPod(t, "survivor", false)
+	podID := d.mustRunp(t, pod)
+	id := d.run(t, podID, containerConfig(t, "ticker", 0,
+		[]string{"sh", "-c", "i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done"}), pod)
+	d.waitLog(t, id, "tick-1", 10*time.Second)
+	created := d.mustCreate(t, podID, containerConfig(t, "waiting", 0, sleeper), pod)
+
+	for round, how := range []string{"SIGTERM", "SIGKILL"} {
+		if how == "SIGKILL" {
+			d.kill(t)
+			d.start(t, daemonBinary(t))
+			d.waitReady(t)
+		} else {
+			d.restart(t)
+		}
+		d.requirePs(t, "after a restart ("+how+")", id, created)
+		d.requireCtrState(t, id, "CONTAINER_RUNNING")
+		d.requireCtrState(t, created, "CONTAINER_CREATED")
+		if got := d.execSync(t, id, "echo", "still-here"); got != "still-here" {
+			t.Fatalf("exec after a restart (%s) printed %q", how, got)
+		}
+		d.waitLog(t, id, fmt.Sprintf("tick-%d", 10*(round+1)), 10*time.Second)
+		d.assertNoLeaks(t, podID, id, created)
+	}
+	// The container created before the restarts still starts.
+	d.mustCrictl(t, "start", created)
+	d.waitLog(t, created, "hello-from-container", 10*time.Second)
+
+	d.mustCrictl(t, "stop", "-t", "1", id)
+	d.requireExited(t, id, 137)
+	d.mustCrictl(t, "rm", id)
+	d.removeCtr(t, created)
+	d.requirePs(t, "after rm")
+	d.assertNoLeaks(t, podID)
+	d.removePod(t, podID)
+	d.stopClean(t)
+}
+
+// TestContainerReboot stops the daemon under a pod with a running and a
+// created container, and takes away what a reboot takes away: every process
+// (the containers' and their conmons), the runtime's and conmon's state on
+// tmpfs, the pinned namespaces and the veths. At the next start both
+// containers are reported exited, with exit code 255 and reason
+// ContainerStatusUnknown as the kubelet expects of a lost container, the pod
+// is NOTREADY, and all of it can be removed without leaks.
+func TestContainerReboot(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.containerPod(t, "rebooted", false)
+	podID := d.mustRunp(t, pod)
+	running := d.run(t, podID, containerConfig(t, "running", 0, sleeper), pod)
+	created := d.mustCreate(t, podID, containerConfig(t, "created", 0, sleeper), pod)
+	var pids []int
+	for _, id := range []string{running, created} {
+		out, err := exec.Command("runc", "--root", d.runcRoot(), "state", id).CombinedOutput()
+		var st struct {
+			Pid int `json:"pid"`
+		}
+		if err != nil || json.Unmarshal(out, &st) != nil || st.Pid <= 0 {
+			t.Fatalf("runc state %s: %v\n%s", id, err, out)
+		}
+		pids = append(pids, st.Pid)
+	}
+	d.stop(t)
+
+	// The reboot: every process of the containers dies, /run is emptied.
+	for _, p := range conmonProcesses(d.ociStateDir) {
+		pids = append(pids, p.pid)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		// Gone, or a zombie (conmon's children are reaped by PID 1 late).
+		for syscall.Kill(pid, 0) == nil && !isZombie(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d survived SIGKILL", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for _, dir := range []string{d.runcRoot(), d.ociStateDir} {
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The containers' cgroups (empty now) go with the cgroup file systems.
+	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", d.cgroupParent, "*"))
+	for _, cg := range cgroups {
+		if st, err := os.Stat(cg); err == nil && st.IsDir() {
+			if err := syscall.Rmdir(cg); err != nil {
+				t.Fatalf("reboot: remove cgroup %s: %v", cg, err)
+			}
+		}
+	}
+	d.simulateReboot(t)
+
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	d.requireState(t, podID, "SANDBOX_NOTREADY")
+	for _, id := range []string{running, created} {
+		st := d.requireCtrState(t, id, "CONTAINER_EXITED")
+		if st.Status.ExitCode != 255 || st.Status.Reason != "ContainerStatusUnknown" || st.Status.FinishedAt == "" {
+			t.Errorf("container %s after the reboot: exit %d, reason %q, finished %q; want 255, ContainerStatusUnknown, a time",
+				id, st.Status.ExitCode, st.Status.Reason, st.Status.FinishedAt)
+		}
+	}
+	d.mustCrictl(t, "rm", running, created)
+	d.removePod(t, podID)
+	d.requirePs(t, "after rm and rmp")
+	d.stopClean(t)
+}
+
+// TestCrashDuringSlowConmon kills the daemon (SIGKILL), or stops it
+// (SIGTERM, which cuts the request off after its graceful stop timeout),
+// while a CreateContainer waits on a conmon that takes 6 s to start: conmon
+// (here its wrapper) is in a session of its own and outlives the daemon.
+// After the restart the creation must be rolled back or kept for the retry,
+// and no runtime container may appear later, when conmon would have started.
+func TestCrashDuringSlowConmon(t *testing.T) {
+	t.Parallel()
+	const delay = 6 * time.Second
+	for _, how := range []string{"SIGKILL", "SIGTERM"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			d, _ := startContainerDaemon(t, daemonOptions{conmonPath: conmonWrapper(t)})
+			pod := d.containerPod(t, "crash-slow", false)
+			podID := d.mustRunp(t, pod)
+			ctr := containerConfig(t, "slow", 0, sleeper)
+			d.slowConmon(t, delay)
+			bg := make(chan crictlResult, 1)
+			go func() {
+				start := time.Now()
+				stdout, stderr, err := d.crictl(t, "create", "-T", "60s", podID, ctr, pod)
+				bg <- crictlResult{stdout, stderr, err, time.Since(start)}
+			}()
+			d.waitConmonCall(t, 1, 5*time.Second)
+			stoppedAt := time.Now()
+			if how == "SIGKILL" {
+				d.kill(t)
+			} else {
+				d.terminate(t, 10*time.Second)
+			}
+			r := <-bg
+			if r.err == nil {
+				t.Fatalf("crictl create succeeded (%s) although the daemon stopped while conmon was starting", strings.TrimSpace(r.stdout))
+			}
+			for _, rec := range d.records(t) {
+				t.Logf("journal after the %s: %s", how, describeSteps(rec))
+			}
+			d.checkJournal(t)
+			d.slowConmon(t, 0)
+
+			d.restart(t)
+			d.requirePs(t, "after the restart")
+			// Recovery (done before the daemon serves) settles the creation
+			// in one go: rolled back, nothing left; or kept, cached. No undo
+			// is left failing, to be retried in the background.
+			if recs := d.containerRecords(t); len(recs) == 0 {
+				d.assertNoLeaks(t, podID)
+			} else if len(recs) != 1 || recs[0].State != journal.StateCached || len(recs[0].FailedUndos()) != 0 {
+				t.Errorf("after the restart the journal holds %s, want no container record or a cached one", describeSteps(recs[0]))
+			} else {
+				d.assertNoLeaks(t, podID, recs[0].ID)
+			}
+			// Past the end of conmon's sleep: a conmon that lived on would
+			// have created its container by now. The creation must be
+			// rolled back (no record; an undo that failed is retried in the
+			// background) or kept for the retry (cached).
+			time.Sleep(time.Until(stoppedAt.Add(delay + 2*time.Second)))
+			var recs []journal.Record
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				recs = d.containerRecords(t)
+				if len(recs) == 0 || (len(recs) == 1 && recs[0].State == journal.StateCached) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%v after the %s the journal holds %s, want no container record or a cached one",
+						time.Since(stoppedAt).Round(time.Second), how, describeSteps(recs[0]))
+				}
+			}
+			if len(recs) == 0 {
+				d.waitNoLeaks(t, 5*time.Second, podID)
+			} else {
+				d.assertNoLeaks(t, podID, recs[0].ID)
+			}
+			id := d.mustCreate(t, podID, ctr, pod)
+			if len(recs) == 1 && id != recs[0].ID {
+				t.Errorf("the retry got %s, not the kept creation %s", id, recs[0].ID)
+			}
+			t.Logf("after the %s the creation was %s", how, map[bool]string{true: "rolled back", false: "kept for the retry"}[len(recs) == 0])
+			d.requireWholeContainer(t, id)
+			d.assertNoLeaks(t, podID, id)
+			d.removeCtr(t, id)
+			d.removePod(t, podID)
+			d.stopClean(t)
+		})
+	}
+}

@@ -1,0 +1,115 @@
+package test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// slowCNI makes every later call of the bridge plugin (but VERSION) sleep d
+// first; 0 makes it fast again. A call already sleeping is not affected.
+func (d *daemon) slowCNI(t *testing.T, dur time.Duration) {
+	t.Helper()
+	path := filepath.Join(d.base, "cni-sleep")
+	if dur <= 0 {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return
+	}
+	writeFile(t, path, strconv.FormatFloat(dur.Seconds(), 'f', 3, 64)+"\n", 0o644)
+}
+
+// failCNI makes the bridge plugin fail every call of the CNI command (ADD,
+// DEL, CHECK) with a CNI error while on (with the message in the file
+// cni-fail-<COMMAND>, "injected failure" when it is empty).
+func (d *daemon) failCNI(t *testing.T, command string, on bool) {
+	t.Helper()
+	path := filepath.Join(d.base, "cni-fail-"+command)
+	if !on {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return
+	}
+	writeFile(t, path, "", 0o644)
+}
+
+// cniCall is one call of the bridge plugin wrapper.
+type cniCall struct{ command, containerID string }
+
+// cniCalls returns the calls of the bridge plugin so far, oldest first.
+func (d *daemon) cniCalls(t *testing.T) []cniCall {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(d.base, "cni-calls.log"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []cniCall
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			calls = append(calls, cniCall{f[0], f[1]})
+		}
+	}
+	return calls
+}
+
+// addedIDs returns the sandbox IDs of the CNI ADD calls so far.
+func (d *daemon) addedIDs(t *testing.T) []string {
+	t.Helper()
+	var ids []string
+	for _, c := range d.cniCalls(t) {
+		if c.command == "ADD" {
+			ids = append(ids, c.containerID)
+		}
+	}
+	return ids
+}
+
+// waitADD waits until the nth (1-based) CNI ADD has been called and returns
+// its sandbox ID.
+func (d *daemon) waitADD(t *testing.T, n int, within time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if ids := d.addedIDs(t); len(ids) >= n {
+			return ids[n-1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CNI ADD number %d was not called within %v (calls: %v)", n, within, d.cniCalls(t))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// cniResultPath is libcni's cached ADD result of a sandbox; libcni writes it
+// when ADD succeeded, just before returning to the daemon.
+func (d *daemon) cniResultPath(id string) string {
+	return filepath.Join(d.cacheDir, "results", d.network+"-"+id+"-eth0")
+}
+
+// waitNetworkDone waits until the CNI ADD of the sandbox has returned to the
+// daemon (libcni cached its result), then a moment more for the daemon to
+// settle the record (journal commits take well under a millisecond here).
+func (d *daemon) waitNetworkDone(t *testing.T, id string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if _, err := os.Stat(d.cniResultPath(id)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CNI ADD of %s did not finish within %v (calls: %v)", id, within, d.cniCalls(t))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+}

@@ -1,0 +1,86 @@
+package test
+
+import (
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// records reads every record of the journal file. The daemon must be
+// stopped: it holds the file's lock while it runs.
+func (d *daemon) records(t *testing.T) []journal.Record {
+	t.Helper()
+	j := d.openJournal(t)
+	defer j.Close()
+	return j.List(nil)
+}
+
+// checkJournal fails the test if bbolt's consistency check or the journal's
+// invariants find a problem. The daemon must be stopped.
+func (d *daemon) checkJournal(t *testing.T) {
+	t.Helper()
+	j := d.openJournal(t)
+	defer j.Close()
+	for _, err := range j.Check() {
+		t.Errorf("journal %s: %v", d.journalPath(), err)
+	}
+}
+
+func (d *daemon) journalPath() string {
+	if d.opts.journalDir != "" {
+		return filepath.Join(d.opts.journalDir, "journal.db")
+	}
+	return filepath.Join(d.root, "journal.db")
+}
+
+func (d *daemon) openJournal(t *testing.T) *journal.Journal {
+	t.Helper()
+	if alive, _ := d.running(); alive {
+		t.Fatal("the journal can only be read while the daemon is stopped")
+	}
+	j, err := journal.Open(d.journalPath(), journal.Options{ReadOnly: true, LockTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("open the journal: %v", err)
+	}
+	return j
+}
+
+func describeRecord(r journal.Record) string {
+	return fmt.Sprintf("%s %s %q state %s stage %q holds name %v, %d steps", r.Kind, r.ID, r.Name, r.State, r.Stage, r.HoldsName, len(r.Steps))
+}
+
+// containerRecords returns the container records of the live journal.
+func (d *daemon) containerRecords(t *testing.T) []journal.Record {
+	t.Helper()
+	var out []journal.Record
+	for _, r := range d.liveRecords(t) {
+		if r.Kind == journal.KindContainer {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// waitContainerRecord waits until the live journal holds exactly one
+// container record, and cond holds for it, and returns it.
+func (d *daemon) waitContainerRecord(t *testing.T, what string, within time.Duration, cond func(journal.Record) bool) journal.Record {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		recs := d.containerRecords(t)
+		if len(recs) == 1 && cond(recs[0]) {
+			return recs[0]
+		}
+		if time.Now().After(deadline) {
+			var got []string
+			for _, r := range recs {
+				got = append(got, describeSteps(r))
+			}
+			t.Fatalf("no container record %s within %v; container records: %q", what, within, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,253 @@
+package test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/internal/testenv"
+)
+
+// ownerFile, in a node's directory, names the test process that made it.
+const ownerFile = "e2e-owner"
+
+// selfOwner identifies this process: its PID and start time (so that a reused
+// PID does not pass for it).
+func selfOwner() string { return fmt.Sprintf("%d %s", os.Getpid(), procStart(os.Getpid())) }
+
+// procStart returns the start time of a process (field 22 of
+// /proc/<pid>/stat), or "" when it does not exist.
+func procStart(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) may hold spaces: count from its ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
+}
+
+// sweepStaleNodes removes the nodes of test processes that are gone: their
+// mounts, bridges and directories. Their daemons died with them (parent-death
+// signal). It returns what it removed.
+func sweepStaleNodes() []string {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "cj*"))
+	var swept []string
+	for _, dir := range dirs {
+		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		if err != nil {
+			continue // not a node, or one being made
+		}
+		var pid int
+		var start string
+		if n, _ := fmt.Sscanf(string(owner), "%d %s", &pid, &start); n == 2 && procStart(pid) == start {
+			continue // its test process is alive
+		}
+		sweepContainers(dir)
+		for _, m := range mountsBelow(dir) {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "net.d", "10-cjtest.conflist")); err == nil {
+			var conf struct {
+				Plugins []struct {
+					Bridge string `json:"bridge"`
+				} `json:"plugins"`
+			}
+			if json.Unmarshal(b, &conf) == nil && len(conf.Plugins) > 0 && strings.HasPrefix(conf.Plugins[0].Bridge, "cjt") {
+				_ = exec.Command("ip", "link", "del", conf.Plugins[0].Bridge).Run()
+			}
+		}
+		if os.RemoveAll(dir) == nil {
+			swept = append(swept, dir)
+		}
+	}
+	return swept
+}
+
+// mountsBelow lists the mount points in this mount namespace at or below
+// dir, deepest first.
+func mountsBelow(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) > 4 {
+			if mp := unescapeMountPath(f[4]); mp == dir || strings.HasPrefix(mp, dir+"/") {
+				out = append(out, mp)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
+	return out
+}
+
+var (
+	netSeq atomic.Uint32
+	netMu  sync.Mutex
+)
+
+// 10.100.0.0 - 10.219.255.0: clear of 10.85 (make run's cni0) and 10.88
+// (the netns package's tests).
+const subnetSpace = 120 * 250
+
+func init() { netSeq.Store(mathrand.Uint32N(subnetSpace)) }
+
+// newNetwork picks a bridge name and a /24 that no interface of the host
+// uses, unique within this process (a counter) and likely across processes
+// (a random start).
+func newNetwork(t *testing.T) (bridge, subnet string, third [3]byte) {
+	t.Helper()
+	netMu.Lock()
+	defer netMu.Unlock()
+	for range 50 {
+		n := netSeq.Add(1) % subnetSpace
+		a, b := byte(100+n/250), byte(1+n%250)
+		cidr := fmt.Sprintf("10.%d.%d.0/24", a, b)
+		out, err := exec.Command("ip", "-o", "addr", "show", "to", cidr).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "" {
+			continue
+		}
+		out, err = exec.Command("ip", "-o", "route", "show", "root", cidr).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "" {
+			continue
+		}
+		name := "cjt" + randomHex(t, 3)
+		if _, err := net.InterfaceByName(name); err == nil {
+			continue
+		}
+		return name, cidr, [3]byte{10, a, b}
+	}
+	t.Fatal("no free bridge name and 10.x.y.0/24 subnet found in 50 tries")
+	return "", "", [3]byte{}
+}
+
+// randomHex returns n random bytes as hex.
+func randomHex(t *testing.T, n int) string { return testenv.RandomHex(t, n) }
+
+// randomID returns a random ID shaped like a sandbox ID.
+func randomID(t *testing.T) string { return randomHex(t, 32) }
+
+var idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space...).
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// netnsPin is where the daemon pins a sandbox's network namespace.
+func (d *daemon) netnsPin(id string) string { return filepath.Join(d.nsDir, "netns", id) }
+
+// isNamespace reports whether path is a namespace file (a live pin).
+func isNamespace(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
+// inNetns runs a command in the sandbox's network namespace and returns its
+// output.
+func (d *daemon) inNetns(t *testing.T, id string, args ...string) string {
+	t.Helper()
+	full := append([]string{"--net=" + d.netnsPin(id)}, args...)
+	out, err := exec.Command("nsenter", full...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nsenter %s: %v\n%s", strings.Join(full, " "), err, out)
+	}
+	return string(out)
+}
+
+// ipamAllocations returns host-local's allocations in the test network: IP
+// -> sandbox ID.
+func (d *daemon) ipamAllocations(t *testing.T) map[string]string {
+	t.Helper()
+	dir := filepath.Join(d.ipamDir, d.network)
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if e.Name() == "lock" || strings.HasPrefix(e.Name(), "last_reserved_ip") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // released meanwhile
+			}
+			t.Fatal(err)
+		}
+		owner, _, _ := strings.Cut(string(b), "\n")
+		out[e.Name()] = strings.TrimSpace(owner)
+	}
+	return out
+}
+
+// requireReachable checks that the host reaches ip over the test bridge: the
+// route goes through the bridge, and a TCP connection to a closed port is
+// refused by the sandbox's kernel (an answer, not a timeout or "no route").
+// No ping: iputils-ping is not installed everywhere.
+func (d *daemon) requireReachable(t *testing.T, ip string) {
+	t.Helper()
+	out, err := exec.Command("ip", "-o", "route", "get", ip).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip route get %s: %v\n%s", ip, err, out)
+	}
+	if !strings.Contains(string(out), "dev "+d.bridge+" ") {
+		t.Fatalf("the host's route to %s does not go through the bridge %s: %s", ip, d.bridge, out)
+	}
+	conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "9"), 3*time.Second)
+	if err == nil {
+		conn.Close()
+		t.Fatalf("TCP connect to %s:9 succeeded: something listens in the sandbox?", ip)
+	}
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("the host cannot reach the sandbox at %s over %s: TCP connect to a closed port gave %v, want connection refused", ip, d.bridge, err)
+	}
+}
