@@ -17,6 +17,10 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
+// Containers and crashes: the daemon killed during StartContainer or during a
+// slow conmon, restarted with containers running, and a reboot; and the
+// container flows' triggers of the crash matrix (crash_test.go).
+
 // TestCrashDuringStart kills the daemon (SIGKILL) while StartContainer
 // waits on a runtime whose `runc start` has started the container but not
 // yet returned: the journal does not know the container runs. After the

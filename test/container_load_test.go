@@ -10,6 +10,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// Containers under load: concurrent creations in several pods, and the
+// latency of CreateContainer and StartContainer.
+
 // TestContainerConcurrency creates, starts and removes containers in two
 // pods at once through the gRPC API, as a kubelet starting several pods
 // does: every one is created once, runs, and goes without leaks.

@@ -9,6 +9,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// Containers on a storage driver whose root filesystems are mounts (overlay).
+
 // TestContainerOverlay runs containers on the overlay driver, whose root
 // filesystems are mounts: they are mounted while their containers exist,
 // stay mounted across a daemon crash, and are unmounted when the container

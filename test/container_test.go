@@ -21,12 +21,15 @@ import (
 	"github.com/crijournal/crijournal/storage/storagetest"
 )
 
-// The container tests. Each starts its own daemon (startContainerDaemon),
-// with a loopback registry holding busybox (image_test.go), runs pods whose
-// cgroup parent and log directory belong to the node, and ends with the leak
-// check, which covers containers too (containerLeaks, below): runtime
-// containers, conmons, storage containers, cgroups, conmon's state files and
-// mounts. Their helpers are at the end of the file.
+// The container tests: a container's life through crictl, bad requests, exits,
+// a pod's stop and removal with containers in it, and the details the kubelet
+// reads. Each starts its own daemon (startContainerDaemon), with a loopback
+// registry holding busybox (image_test.go), runs pods whose cgroup parent and
+// log directory belong to the node, and ends with the leak check, which covers
+// containers too (containerLeaks, harness_leaks_test.go): runtime containers,
+// conmons, storage containers, cgroups, conmon's state files and mounts. Their
+// helpers are in harness_containers_test.go; the crashes, timeouts, storage
+// and load of containers are tested in container_{crash,timeout,storage,load}_test.go.
 
 // TestContainerLifecycle drives a container through its life with the real
 // crictl: pull, images, inspecti; runp, create, start, ps, logs, exec, stop,
@@ -359,24 +362,6 @@ func TestPodStopRemoveContainers(t *testing.T) {
 	d.requirePs(t, "after RemovePodSandbox")
 	d.stopClean(t)
 }
-
-// Helpers of the container tests: configurations, crictl calls, the daemon's
-// live journal, and the container part of the leak check.
-
-// ---------------------------------------------------------------------------
-// Configurations
-
-// ---------------------------------------------------------------------------
-// crictl
-
-// ---------------------------------------------------------------------------
-// The live journal
-
-// ---------------------------------------------------------------------------
-// What containers leave on the node
-
-// ---------------------------------------------------------------------------
-// A slow conmon
 
 // TestContainerDetails covers what the kubelet relies on beyond the
 // lifecycle: a pod on a second runtime handler runs its containers there;

@@ -8,6 +8,9 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
+// CreateContainer timeouts: a creation that outlives its request is cached
+// and handed to the retry, and cleaned up when no retry comes.
+
 // TestContainerTimeouts covers a CreateContainer that times out while conmon
 // is slow: the creation is kept (cached) and handed to the retry, also after
 // a restart; it is cleaned up when no matching retry comes, or when its pod

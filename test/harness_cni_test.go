@@ -10,6 +10,9 @@ import (
 	"time"
 )
 
+// Helpers of the CNI plugin wrapper: making the bridge plugin slow or failing,
+// and reading which calls it got.
+
 // slowCNI makes every later call of the bridge plugin (but VERSION) sleep d
 // first; 0 makes it fast again. A call already sleeping is not affected.
 func (d *daemon) slowCNI(t *testing.T, dur time.Duration) {

@@ -13,6 +13,9 @@ import (
 	"time"
 )
 
+// Helpers of the conmon wrapper: a conmon that can be made slow, and the
+// calls it got.
+
 // conmonWrapper installs a wrapper of conmon in a directory of the test and
 // returns its path, for daemonOptions.conmonPath. Each call logs its
 // arguments to conmon-calls.log beside it, sleeps the duration in

@@ -17,6 +17,9 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
+// Helpers of the container tests: configurations, crictl calls on containers,
+// and checks of a container's state, timeouts and traces.
+
 // memoryCgroup returns the memory cgroup of a running container's init
 // process (from runc state and /proc/<pid>/cgroup).
 func (d *daemon) memoryCgroup(t *testing.T, id string) string {

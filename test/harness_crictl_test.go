@@ -20,6 +20,9 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// Helpers that drive a daemon through crictl and its gRPC API: calls, pod
+// configurations, pod status, and the check of a failure's gRPC code.
+
 // crictl runs crictl against the daemon and returns its stdout and stderr
 // (crictl prints warnings on stderr: take results from stdout only).
 func (d *daemon) crictl(t *testing.T, args ...string) (stdout, stderr string, err error) {

@@ -20,6 +20,10 @@ import (
 	"github.com/crijournal/crijournal/oci"
 )
 
+// Helpers of the daemon under test: its options and configuration, its start,
+// stop, kill and restart, and its log. Daemons started by this process are
+// tracked, so that none outlives the tests.
+
 // readyTimeout bounds how long a started daemon may take to answer crictl version.
 const readyTimeout = 15 * time.Second
 

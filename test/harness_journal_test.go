@@ -9,6 +9,9 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
+// Helpers that read a daemon's journal: from its file while it is stopped, or
+// the container records while it runs.
+
 // records reads every record of the journal file. The daemon must be
 // stopped: it holds the file's lock while it runs.
 func (d *daemon) records(t *testing.T) []journal.Record {

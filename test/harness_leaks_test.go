@@ -21,6 +21,9 @@ import (
 	"github.com/crijournal/crijournal/oci"
 )
 
+// The leak check: everything a sandbox or a container may leave on the node,
+// and the removal of what a test's node still holds when it ends.
+
 // assertNoLeaks fails the test if the node holds anything of a sandbox or a
 // container other than the kept ones: namespace pins, mounts, IP
 // allocations, veths on the test bridge, libcni cache entries, runtime

@@ -25,6 +25,11 @@ import (
 	"github.com/crijournal/crijournal/internal/testenv"
 )
 
+// Helpers of the node the tests run on: nodes left by a test process that died
+// (killed, or SIGPIPE on its output) before its cleanups ran, swept at the
+// start of the next run; a unique network per daemon; namespaces, IP
+// allocations and reachability on the node.
+
 // ownerFile, in a node's directory, names the test process that made it.
 const ownerFile = "e2e-owner"
 

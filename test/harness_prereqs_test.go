@@ -13,6 +13,9 @@ import (
 	"github.com/crijournal/crijournal/internal/testenv"
 )
 
+// Helpers of the tests' prerequisites: root, crictl, the tools and the CNI
+// plugins, and the daemon binary (built once when CRIJOURNAL_BIN is not set).
+
 // cniDir is where Debian installs the reference CNI plugins.
 const cniDir = "/usr/lib/cni"
 
