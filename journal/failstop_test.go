@@ -36,12 +36,12 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 				}
 				return rec
 			},
-			change: func(j *Journal, rec Record) error { _, err := j.Answer(ctx, rec.ID, true); return err },
+			change: func(j *Journal, rec Record) error { _, err := j.Answer(rec.ID, true); return err },
 		},
 		{
 			name:   "Claim (cached to created)",
 			setup:  cachedRecord,
-			change: func(j *Journal, rec Record) error { _, err := j.Claim(ctx, KindSandbox, "pod", "fp-pod"); return err },
+			change: func(j *Journal, rec Record) error { _, err := j.Claim(KindSandbox, "pod", "fp-pod"); return err },
 		},
 		{
 			name:   "Remove (created to removing)",
@@ -60,12 +60,12 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 				step(t, j, rec.ID, kindA, "1")
 				return rec
 			},
-			change: func(j *Journal, rec Record) error { _, err := j.Intent(ctx, rec.ID, "s", kindB, nil); return err },
+			change: func(j *Journal, rec Record) error { _, err := j.Intent(rec.ID, "s", kindB, nil); return err },
 		},
 		{
 			name:   "SetMarker",
 			setup:  createdRecord,
-			change: func(j *Journal, rec Record) error { v := "x"; return j.SetMarker(ctx, rec.ID, "stopped", &v) },
+			change: func(j *Journal, rec Record) error { v := "x"; return j.SetMarker(rec.ID, "stopped", &v) },
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,11 +125,11 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 
 			// Every later change is refused, and no background work acts on the
 			// unpublished change: a removal whose mark failed is not finished by a retry.
-			if _, err := j.Begin(ctx, BeginRequest{Kind: KindSandbox, Name: "other", Fingerprint: "f"}); !errors.Is(err, ErrFailed) {
+			if _, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "other", Fingerprint: "f"}); !errors.Is(err, ErrFailed) {
 				t.Errorf("Begin after the failure = %v, want ErrFailed", err)
 			}
 			v := "y"
-			if err := j.SetMarker(ctx, rec.ID, "other", &v); !errors.Is(err, ErrFailed) {
+			if err := j.SetMarker(rec.ID, "other", &v); !errors.Is(err, ErrFailed) {
 				t.Errorf("SetMarker after the failure = %v, want ErrFailed", err)
 			}
 			j.RetryUndos(ctx)
@@ -159,7 +159,7 @@ func createdRecord(t *testing.T, j *Journal) Record {
 	if err := j.Ready(rec.ID, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Answer(ctx, rec.ID, true); err != nil {
+	if _, err := j.Answer(rec.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	return rec
@@ -172,7 +172,7 @@ func cachedRecord(t *testing.T, j *Journal) Record {
 	if err := j.Ready(rec.ID, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Answer(ctx, rec.ID, false); err != nil {
+	if _, err := j.Answer(rec.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	return rec
@@ -200,7 +200,7 @@ func TestWaiterIsNotAnsweredFromAFailedCommit(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond) // let it wait
 	failCommits(j)
-	if _, err := j.Answer(ctx, rec.ID, true); !errors.Is(err, ErrFailed) {
+	if _, err := j.Answer(rec.ID, true); !errors.Is(err, ErrFailed) {
 		t.Errorf("Answer = %v, want ErrFailed", err)
 	}
 	select {

@@ -138,7 +138,7 @@ func TestExpiryDoesNotWaitBehindHangingRetries(t *testing.T) {
 	if err := j.Ready(cached.ID, 1); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := j.Answer(ctx, cached.ID, false); err != nil || rec.State != StateCached {
+	if rec, err := j.Answer(cached.ID, false); err != nil || rec.State != StateCached {
 		t.Fatalf("Answer = %v, %v; want cached", rec.State, err)
 	}
 

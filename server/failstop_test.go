@@ -41,11 +41,11 @@ func TestFullDiskStopsTheRuntime(t *testing.T) {
 	var committed []string
 	var failed error
 	record := func(i int) error {
-		rec, err := j.Begin(ctx, journal.BeginRequest{Kind: journal.KindSandbox, Name: fmt.Sprintf("pod-%d", i), Fingerprint: "f"})
+		rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: fmt.Sprintf("pod-%d", i), Fingerprint: "f"})
 		if err != nil {
 			return err
 		}
-		if _, err := j.Intent(ctx, rec.ID, "s", "test-step", map[string]string{"pad": strings.Repeat("x", 8<<10)}); err != nil {
+		if _, err := j.Intent(rec.ID, "s", "test-step", map[string]string{"pad": strings.Repeat("x", 8<<10)}); err != nil {
 			return err
 		}
 		committed = append(committed, rec.ID)
