@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -123,9 +124,21 @@ func markerTime(rec journal.Record, key string) int64 {
 
 func stringPtr(s string) *string { return &s }
 
+// reasonUnknown is the reason of an exit recorded without conmon's word: the runtime
+// definitely lost the container (a reboot), or conmon died without writing the exit file.
+const reasonUnknown = "ContainerStatusUnknown"
+
+// runtimeQueryTimeout bounds the runtime queries of recordExit, which run detached from
+// the request: a client that gives up must not cut a query short (DESIGN §6, "absence of
+// an answer is not evidence").
+const runtimeQueryTimeout = 30 * time.Second
+
 // recordExit stores a container's exit in its record, once: from conmon's exit file, or
-// as unknown when the runtime lost the container (a reboot). While the container runs it
-// only records a start that the record lacks.
+// as unknown when the runtime definitely does not know the container (oci.ErrNotFound: a
+// reboot) or has it stopped while conmon never wrote an exit file. While the container
+// runs it only records a start that the record lacks. Any other failure to learn the
+// container's state (the runtime binary missing or failing, a timeout) is returned and
+// changes nothing: it says nothing about the container.
 func (s *Server) recordExit(ctx context.Context, c container) error {
 	if _, done := c.rec.Marker(markerFinishedAt); done {
 		return nil
@@ -138,12 +151,19 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	if err != nil {
 		return err
 	}
-	reason := "Completed"
-	switch {
-	case !ok:
-		st, serr := rt.State(ctx, c.rec.ID)
-		if serr == nil && st.Status != oci.StatusStopped {
-			_, started := c.rec.Marker(markerStartedAt)
+	reason := ""
+	if !ok {
+		qctx, cancel := detached(ctx, runtimeQueryTimeout)
+		defer cancel()
+		_, started := c.rec.Marker(markerStartedAt)
+		st, serr := rt.State(qctx, c.rec.ID)
+		switch {
+		case errors.Is(serr, oci.ErrNotFound):
+			// The runtime lost it (a reboot): whatever it was, it no longer runs.
+			code, at, reason = 255, time.Now(), reasonUnknown
+		case serr != nil:
+			return fmt.Errorf("container %s: state unknown, nothing recorded: %w", c.rec.ID, serr)
+		case st.Status != oci.StatusStopped:
 			if !started && (st.Status == oci.StatusRunning || st.Status == oci.StatusPaused) {
 				// Started by a StartContainer that did not live to record it (the daemon
 				// died between runc start and the marker): it runs, say so, or it would
@@ -151,16 +171,28 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 				return s.journal.SetMarker(ctx, c.rec.ID, markerStartedAt, now())
 			}
 			return nil // still alive
-		}
-		if _, started := c.rec.Marker(markerStartedAt); !started && serr == nil {
+		case !started:
 			return nil // created, never started
+		default:
+			// Stopped: runc says so as soon as the init process is dead, a moment before
+			// conmon has reaped it and written the exit file. Wait for conmon.
+			if code, at, ok, err = rt.AwaitExit(qctx, c.rec.ID); err != nil {
+				return err
+			}
+			if !ok {
+				code, at, reason = 255, time.Now(), reasonUnknown
+			}
 		}
-		code, at, reason = 255, time.Now(), "ContainerStatusUnknown"
+	}
+	switch {
+	case reason != "":
 	case rt.OOMKilled(c.rec.ID):
 		// conmon saw the cgroup run out of memory: the kubelet reports this reason.
 		reason = "OOMKilled"
 	case code != 0:
 		reason = "Error"
+	default:
+		reason = "Completed"
 	}
 	return s.journal.SetMarkers(ctx, c.rec.ID, map[string]*string{
 		markerExitCode:   stringPtr(strconv.Itoa(code)),

@@ -66,15 +66,30 @@ func (s *Server) StopContainer(ctx context.Context, req *runtimeapi.StopContaine
 }
 
 func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Duration) error {
-	if c.state() == runtimeapi.ContainerState_CONTAINER_EXITED {
+	exited := c.state() == runtimeapi.ContainerState_CONTAINER_EXITED
+	if reason, _ := c.rec.Marker(markerReason); exited && reason != reasonUnknown {
 		return nil
 	}
 	rt, err := s.runtimes.Runtime(c.obj.Handler)
 	if err != nil {
 		return err
 	}
-	if err := rt.Stop(ctx, c.rec.ID, stopSignal(c.obj.StopSig), timeout); err != nil {
+	// An exit recorded as unknown was concluded without conmon's word; earlier versions
+	// did so on any failed runtime query, while the container ran on. Stop it anyway:
+	// stopping a stopped container costs one runtime query.
+	err = rt.Stop(ctx, c.rec.ID, stopSignal(c.obj.StopSig), timeout)
+	if errors.Is(err, oci.ErrNotFound) {
+		// The runtime definitely does not know it: nothing runs.
+		if exited {
+			return nil
+		}
+		return s.recordExit(ctx, c)
+	}
+	if err != nil {
 		return fmt.Errorf("stop container %s: %w", c.rec.ID, err)
+	}
+	if exited {
+		return nil
 	}
 	if c.state() == runtimeapi.ContainerState_CONTAINER_CREATED {
 		// Never started: the runtime's init process is killed; record a plain exit.
