@@ -64,12 +64,18 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 		case journal.StateCached:
 			if h.ID == waitedOn {
 				// It finished after its own request's deadline while we waited: keep it
-				// for the next retry and fail at our deadline.
-				deadline, _ := ctx.Deadline()
+				// for the next retry and fail at our deadline. A request without a
+				// deadline would wait for ever: it takes the record's expiry as its own.
+				deadline, ok := ctx.Deadline()
+				if !ok {
+					deadline = h.Expiry
+				}
 				s.journal.Touch(req.Kind, req.Name, deadline)
-				wctx, cancel := answerBefore(ctx)
+				dctx, dcancel := context.WithDeadline(ctx, deadline)
+				wctx, cancel := answerBefore(dctx)
 				<-wctx.Done()
 				cancel()
+				dcancel()
 				return reservation{}, status.Errorf(codes.DeadlineExceeded,
 					"%s %s (%q) is ready but was finished after its request timed out; it will be returned on the next retry",
 					what, h.ID, req.Name)
