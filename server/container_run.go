@@ -83,7 +83,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	res, err := s.reserve(ctx, journal.BeginRequest{
 		Kind: journal.KindContainer, Name: name, Parent: sb.rec.ID, Deadline: deadline, Stage: stageContainerReserve,
 		Fingerprint: fingerprint(cfg, sb.rec.ID),
-	})
+	}, legacyFingerprint(cfg, sb.rec.ID))
 	if err != nil {
 		return nil, err
 	}

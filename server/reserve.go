@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -31,7 +32,10 @@ type reservation struct {
 //   - cached from a different request: rolled back, and AlreadyExists saying so (the
 //     next request can take the name);
 //   - anything else from a different request: AlreadyExists.
-func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reservation, error) {
+//
+// A holder is from the same request when its fingerprint is req.Fingerprint or one of
+// alsoSame (the request's fingerprint in an older format, for records written before it).
+func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame ...string) (reservation, error) {
 	what := string(req.Kind)
 	waitedOn := "" // the ID of the in-progress creation this request has waited for
 	for {
@@ -41,7 +45,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 			return reservation{record: rec}, err
 		}
 		h := held.Holder
-		if h.Fingerprint != req.Fingerprint {
+		if h.Fingerprint != req.Fingerprint && !slices.Contains(alsoSame, h.Fingerprint) {
 			if h.State == journal.StateCached {
 				// Nobody will claim it: its request's retries would carry its
 				// fingerprint. Free the name, and say so; this request is refused like
@@ -80,7 +84,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 					"%s %s (%q) is ready but was finished after its request timed out; it will be returned on the next retry",
 					what, h.ID, req.Name)
 			}
-			claimed, err := s.journal.Claim(ctx, req.Kind, req.Name, req.Fingerprint)
+			claimed, err := s.journal.Claim(ctx, req.Kind, req.Name, h.Fingerprint)
 			if errors.Is(err, journal.ErrWrongState) || errors.Is(err, journal.ErrNotFound) {
 				// It changed under us (an expiry, say), and the change is on its way to
 				// disk: look again once it is published, not in a busy loop.

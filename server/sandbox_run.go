@@ -57,7 +57,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	res, err := s.reserve(ctx, journal.BeginRequest{
 		Kind: journal.KindSandbox, Name: name, Deadline: deadline, Stage: stageSandboxReserve,
 		Fingerprint: fingerprint(cfg, req.GetRuntimeHandler()),
-	})
+	}, legacyFingerprint(cfg, req.GetRuntimeHandler()))
 	if err != nil {
 		return nil, err
 	}
