@@ -62,6 +62,11 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		return nil, err
 	}
 	if res.existingID != "" {
+		// Claimed from the cache (or a true duplicate): its pause process is watched from
+		// now on, if it was not already.
+		if sb, err := s.findSandbox(res.existingID); err == nil && sb.obj.Namespaces[string(netns.PID)] != "" {
+			s.watchPause(sb.rec.ID, sb.rec.Name, sb.obj.Namespaces[string(netns.PID)])
+		}
 		return &runtimeapi.RunPodSandboxResponse{PodSandboxId: res.existingID}, nil
 	}
 	rec := res.record

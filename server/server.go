@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,6 +45,8 @@ type Server struct {
 	version  string
 	log      *slog.Logger
 	pods     podGates // keeps a pod's container creations and its removal apart
+
+	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 }
 
 // RuntimeSource hands out the OCI runtime of a runtime handler.
