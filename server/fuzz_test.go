@@ -99,7 +99,7 @@ func FuzzCreateContainerConfig(f *testing.F) {
 		{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, LogPath: "c/0.log",
 			Command: []string{"sh"}, Envs: []*runtimeapi.KeyValue{{Key: "A", Value: []byte("b")}},
 			Mounts: []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/tmp"}},
-			Linux: &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 20, CpuShares: 2}}},
+			Linux:  &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 1 << 20, CpuShares: 2}}},
 		{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"}, LogPath: "../../etc/passwd"},
 		{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
 			Devices: []*runtimeapi.Device{{ContainerPath: "/dev/x", HostPath: "/nonexistent", Permissions: "rw"}}},
