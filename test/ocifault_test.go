@@ -259,9 +259,12 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		d.mustCrictl(t, "rm", id)
 	})
 
-	t.Run("stop of a container wrongly marked exited", func(t *testing.T) {
-		id, pid := start(t, "wronglyexited")
-		// What an earlier version recorded after one failed runc state.
+	t.Run("stop of containers wrongly marked exited", func(t *testing.T) {
+		// Two running containers, recorded as an earlier version recorded them after
+		// one failed runc state: one is stopped by StopContainer, the other by
+		// StopPodSandbox. Neither may be skipped as "exited".
+		byCtr, byCtrPID := start(t, "wronglyexited")
+		byPod, byPodPID := start(t, "wronglyexitedpod")
 		d.stop(t)
 		j, err := journal.Open(d.journalPath(), journal.Options{LockTimeout: 5 * time.Second})
 		if err != nil {
@@ -269,7 +272,11 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		}
 		at := time.Now().UTC().Format(time.RFC3339Nano)
 		code, reason := "255", "ContainerStatusUnknown"
-		err = j.SetMarkers(context.Background(), id, map[string]*string{"exit_code": &code, "reason": &reason, "finished_at": &at})
+		for _, id := range []string{byCtr, byPod} {
+			if err == nil {
+				err = j.SetMarkers(context.Background(), id, map[string]*string{"exit_code": &code, "reason": &reason, "finished_at": &at})
+			}
+		}
 		if cerr := j.Close(); err == nil {
 			err = cerr
 		}
@@ -278,12 +285,17 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		}
 		d.start(t, daemonBinary(t))
 		d.waitReady(t)
-		if !alive(pid) {
-			t.Fatalf("the container's process %d did not survive the restart", pid)
+		for _, pid := range []int{byCtrPID, byPodPID} {
+			if !alive(pid) {
+				t.Fatalf("the container process %d did not survive the restart", pid)
+			}
 		}
-		d.mustCrictl(t, "stop", "-t", "0", id)
-		waitGone(t, pid, 10*time.Second)
-		d.mustCrictl(t, "rm", id)
+		d.mustCrictl(t, "stop", "-t", "0", byCtr)
+		waitGone(t, byCtrPID, 10*time.Second)
+		d.mustCrictl(t, "rm", byCtr)
+		d.mustCrictl(t, "stopp", podID)
+		waitGone(t, byPodPID, 10*time.Second)
+		d.mustCrictl(t, "rm", byPod)
 	})
 
 	d.requirePs(t, "after every fault")
