@@ -1,7 +1,9 @@
 package netns
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -55,10 +57,15 @@ func PauseArgs(dir, sandboxID string) map[string]string {
 }
 
 // AttachArgs returns the journal arguments of a StepAttach on network: everything Detach
-// needs, the network's configuration included.
+// needs, the network's configuration included (compacted to one line).
 func AttachArgs(network *Network, sandboxID, netnsPath, ifName, podName, podNS, podUID string) map[string]string {
+	config := network.Config()
+	var compact bytes.Buffer
+	if json.Compact(&compact, config) == nil {
+		config = compact.Bytes()
+	}
 	return map[string]string{
-		ArgNetwork: network.Name(), ArgConfig: string(network.Config()), ArgSandboxID: sandboxID,
+		ArgNetwork: network.Name(), ArgConfig: string(config), ArgSandboxID: sandboxID,
 		ArgNetNS: netnsPath, ArgIfName: ifName, ArgPodName: podName, ArgPodNS: podNS, ArgPodUID: podUID,
 	}
 }
