@@ -35,12 +35,20 @@
 // does not undo a failed ADD itself: the caller records the intent before
 // calling Attach and runs Detach as the undo whatever Attach returned.
 //
+// [Networks] hands out the network new sandboxes join; while [Networks.Watch]
+// runs it follows the configuration directory (fsnotify), so a replaced or
+// removed network is seen without a restart. An attachment is always
+// detached from the network it was made on, whatever is configured now: the
+// attach step records the network's configuration ([AttachArgs]), and
+// [DetachStep] uses libcni's cached ADD configuration first, then that record
+// ([Networks.Attached]).
+//
 // CNI plugins are started with a parent-death signal (SIGKILL) from a locked
 // OS thread, so a plugin cannot outlive a daemon killed during ADD and finish
 // an allocation nobody will ever account for. The IPAM plugin a plugin starts
 // has no such signal: [KillPlugins] (run by the undo of the attach step, before
-// DEL) kills every process whose environment names the sandbox as
-// CNI_CONTAINERID.
+// DEL) kills, through pidfds, every process whose environment names the sandbox
+// as CNI_CONTAINERID. The caller keeps teardowns of one sandbox apart.
 //
 // # Shared PID namespaces
 //

@@ -1,10 +1,11 @@
 package netns
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -34,6 +35,11 @@ const (
 	ArgPodName   = "pod_name"
 	ArgPodNS     = "pod_namespace"
 	ArgPodUID    = "pod_uid"
+	// ArgConfig is the network's configuration (a CNI plugin list, JSON) as ADD used it,
+	// so that DEL can reach the same network after the configuration changed. Records
+	// written before it existed lack it; DEL then finds the configuration elsewhere (see
+	// Networks.Attached).
+	ArgConfig = "config"
 )
 
 // PinArgs returns the journal arguments of a StepPin for the pins Pin would make.
@@ -50,11 +56,17 @@ func PauseArgs(dir, sandboxID string) map[string]string {
 	return map[string]string{ArgPath: PinPath(dir, PID, sandboxID)}
 }
 
-// AttachArgs returns the journal arguments of a StepAttach: everything Detach needs.
-func AttachArgs(network, sandboxID, netnsPath, ifName, podName, podNS, podUID string) map[string]string {
+// AttachArgs returns the journal arguments of a StepAttach on network: everything Detach
+// needs, the network's configuration included (compacted to one line).
+func AttachArgs(network *Network, sandboxID, netnsPath, ifName, podName, podNS, podUID string) map[string]string {
+	config := network.Config()
+	var compact bytes.Buffer
+	if json.Compact(&compact, config) == nil {
+		config = compact.Bytes()
+	}
 	return map[string]string{
-		ArgNetwork: network, ArgSandboxID: sandboxID, ArgNetNS: netnsPath, ArgIfName: ifName,
-		ArgPodName: podName, ArgPodNS: podNS, ArgPodUID: podUID,
+		ArgNetwork: network.Name(), ArgConfig: string(config), ArgSandboxID: sandboxID,
+		ArgNetNS: netnsPath, ArgIfName: ifName, ArgPodName: podName, ArgPodNS: podNS, ArgPodUID: podUID,
 	}
 }
 
@@ -66,14 +78,8 @@ func CNIArgs(podName, podNS, podUID, sandboxID string) map[string]string {
 	}
 }
 
-// NetworkSource hands out the current CNI network; it is how undos find the network long
-// after the step that used it (after a restart, say).
-type NetworkSource interface {
-	Network() (*Network, error)
-}
-
 // RegisterUndos registers the undo of every step kind this package owns.
-func RegisterUndos(reg *journal.Registry, networks NetworkSource) {
+func RegisterUndos(reg *journal.Registry, networks *Networks) {
 	reg.Register(StepPin, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		var errs []error
 		for _, path := range step.Args {
@@ -91,45 +97,18 @@ func RegisterUndos(reg *journal.Registry, networks NetworkSource) {
 	})
 }
 
-// DetachStep runs the CNI DEL described by a StepAttach's arguments.
-func DetachStep(ctx context.Context, networks NetworkSource, args map[string]string) error {
+// DetachStep runs the CNI DEL described by a StepAttach's arguments, on the network the
+// sandbox was attached to, whatever the configured network is now: libcni's cached ADD
+// configuration first, then the configuration the step recorded (see Networks.Attached).
+// Plugins still working for the sandbox (an interrupted ADD's IPAM plugin) are killed first.
+func DetachStep(ctx context.Context, networks *Networks, args map[string]string) error {
 	if _, err := KillPlugins(ctx, args[ArgSandboxID]); err != nil {
 		return err
 	}
-	n, err := networks.Network()
+	n, err := networks.Attached(args[ArgNetwork], []byte(args[ArgConfig]))
 	if err != nil {
 		return fmt.Errorf("cni detach of %s: %w", args[ArgSandboxID], err)
 	}
-	if args[ArgNetwork] != "" && n.Name() != args[ArgNetwork] {
-		return fmt.Errorf("cni detach of %s: attached to network %q, but the configured network is now %q",
-			args[ArgSandboxID], args[ArgNetwork], n.Name())
-	}
 	cniArgs := CNIArgs(args[ArgPodName], args[ArgPodNS], args[ArgPodUID], args[ArgSandboxID])
 	return n.Detach(ctx, args[ArgSandboxID], args[ArgNetNS], args[ArgIfName], cniArgs)
-}
-
-// Networks loads the CNI network from a configuration directory on first use and keeps it;
-// until a configuration exists it answers with ErrNoNetwork and tries again next time.
-type Networks struct {
-	ConfDir    string
-	PluginDirs []string
-	CacheDir   string
-
-	mu      sync.Mutex
-	network *Network
-}
-
-// Network returns the loaded network, loading it if needed.
-func (s *Networks) Network() (*Network, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.network != nil {
-		return s.network, nil
-	}
-	n, err := LoadNetwork(s.ConfDir, s.PluginDirs, s.CacheDir)
-	if err != nil {
-		return nil, err
-	}
-	s.network = n
-	return n, nil
 }

@@ -116,7 +116,7 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 // ID is success, per the CRI.
 func (s *Server) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	rec, err := s.findRecord(journal.KindContainer, req.GetContainerId())
-	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+	if errors.Is(err, journal.ErrNotFound) {
 		return &runtimeapi.RemoveContainerResponse{}, nil
 	}
 	if err != nil {

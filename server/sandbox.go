@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -79,13 +77,14 @@ func (sb sandbox) state() runtimeapi.PodSandboxState {
 	return runtimeapi.PodSandboxState_SANDBOX_READY
 }
 
-// errNotYetCreated is the answer for a sandbox that exists in the journal but was never
-// handed to a client: hidden, exactly as CRI-O hides it.
-func errNotYetCreated(kind journal.Kind, id string) error {
-	return status.Errorf(codes.NotFound, "%s %s is not yet created", kind, id)
-}
+// errNotYetCreated is returned (wrapped, with kind and ID) by findRecord for a record that
+// exists in the journal but was never handed to a client: hidden, exactly as CRI-O hides
+// it. Its gRPC code is NotFound, but unlike an unknown ID it does not make a Stop or a
+// Remove succeed.
+var errNotYetCreated = errors.New("not yet created")
 
-// findRecord returns the created record of kind whose ID is id or starts with it.
+// findRecord returns the created record of kind whose ID is id or starts with it. An
+// unknown ID gives an error wrapping journal.ErrNotFound, a hidden one errNotYetCreated.
 func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error) {
 	if id == "" {
 		return journal.Record{}, invalidf("%s ID is required", kind)
@@ -101,13 +100,13 @@ func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error
 	}
 	switch {
 	case len(matches) == 0:
-		return journal.Record{}, status.Errorf(codes.NotFound, "%s %s not found", kind, id)
+		return journal.Record{}, fmt.Errorf("%s %s: %w", kind, id, journal.ErrNotFound)
 	case len(matches) > 1:
 		return journal.Record{}, invalidf("%s ID prefix %q is ambiguous (%d matches)", kind, id, len(matches))
 	}
 	rec := matches[0]
 	if rec.State != journal.StateCreated {
-		return journal.Record{}, errNotYetCreated(kind, rec.ID)
+		return journal.Record{}, fmt.Errorf("%s %s is %w", kind, rec.ID, errNotYetCreated)
 	}
 	return rec, nil
 }
@@ -122,14 +121,25 @@ func (s *Server) findSandbox(id string) (sandbox, error) {
 
 // StopPodSandbox tears the pod's network down (CNI DEL, journaled as the undo of the
 // attach step) and marks the sandbox stopped in its record. It is idempotent, and an
-// unknown ID is success, as in CRI-O.
+// unknown ID is success, as in CRI-O. Teardowns of one sandbox run one at a time.
 func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	sb, err := s.findSandbox(req.GetPodSandboxId())
-	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+	if errors.Is(err, journal.ErrNotFound) {
 		s.log.Info("stop of an unknown sandbox: nothing to do", "id", req.GetPodSandboxId())
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
 	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.teardowns.lock(ctx, sb.rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("stop sandbox %s: waiting for another stop or removal of it: %w", sb.rec.ID, err)
+	}
+	defer unlock()
+	// Look again: the teardown that ran meanwhile may have stopped or removed it.
+	if sb, err = s.findSandbox(sb.rec.ID); errors.Is(err, journal.ErrNotFound) {
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	} else if err != nil {
 		return nil, err
 	}
 	// The pod's containers first, killed at once (as containerd does: the kubelet has
@@ -162,20 +172,27 @@ func now() *string {
 	return &t
 }
 
-func isNotYetCreated(err error) bool {
-	return strings.Contains(status.Convert(err).Message(), "not yet created")
-}
-
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
 // DEL unless stopped, then the namespace pins), last first, and deletes the record. The
 // record is marked removing before anything is undone, so a crash part way is finished at
-// the next start. An unknown ID is success, per the CRI.
+// the next start. An unknown ID is success, per the CRI. Teardowns of one sandbox run one
+// at a time.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	rec, err := s.findRecord(journal.KindSandbox, req.GetPodSandboxId())
-	if status.Code(err) == codes.NotFound && !isNotYetCreated(err) {
+	if errors.Is(err, journal.ErrNotFound) {
 		return &runtimeapi.RemovePodSandboxResponse{}, nil
 	}
 	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.teardowns.lock(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("remove sandbox %s: waiting for another stop or removal of it: %w", rec.ID, err)
+	}
+	defer unlock()
+	if rec, err = s.findRecord(journal.KindSandbox, rec.ID); errors.Is(err, journal.ErrNotFound) {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	} else if err != nil {
 		return nil, err
 	}
 	// No container creation may be running in the pod while its containers are

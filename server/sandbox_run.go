@@ -133,7 +133,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	// finish and be cached for the retry rather than thrown away.
 	if !hostNetwork {
 		netnsPath := sb.Namespaces[string(netns.Net)]
-		args := netns.AttachArgs(network.Name(), id, netnsPath, netns.DefaultIfName, md.GetName(), md.GetNamespace(), md.GetUid())
+		args := netns.AttachArgs(network, id, netnsPath, netns.DefaultIfName, md.GetName(), md.GetNamespace(), md.GetUid())
 		err := s.step(ctx, flowSandboxCreate, rec, stageSandboxNetwork, netns.StepAttach, args, func() error {
 			nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 			defer cancel()

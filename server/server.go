@@ -36,15 +36,16 @@ const RuntimeName = "crijournal"
 // Server is the CRI service. Build it with New and attach it with Register.
 type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
-	cfg      config.Config
-	journal  *journal.Journal
-	networks netns.NetworkSource
-	metrics  *metrics.Metrics
-	images   *storage.Store
-	runtimes RuntimeSource
-	version  string
-	log      *slog.Logger
-	pods     podGates // keeps a pod's container creations and its removal apart
+	cfg       config.Config
+	journal   *journal.Journal
+	networks  netns.NetworkSource
+	metrics   *metrics.Metrics
+	images    *storage.Store
+	runtimes  RuntimeSource
+	version   string
+	log       *slog.Logger
+	pods      podGates  // keeps a pod's container creations and its removal apart
+	teardowns teardowns // keeps the stops and removals of one sandbox apart
 
 	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 }
@@ -152,7 +153,7 @@ func toStatus(err error) error {
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):
 		code = codes.Canceled
-	case errors.Is(err, journal.ErrNotFound):
+	case errors.Is(err, journal.ErrNotFound), errors.Is(err, errNotYetCreated):
 		code = codes.NotFound
 	case errors.Is(err, journal.ErrNameHeld):
 		code = codes.AlreadyExists

@@ -147,6 +147,16 @@ func runServe(cmd *cobra.Command, args []string) error {
 		defer close(maintained)
 		j.Maintain(ctx, cfg.CacheSweepInterval)
 	}()
+	// The CNI configuration directory is watched for the life of the daemon: new pods use
+	// the network configured now, and NetworkReady follows the directory.
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if err := networks.Watch(ctx); err != nil {
+			log.Warn("the CNI configuration directory is no longer watched: a changed network is noticed only after a restart", "dir", cfg.CNIConfDir, "err", err)
+		}
+	}()
+	defer func() { stop(); <-watched }()
 
 	lis, err := server.Listen(cfg.Socket)
 	if err != nil {
