@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -43,7 +44,8 @@ type Server struct {
 	runtimes RuntimeSource
 	version  string
 	log      *slog.Logger
-	pods     podGates // keeps a pod's container creations and its removal apart
+	pods     podGates                     // keeps a pod's container creations and its removal apart
+	streams  atomic.Pointer[StreamServer] // set by StartStreaming
 }
 
 // RuntimeSource hands out the OCI runtime of a runtime handler.
