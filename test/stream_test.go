@@ -198,8 +198,11 @@ func TestStreamAttach(t *testing.T) {
 		if err != nil || !strings.Contains(stdout, "only-session") {
 			t.Fatalf("crictl attach -i to a stdin_once cat: %v, printed %q (stderr %s)", err, stdout, stderr)
 		}
-		// conmon closed cat's stdin when the session's input ended.
-		d.waitCtrState(t, id, "CONTAINER_EXITED", 20*time.Second)
+		// conmon closed cat's stdin when the session's input ended, and cat exited. The
+		// exit file is waited for before crictl asks: a status asked between runc's
+		// "stopped" and conmon's exit file records 255 (issue 10's first defect).
+		exitFile := filepath.Join(d.ociStateDir, "exits", id)
+		waitUntil(t, 20*time.Second, "conmon to record cat's exit", func() bool { _, err := os.Stat(exitFile); return err == nil })
 		d.requireExited(t, id, 0)
 	})
 
@@ -687,14 +690,6 @@ func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool
 	}
 }
 
-// waitCtrState polls crictl inspect until the container is in state.
-func (d *daemon) waitCtrState(t *testing.T, id, state string, within time.Duration) {
-	t.Helper()
-	waitUntil(t, within, fmt.Sprintf("container %s to be %s", id, state), func() bool {
-		return d.inspect(t, id).Status.State == state
-	})
-}
-
 // processesMatching returns the PIDs of the host's processes whose command line,
 // with spaces between arguments, is exactly cmdline.
 func processesMatching(cmdline string) []int {
@@ -786,7 +781,7 @@ func (d *daemon) streamFootprint(t *testing.T, pid int) footprint {
 	return fp
 }
 
-// writeSelfSignedCert writes a self-signed certificate for 127.0.0.1 and its key, in
+// writeSelfSignedCert writes a self-signed certificate for 127.0.0.1 and localhost and its key, in
 // PEM, and returns their paths. The certificate is its own CA.
 func writeSelfSignedCert(t *testing.T, dir string) (certPath, keyPath string) {
 	t.Helper()
@@ -800,6 +795,7 @@ func writeSelfSignedCert(t *testing.T, dir string) (certPath, keyPath string) {
 		NotBefore:             time.Now().Add(-time.Hour),
 		NotAfter:              time.Now().Add(24 * time.Hour),
 		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:              []string{"localhost"}, // crictl verifies this name unless told another
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
