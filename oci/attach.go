@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 )
 
@@ -29,6 +30,17 @@ const (
 	// ends (CRI stdin and stdin_once), so the process reads end of file.
 	StdinOnce
 )
+
+// StdinModeOf returns the stdin mode a container's config asks for.
+func StdinModeOf(cfg *runtimeapi.ContainerConfig) StdinMode {
+	switch {
+	case !cfg.GetStdin():
+		return StdinNone
+	case cfg.GetStdinOnce():
+		return StdinOnce
+	}
+	return StdinOpen
+}
 
 // Attach pipe types: the first byte of each packet conmon sends on its attach socket
 // says which of the container's streams the rest came from (stdpipe_t in conmon).

@@ -362,7 +362,7 @@ func (r streamRuntime) Attach(ctx context.Context, id string, in io.Reader, out,
 	if err != nil {
 		return err
 	}
-	return rt.Attach(ctx, c.rec.ID, stdinMode(c.config), oci.Streams{Stdin: in, Stdout: writerOrNil(out), Stderr: writerOrNil(errOut), TTY: tty, Resize: resize})
+	return rt.Attach(ctx, c.rec.ID, oci.StdinModeOf(c.config), oci.Streams{Stdin: in, Stdout: writerOrNil(out), Stderr: writerOrNil(errOut), TTY: tty, Resize: resize})
 }
 
 func (r streamRuntime) PortForward(ctx context.Context, sandboxID string, port int32, stream io.ReadWriteCloser) error {
@@ -406,15 +406,4 @@ func writerOrNil(w io.WriteCloser) io.Writer {
 		return nil
 	}
 	return w
-}
-
-// stdinMode is the stdin a container's config asks for.
-func stdinMode(cfg *runtimeapi.ContainerConfig) oci.StdinMode {
-	switch {
-	case !cfg.GetStdin():
-		return oci.StdinNone
-	case cfg.GetStdinOnce():
-		return oci.StdinOnce
-	}
-	return oci.StdinOpen
 }
