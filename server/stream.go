@@ -348,7 +348,7 @@ func (r streamRuntime) Exec(ctx context.Context, id string, cmd []string, in io.
 	}
 	code, err := rt.Exec(ctx, c.rec.ID, cmd, oci.Streams{Stdin: in, Stdout: writerOrNil(out), Stderr: writerOrNil(errOut), TTY: tty, Resize: resize})
 	if err != nil {
-		return err
+		return r.sessionError(ctx, "exec", c.rec.ID, err)
 	}
 	if code != 0 {
 		// The library reports this code to the client as the command's exit code.
@@ -362,7 +362,8 @@ func (r streamRuntime) Attach(ctx context.Context, id string, in io.Reader, out,
 	if err != nil {
 		return err
 	}
-	return rt.Attach(ctx, c.rec.ID, oci.StdinModeOf(c.config), oci.Streams{Stdin: in, Stdout: writerOrNil(out), Stderr: writerOrNil(errOut), TTY: tty, Resize: resize})
+	err = rt.Attach(ctx, c.rec.ID, oci.StdinModeOf(c.config), oci.Streams{Stdin: in, Stdout: writerOrNil(out), Stderr: writerOrNil(errOut), TTY: tty, Resize: resize})
+	return r.sessionError(ctx, "attach", c.rec.ID, err)
 }
 
 func (r streamRuntime) PortForward(ctx context.Context, sandboxID string, port int32, stream io.ReadWriteCloser) error {
@@ -380,7 +381,19 @@ func (r streamRuntime) PortForward(ctx context.Context, sandboxID string, port i
 	if err != nil {
 		return fmt.Errorf("connect to port %d of pod sandbox %s: %w", port, sb.rec.ID, err)
 	}
-	return netns.Forward(ctx, conn, stream)
+	return r.sessionError(ctx, "port-forward", sb.rec.ID, netns.Forward(ctx, conn, stream))
+}
+
+// sessionError is what a session reports to the library: its error, unless the
+// session ended because its client went away or the server stopped. Then there is
+// nobody to tell (the library would log it as an unhandled error), and the end is
+// logged at debug level.
+func (r streamRuntime) sessionError(ctx context.Context, kind, id string, err error) error {
+	if err != nil && ctx.Err() != nil {
+		r.s.log.Debug("streaming session ended by its client", "kind", kind, "id", id, "err", err)
+		return nil
+	}
+	return err
 }
 
 // runtimeOf returns a running container and its runtime.
