@@ -78,6 +78,9 @@ func (s *Server) StartStreaming() (*StreamServer, error) {
 	base := &url.URL{Scheme: "http", Host: raw.Addr().String()}
 	if tlsConfig != nil {
 		base.Scheme = "https"
+	} else if ip := raw.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		// A session URL's token is its only credential.
+		s.log.Warn("the streaming server is not on loopback and has no TLS: set stream_tls_cert and stream_tls_key", "address", raw.Addr().String())
 	}
 	cfg := streaming.DefaultConfig
 	cfg.Addr = raw.Addr().String()
