@@ -129,9 +129,14 @@ func (st *StreamServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Stop ends every session (their contexts are cancelled, which kills the processes
 // they started, and their connections are closed), stops listening and waits, at most
-// streamStopTimeout, for the sessions and the Serve goroutine to finish.
+// streamStopTimeout, for the sessions and the Serve goroutine to finish. Only the
+// first call does anything.
 func (st *StreamServer) Stop() error {
 	st.mu.Lock()
+	if st.stopped {
+		st.mu.Unlock()
+		return nil
+	}
 	st.stopped = true
 	st.mu.Unlock()
 	st.stopSessions()
