@@ -52,9 +52,13 @@ type StreamServer struct {
 	sessions sync.WaitGroup // HTTP requests in flight, sessions included
 }
 
-// streamStopTimeout bounds how long Stop waits for sessions to end once their
-// contexts are cancelled and their connections closed.
-const streamStopTimeout = 10 * time.Second
+// streamStopGrace is how long Stop lets sessions, whose contexts it has cancelled,
+// tell their clients that they ended, before it closes their connections;
+// streamStopTimeout bounds its whole wait.
+const (
+	streamStopGrace   = 2 * time.Second
+	streamStopTimeout = 10 * time.Second
+)
 
 // StartStreaming listens on the configured stream_address:stream_port (port 0: any
 // free port), with TLS when stream_tls_cert and stream_tls_key are set, and serves
@@ -141,18 +145,25 @@ func (st *StreamServer) Stop() error {
 	st.mu.Unlock()
 	st.stopSessions()
 	err := st.http.Close() // the listener and connections not upgraded
-	st.lis.closeAll()      // upgraded (hijacked) connections
-	finished := make(chan struct{})
+	sessionsDone := make(chan struct{})
 	go func() {
 		st.sessions.Wait()
-		<-st.served
-		close(finished)
+		close(sessionsDone)
 	}()
+	// Sessions whose processes are gone tell their clients so; then the connections
+	// of the rest are cut.
+	deadline := time.After(streamStopTimeout)
 	select {
-	case <-finished:
-	case <-time.After(streamStopTimeout):
+	case <-sessionsDone:
+	case <-time.After(streamStopGrace):
+	}
+	st.lis.closeAll() // upgraded (hijacked) connections
+	select {
+	case <-sessionsDone:
+	case <-deadline:
 		return fmt.Errorf("streaming server: sessions still running %v after stop", streamStopTimeout)
 	}
+	<-st.served
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
 	}
@@ -392,16 +403,26 @@ func (r streamRuntime) PortForward(ctx context.Context, sandboxID string, port i
 	return r.sessionError(ctx, "port-forward", sb.rec.ID, netns.Forward(ctx, conn, stream))
 }
 
-// sessionError is what a session reports to the library: its error, unless the
-// session ended because its client went away or the server stopped. Then there is
-// nobody to tell (the library would log it as an unhandled error), and the end is
-// logged at debug level.
+// sessionError is what a session reports to the library: its error, but when the
+// session ended because the streaming server is stopping, one that says so, and when
+// its client went away, none: there is nobody to tell (the library would log it as an
+// unhandled error), and the end is logged at debug level.
 func (r streamRuntime) sessionError(ctx context.Context, kind, id string, err error) error {
-	if err != nil && ctx.Err() != nil {
-		r.s.log.Debug("streaming session ended by its client", "kind", kind, "id", id, "err", err)
-		return nil
+	if err == nil || ctx.Err() == nil {
+		return err
 	}
-	return err
+	if st := r.s.streams.Load(); st != nil && st.stopping() {
+		return fmt.Errorf("%s session of %s ended: the runtime's streaming server is stopping", kind, id)
+	}
+	r.s.log.Debug("streaming session ended by its client", "kind", kind, "id", id, "err", err)
+	return nil
+}
+
+// stopping reports whether Stop has been called.
+func (st *StreamServer) stopping() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.stopped
 }
 
 // runtimeOf returns a running container and its runtime.

@@ -107,6 +107,24 @@ func TestStreamExec(t *testing.T) {
 		d.requireCtrState(t, id, "CONTAINER_RUNNING")
 	})
 
+	t.Run("daemon stops", func(t *testing.T) {
+		// Stopping the daemon ends its sessions: their commands are killed.
+		marker := randomSleep(t)
+		cmd := d.crictlCommand("exec", id, "sleep", marker)
+		var out syncBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitProcesses(t, "sleep "+marker, 1, 30*time.Second)
+		d.restart(t)
+		waitProcesses(t, "sleep "+marker, 0, 15*time.Second)
+		if err := waitCmd(cmd, 30*time.Second); err == nil || !strings.Contains(out.String(), "streaming server is stopping") {
+			t.Errorf("crictl exec during the daemon's stop: %v; want an error saying the server stopped:\n%s", err, out.String())
+		}
+		d.requireCtrState(t, id, "CONTAINER_RUNNING")
+	})
+
 	t.Run("validation", func(t *testing.T) {
 		cri := d.cri(t)
 		ctx := context.Background()
