@@ -215,6 +215,15 @@ type Config struct {
 
 	// MetricsKey is the PEM private key of metrics_cert. Default: "".
 	MetricsKey string `toml:"metrics_key" help:"PEM key of metrics_cert"`
+
+	// StreamTLSCert is the PEM certificate (chain) the streaming server
+	// presents; with StreamTLSKey it serves HTTPS instead of plain HTTP,
+	// which a streaming server that is not on loopback should. Both or
+	// neither. The files are read once, at start. Default: "", plain HTTP.
+	StreamTLSCert string `toml:"stream_tls_cert" help:"PEM certificate of the streaming server (empty: plain HTTP)"`
+
+	// StreamTLSKey is the PEM private key of StreamTLSCert. Default: "".
+	StreamTLSKey string `toml:"stream_tls_key" help:"PEM private key of the streaming server's certificate"`
 }
 
 // Registry redirects the pulls of images whose name starts with a prefix.
@@ -442,6 +451,11 @@ func (c Config) Validate() error {
 	absolute("metrics_key", c.MetricsKey, false)
 	if (c.MetricsCert == "") != (c.MetricsKey == "") {
 		bad("metrics_cert", "metrics_cert and metrics_key must be set together")
+	}
+	absolute("stream_tls_cert", c.StreamTLSCert, false)
+	absolute("stream_tls_key", c.StreamTLSKey, false)
+	if (c.StreamTLSCert == "") != (c.StreamTLSKey == "") {
+		bad("stream_tls_key", "stream_tls_cert and stream_tls_key must be set together (got %q and %q)", c.StreamTLSCert, c.StreamTLSKey)
 	}
 	return errors.Join(errs...)
 }

@@ -58,6 +58,13 @@
 // [StopPause] kills only a process it has identified as that pause (through a
 // pidfd, so a recycled PID is never hit) and unpins it. See pause.go.
 //
+// # Port forwarding
+//
+// [DialLoopback] connects to a TCP port on the loopback interface of a pinned network
+// namespace (or of the host's, for pods on the host network), from a socket made on
+// a disposable thread that entered the namespace; [Forward] copies between that
+// connection and a client's stream. Nothing is pinned or journaled for it.
+//
 // # Journal steps
 //
 // steps.go names this package's step kinds ([StepPin], [StepPause],

@@ -90,7 +90,7 @@ func waitLog(t *testing.T, c *testContainer, want string) {
 func TestCreateTwiceIsAlreadyExists(t *testing.T) {
 	r := newRuntime(t)
 	c := createContainer(t, r, []string{"sleep", "30"}, nil)
-	_, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath)
+	_, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath, StdinNone)
 	if !errors.Is(err, ErrAlreadyExists) {
 		t.Fatalf("second Create: %v, want ErrAlreadyExists", err)
 	}
@@ -128,7 +128,7 @@ func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/nonexistent-dir/x/ctr.log")
+	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/nonexistent-dir/x/ctr.log", StdinNone)
 	if err == nil || !strings.Contains(err.Error(), "open log file") {
 		t.Fatalf("Create with an unwritable log path: %v, want conmon's message", err)
 	}
@@ -610,7 +610,7 @@ func childCreate() int {
 	}
 	r, err := New(job.Config)
 	if err == nil {
-		_, err = r.Create(ctxb, job.ID, job.Bundle, job.Spec, job.Log)
+		_, err = r.Create(ctxb, job.ID, job.Bundle, job.Spec, job.Log, StdinNone)
 	}
 	if err == nil {
 		err = r.Start(ctxb, job.ID)

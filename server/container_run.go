@@ -140,7 +140,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	err = s.step(ctx, flowContainerCreate, rec, stageContainerRuntime, oci.StepRuntimeContainer, oci.ContainerArgs(handler, id), func() error {
 		rctx, cancel := detached(ctx, runtimeCreateTimeout)
 		defer cancel()
-		_, err := rt.Create(rctx, id, obj.Bundle, spec, logFile)
+		_, err := rt.Create(rctx, id, obj.Bundle, spec, logFile, oci.StdinModeOf(cfg))
 		return err
 	})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -44,8 +45,9 @@ type Server struct {
 	runtimes  RuntimeSource
 	version   string
 	log       *slog.Logger
-	pods      podGates  // keeps a pod's container creations and its removal apart
-	teardowns teardowns // keeps the stops and removals of one sandbox apart
+	pods      podGates                     // keeps a pod's container creations and its removal apart
+	teardowns teardowns                    // keeps the stops and removals of one sandbox apart
+	streams   atomic.Pointer[StreamServer] // set by StartStreaming
 
 	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
 
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/failpoint"
@@ -170,6 +171,15 @@ func runServe(cmd *cobra.Command, args []string) error {
 		<-maintained
 		return err
 	}
+	klog.SetSlogLogger(log) // the streaming library logs through klog
+	streams, err := srv.StartStreaming()
+	if err != nil {
+		lis.Close()
+		stop()
+		<-maintained
+		return err
+	}
+	log.Info("streaming server listening", "url", streams.URL)
 	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor))
 	srv.Register(g)
 	served := make(chan error, 1)
@@ -182,6 +192,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		log.Info("stopping")
 	case err := <-served:
 		stop()
+		_ = streams.Stop()
 		<-maintained
 		return fmt.Errorf("serve: %w", err)
 	case <-j.Failed():
@@ -190,6 +201,10 @@ func runServe(cmd *cobra.Command, args []string) error {
 		// journal call. The error is returned, and printed once, at the end.
 		failed = j.Err()
 		stop()
+	}
+	// Sessions end first: their processes are killed, their clients see the end.
+	if err := streams.Stop(); err != nil {
+		log.Warn("stopping the streaming server", "err", err)
 	}
 	stopped := make(chan struct{})
 	go func() {
