@@ -215,6 +215,11 @@ type Config struct {
 
 	// MetricsKey is the PEM private key of metrics_cert. Default: "".
 	MetricsKey string `toml:"metrics_key" help:"PEM key of metrics_cert"`
+	// CgroupManager is the cgroup driver, what RuntimeConfig tells the kubelet:
+	// "cgroupfs" (cgroup parents are cgroupfs paths such as /kubepods/pod<uid>).
+	// "systemd" (parents as slice names, cgroups made by systemd) is refused:
+	// crijournal does not implement it yet. Default: cgroupfs.
+	CgroupManager string `toml:"cgroup_manager" help:"cgroup driver reported to the kubelet: cgroupfs (systemd is not supported yet)"`
 }
 
 // Registry redirects the pulls of images whose name starts with a prefix.
@@ -270,6 +275,7 @@ func Default() Config {
 		RegistriesConf:    "/etc/containers/registries.conf",
 		RegistriesConfDir: "/etc/containers/registries.conf.d",
 		SignaturePolicy:   "/etc/containers/policy.json",
+		CgroupManager:     CgroupManagerCgroupfs,
 	}
 }
 
@@ -330,6 +336,12 @@ func (c Config) SlogLevel() slog.Level {
 	}
 	return slog.LevelInfo
 }
+
+// Cgroup managers (drivers) of CgroupManager.
+const (
+	CgroupManagerCgroupfs = "cgroupfs"
+	CgroupManagerSystemd  = "systemd"
+)
 
 var (
 	logLevels      = []string{"debug", "info", "warn", "error"}
@@ -442,6 +454,15 @@ func (c Config) Validate() error {
 	absolute("metrics_key", c.MetricsKey, false)
 	if (c.MetricsCert == "") != (c.MetricsKey == "") {
 		bad("metrics_cert", "metrics_cert and metrics_key must be set together")
+	}
+	switch c.CgroupManager {
+	case CgroupManagerCgroupfs:
+	case CgroupManagerSystemd:
+		bad("cgroup_manager", "%q is not supported yet: crijournal creates container cgroups through cgroupfs only "+
+			"(systemd slices and scopes are not implemented); set %q and give the kubelet --cgroup-driver=cgroupfs",
+			c.CgroupManager, CgroupManagerCgroupfs)
+	default:
+		bad("cgroup_manager", "must be %q, got %q", CgroupManagerCgroupfs, c.CgroupManager)
 	}
 	return errors.Join(errs...)
 }

@@ -44,6 +44,8 @@ type Server struct {
 	version  string
 	log      *slog.Logger
 	pods     podGates // keeps a pod's container creations and its removal apart
+	stats    statsState
+	node     nodeConfig // what UpdateRuntimeConfig said
 }
 
 // RuntimeSource hands out the OCI runtime of a runtime handler.
@@ -86,8 +88,9 @@ func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*
 }
 
 // Status reports RuntimeReady (false with a reason once the journal has failed: the
-// daemon is stopping), and NetworkReady false with a reason while no CNI network is
-// configured.
+// daemon is stopping), NetworkReady (false with a reason while no CNI network is
+// configured), the runtime handlers and features, and with verbose the effective
+// configuration.
 func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtime := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	if err := s.journal.Err(); err != nil {
@@ -101,10 +104,12 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		network.Reason = "NetworkPluginNotReady"
 		network.Message = fmt.Sprintf("Network plugin returns error: %v", err)
 	}
-	return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+	resp := &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		runtime,
 		network,
-	}}}, nil
+	}}}
+	s.describeRuntime(ctx, req.GetVerbose(), resp)
+	return resp, nil
 }
 
 // ReasonJournalFailed is the reason of RuntimeReady false once a journal commit failed.
