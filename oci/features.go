@@ -14,10 +14,10 @@ import (
 // reduced to what the CRI's Status reports per handler.
 type Features struct {
 	// RecursiveReadOnlyMounts: the runtime knows the "rro" mount option.
-	RecursiveReadOnlyMounts bool
+	RecursiveReadOnlyMounts bool `json:"recursiveReadOnlyMounts"`
 	// UserNamespaces: the runtime creates user namespaces and supports idmapped
 	// mounts (which the CRI's user namespaces need for volumes).
-	UserNamespaces bool
+	UserNamespaces bool `json:"userNamespaces"`
 }
 
 // featuresCache holds a runtime's features once read: the binary does not change under
