@@ -91,20 +91,6 @@ func TestUpdateRuntimeConfigKeepsPodCIDR(t *testing.T) {
 	}
 }
 
-func equalStrings(a, b []string) bool { return slices.Equal(a, b) }
-
-func unusedEqualStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func TestSignalNames(t *testing.T) {
 	for _, tt := range []struct {
 		sig syscall.Signal

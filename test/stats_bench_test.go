@@ -137,10 +137,13 @@ func startBenchNode(b *testing.B) *benchNode {
 		untrackDaemon(cmd.Process)
 		// What a failed run left: containers, then mounts (the overlay root
 		// filesystems), deepest first.
-		removeNodeContainers(b.Logf, filepath.Join(base, "run", "runc"), oci.StateDirFor(filepath.Join(base, "run"), "runc"), n.cgroupParent)
+		stateDir := oci.StateDirFor(filepath.Join(base, "run"), "runc")
+		removeNodeContainers(b.Logf, filepath.Join(base, "run", "runc"), stateDir, n.cgroupParent)
 		for _, m := range mountsBelow(base) {
 			_ = unix.Unmount(m, unix.MNT_DETACH)
 		}
+		// conmon's state directory is under /run when the run root is long.
+		_ = os.RemoveAll(stateDir)
 	})
 
 	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
