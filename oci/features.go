@@ -20,23 +20,29 @@ type Features struct {
 	UserNamespaces bool `json:"userNamespaces"`
 }
 
-// featuresCache holds a runtime's features once read: the binary does not change under
-// a running daemon, and Status is polled.
+// featuresCache holds a runtime's features once asked: the binary does not change under a
+// running daemon, and Status is polled, so the answer (or the failure) is kept.
 type featuresCache struct {
 	mu   sync.Mutex
 	done bool
 	f    Features
+	err  error
 }
 
-// Features asks the runtime binary what it supports (`<runtime> features`), once; a
-// later call returns what the first successful one found. A runtime without the
-// features command gives an error.
+// Features asks the runtime binary what it supports (`<runtime> features`), once; later
+// calls return what the first one found, a failure too (a runtime without the features
+// command supports none of them as far as crijournal can tell).
 func (r *Runtime) Features(ctx context.Context) (Features, error) {
 	r.features.mu.Lock()
 	defer r.features.mu.Unlock()
-	if r.features.done {
-		return r.features.f, nil
+	if !r.features.done {
+		r.features.f, r.features.err = r.readFeatures(ctx)
+		r.features.done = true
 	}
+	return r.features.f, r.features.err
+}
+
+func (r *Runtime) readFeatures(ctx context.Context) (Features, error) {
 	out, err := r.runtimeCmd(ctx, nil, "features")
 	if err != nil {
 		return Features{}, err
@@ -45,7 +51,6 @@ func (r *Runtime) Features(ctx context.Context) (Features, error) {
 	if err != nil {
 		return Features{}, fmt.Errorf("%s features: %w", r.handler, err)
 	}
-	r.features.done, r.features.f = true, f
 	return f, nil
 }
 

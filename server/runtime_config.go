@@ -99,7 +99,7 @@ func (s *Server) handlerFeatures(ctx context.Context, name string) oci.Features 
 	defer cancel()
 	f, err := rt.Features(fctx)
 	if err != nil {
-		s.log.Debug("runtime features not readable", "handler", name, "err", err)
+		s.log.Debug("runtime features not readable (reported as none)", "handler", name, "err", err)
 	}
 	return f
 }
