@@ -61,7 +61,8 @@ func (c *cgroupManagers) get(id string, path func() string) (cgroups.Manager, er
 	if p == "" {
 		return nil, fmt.Errorf("stats of %s: %w", id, ErrNoCgroup)
 	}
-	m, err := manager.New(&cgroups.Cgroup{Path: p, Resources: &cgroups.Resources{}})
+	// Read only: the devices controller is not needed (and may be absent).
+	m, err := manager.New(&cgroups.Cgroup{Path: p, Resources: &cgroups.Resources{SkipDevices: true}})
 	if err != nil {
 		return nil, fmt.Errorf("stats of %s: cgroup %s: %w", id, p, err)
 	}

@@ -1,6 +1,11 @@
 package oci
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,5 +77,38 @@ func TestParseFeatures(t *testing.T) {
 	}
 	if _, err := parseFeatures([]byte("runc: unknown command")); err == nil {
 		t.Error("parseFeatures of a non-JSON answer succeeded")
+	}
+}
+
+func TestRuntimeStats(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo busy-done; sleep 30"}, nil)
+	eventually(t, 20*time.Second, func() error {
+		b, _ := os.ReadFile(c.logPath)
+		if !strings.Contains(string(b), "busy-done") {
+			return fmt.Errorf("log %q", b)
+		}
+		return nil
+	})
+	st, err := r.Stats(c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Timestamp.IsZero() || st.CPUUsageNanos == 0 || st.MemoryUsage == 0 || st.MemoryWorkingSet == 0 ||
+		st.RSS == 0 || st.PageFaults == 0 || st.Processes == 0 {
+		t.Errorf("Stats of a running container = %+v, want CPU, memory, faults and processes", st)
+	}
+	again, err := r.Stats(c.id)
+	if err != nil || again.CPUUsageNanos < st.CPUUsageNanos {
+		t.Errorf("second Stats = %+v, %v; want CPU usage that does not go back", again, err)
+	}
+	if err := r.Delete(context.Background(), c.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Stats(c.id); !errors.Is(err, ErrNoCgroup) {
+		t.Errorf("Stats of a deleted container: %v, want ErrNoCgroup", err)
+	}
+	if _, err := r.Stats("../x"); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("Stats of an invalid ID: %v, want ErrInvalidID", err)
 	}
 }
