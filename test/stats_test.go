@@ -1,6 +1,7 @@
 package test
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,27 +44,39 @@ func TestStats(t *testing.T) {
 	idlePodID := d.mustRunp(t, idlePod)
 	idle := d.run(t, idlePodID, containerConfig(t, "idle", 0, sleeper, withLabel("role", "idle")), idlePod)
 	d.waitLog(t, busy, "written", 30*time.Second)
-	// Some traffic on the busy pod's interface: a ping of the gateway.
-	_, _, _ = d.crictl(t, "exec", "-s", busy, "ping", "-c", "1", "-W", "1", d.gateway)
+	// Some traffic on the busy pod's interface: UDP datagrams from the node to
+	// a closed port of the pod (in), answered with port unreachable (out).
+	st := d.inspectp(t, busyPodID)
+	if st.Status.Network == nil || st.Status.Network.IP == "" {
+		t.Fatalf("crictl inspectp %s shows no pod IP", busyPodID)
+	}
+	conn, err := net.Dial("udp", net.JoinHostPort(st.Status.Network.IP, "9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		_, _ = conn.Write([]byte("stats"))
+	}
+	conn.Close()
 
 	before := runcCalls(t, calls)
 	all := d.containerStats(t, "-a")
 	if got := statsIDs(all); !slices.Equal(got, sortedIDs(busy, idle)) {
 		t.Fatalf("crictl stats -a lists %v, want %v", got, sortedIDs(busy, idle))
 	}
-	st := all[slices.IndexFunc(all, func(s *runtimeapi.ContainerStats) bool { return s.GetAttributes().GetId() == busy })]
-	if st.GetAttributes().GetMetadata().GetName() != "busy" || st.GetAttributes().GetLabels()["role"] != "busy" {
-		t.Errorf("stats attributes of %s: %v, want name busy and label role=busy", busy, st.GetAttributes())
+	cst := all[slices.IndexFunc(all, func(s *runtimeapi.ContainerStats) bool { return s.GetAttributes().GetId() == busy })]
+	if cst.GetAttributes().GetMetadata().GetName() != "busy" || cst.GetAttributes().GetLabels()["role"] != "busy" {
+		t.Errorf("stats attributes of %s: %v, want name busy and label role=busy", busy, cst.GetAttributes())
 	}
-	if st.GetCpu().GetTimestamp() == 0 || st.GetCpu().GetUsageCoreNanoSeconds().GetValue() == 0 {
-		t.Errorf("CPU of the busy container: %v, want a timestamp and a non-zero usage", st.GetCpu())
+	if cst.GetCpu().GetTimestamp() == 0 || cst.GetCpu().GetUsageCoreNanoSeconds().GetValue() == 0 {
+		t.Errorf("CPU of the busy container: %v, want a timestamp and a non-zero usage", cst.GetCpu())
 	}
-	mem := st.GetMemory()
+	mem := cst.GetMemory()
 	if mem.GetTimestamp() == 0 || mem.GetWorkingSetBytes().GetValue() == 0 || mem.GetUsageBytes().GetValue() < mem.GetWorkingSetBytes().GetValue() ||
 		mem.GetRssBytes().GetValue() == 0 || mem.GetPageFaults().GetValue() == 0 {
 		t.Errorf("memory of the busy container: %v, want a working set <= usage, RSS and page faults", mem)
 	}
-	layer := st.GetWritableLayer()
+	layer := cst.GetWritableLayer()
 	if layer.GetUsedBytes().GetValue() < 8<<20 || layer.GetInodesUsed().GetValue() == 0 || layer.GetFsId().GetMountpoint() == "" {
 		t.Errorf("writable layer of the busy container: %v, want at least the 8 MiB it wrote", layer)
 	}
