@@ -314,7 +314,8 @@ func (s *Server) podStats(ctx context.Context, sb sandbox) *runtimeapi.PodSandbo
 		}
 	}
 	linux.Process = &runtimeapi.ProcessUsage{Timestamp: now, ProcessCount: &runtimeapi.UInt64Value{Value: procs}}
-	if path := sb.obj.Namespaces[string(netns.Net)]; path != "" {
+	// A stopped pod's network is torn down: it has no counters to report.
+	if path := sb.obj.Namespaces[string(netns.Net)]; path != "" && sb.state() == runtimeapi.PodSandboxState_SANDBOX_READY {
 		ifs, err := netns.Interfaces(path)
 		if err != nil {
 			s.log.Warn("pod network stats not readable", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
