@@ -95,7 +95,9 @@ func startBenchNode(b *testing.B) *benchNode {
 	if err != nil {
 		b.Fatal(err)
 	}
-	n := &benchNode{base: base, socket: filepath.Join(base, "crijournal.sock"), cgroupParent: "/cjbench-" + filepath.Base(base)}
+	// The cgroup parent is named like the harness's, which removeNodeContainers
+	// removes from every hierarchy.
+	n := &benchNode{base: base, socket: filepath.Join(base, "crijournal.sock"), cgroupParent: "/cje2e-" + filepath.Base(base)}
 	b.Cleanup(func() { os.RemoveAll(base) })
 	for _, dir := range []string{"root", "run", "ns", "net.d", "logs"} {
 		if err := os.MkdirAll(filepath.Join(base, dir), 0o755); err != nil {
