@@ -240,8 +240,10 @@ func (s *Server) writableLayer(id string) (*runtimeapi.FilesystemUsage, error) {
 		return nil, err
 	}
 	return &runtimeapi.FilesystemUsage{
-		Timestamp:  time.Now().UnixNano(),
-		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
+		Timestamp: time.Now().UnixNano(),
+		// The filesystem is named as ImageFsInfo names it (as containerd does), so
+		// the kubelet counts writable layers against the same filesystem.
+		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: s.images.GraphRoot()},
 		UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
 		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
 	}, nil

@@ -36,6 +36,10 @@ func (s *Store) WritableLayerDir(id string) (string, error) {
 	return "", fmt.Errorf("writable layer of %s: driver %s names no upper directory", id, s.Driver())
 }
 
+// GraphRoot is the graph root, the directory ImageFsInfo reports as the image
+// filesystem; containers' writable layers live on it too.
+func (s *Store) GraphRoot() string { return s.st.GraphRoot() }
+
 // DirUsage measures a directory tree (containers/storage's directory.Usage): the bytes of
 // its files and the inodes it uses, a hard-linked inode once. Its cost grows with the
 // number of files under dir. A directory that does not exist measures zero.

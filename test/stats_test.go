@@ -77,8 +77,8 @@ func TestStats(t *testing.T) {
 		t.Errorf("memory of the busy container: %v, want a working set <= usage, RSS and page faults", mem)
 	}
 	layer := cst.GetWritableLayer()
-	if layer.GetUsedBytes().GetValue() < 8<<20 || layer.GetInodesUsed().GetValue() == 0 || layer.GetFsId().GetMountpoint() == "" {
-		t.Errorf("writable layer of the busy container: %v, want at least the 8 MiB it wrote", layer)
+	if layer.GetUsedBytes().GetValue() < 8<<20 || layer.GetInodesUsed().GetValue() == 0 || layer.GetFsId().GetMountpoint() != d.storageRoot() {
+		t.Errorf("writable layer of the busy container: %v, want at least the 8 MiB it wrote, on the image filesystem %s", layer, d.storageRoot())
 	}
 
 	// Filters: by ID, by pod, by label.
