@@ -113,9 +113,17 @@ func startBenchNode(b *testing.B) *benchNode {
 		"cni_conf_dir = " + q(filepath.Join(base, "net.d")),
 		`storage_driver = "overlay"`,
 		`log_level = "warn"`,
+		// The node's containers files are the benchmark's own, never /etc/containers.
+		"registries_conf = " + q(filepath.Join(base, "registries.conf")),
+		"registries_conf_dir = " + q(filepath.Join(base, "registries.conf.d")),
+		"signature_policy = " + q(filepath.Join(base, "policy.json")),
+		"global_auth_file = " + q(filepath.Join(base, "auth.json")),
 		"", "[runtimes.runc]", "root = " + q(filepath.Join(base, "run", "runc")),
 		"", "[[registries]]", "prefix = " + q(testImagePrefix), "location = " + q(host), "insecure = true",
 	}, "\n") + "\n"
+	if err := os.WriteFile(filepath.Join(base, "policy.json"), []byte(permissivePolicy), 0o600); err != nil {
+		b.Fatal(err)
+	}
 	confPath := filepath.Join(base, "crijournal.toml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		b.Fatal(err)
@@ -145,7 +153,9 @@ func startBenchNode(b *testing.B) *benchNode {
 			_ = unix.Unmount(m, unix.MNT_DETACH)
 		}
 		// conmon's state directory is under /run when the run root is long.
-		_ = os.RemoveAll(stateDir)
+		if err := os.RemoveAll(stateDir); err != nil {
+			b.Errorf("remove conmon's state directory: %v", err)
+		}
 	})
 
 	conn, err := grpc.NewClient("unix://"+n.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
