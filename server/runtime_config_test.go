@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"syscall"
 	"testing"
@@ -12,38 +11,6 @@ import (
 
 	"github.com/crijournal/crijournal/config"
 )
-
-func TestStatusRuntimeReadyFollowsHealth(t *testing.T) {
-	for _, tt := range []struct {
-		name   string
-		health func() error
-		ready  bool
-	}{
-		{"no health check", nil, true},
-		{"healthy", func() error { return nil }, true},
-		{"journal cannot commit", func() error { return errors.New("journal commit failed: no space left on device") }, false},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			s := testServer(t)
-			s.networks = networkSource{}
-			s.health = tt.health
-			resp, err := s.Status(context.Background(), &runtimeapi.StatusRequest{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ready := resp.GetStatus().GetConditions()[0]
-			if ready.GetType() != runtimeapi.RuntimeReady || ready.GetStatus() != tt.ready {
-				t.Fatalf("first condition %+v, want RuntimeReady %v", ready, tt.ready)
-			}
-			if !tt.ready && (ready.GetReason() == "" || ready.GetMessage() != "journal commit failed: no space left on device") {
-				t.Errorf("RuntimeReady false without the health error as reason and message: %+v", ready)
-			}
-			if !resp.GetFeatures().GetSupplementalGroupsPolicy() {
-				t.Error("features.supplemental_groups_policy is false")
-			}
-		})
-	}
-}
 
 func TestStatusListsHandlers(t *testing.T) {
 	s := testServer(t)
@@ -63,6 +30,9 @@ func TestStatusListsHandlers(t *testing.T) {
 	}
 	if want := []string{"kata", "runc", ""}; !slices.Equal(names, want) {
 		t.Errorf("runtime handlers %q, want %q (the default one again without a name)", names, want)
+	}
+	if !resp.GetFeatures().GetSupplementalGroupsPolicy() {
+		t.Error("features.supplemental_groups_policy is false")
 	}
 	if resp.GetInfo()["config"] == "" || resp.GetInfo()["runtimeFeatures"] == "" {
 		t.Errorf("verbose info %v, want config and runtimeFeatures", resp.GetInfo())
