@@ -93,7 +93,9 @@ type Runtime struct {
 	conmon   string
 	stateDir string
 
-	locks keyedMutex
+	locks    keyedMutex
+	cgroups  cgroupManagers // per container, for Stats
+	features featuresCache
 }
 
 // New checks the configuration, finds the binaries and creates the state directories.
@@ -424,6 +426,7 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		// Keep the state directory: it is how a retry finds conmon and the bundle.
 		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
 	}
+	r.cgroups.forget(id)
 	meta := r.readMeta(id)
 	if cg := cgroupsPathOf(meta); cg != "" {
 		if err := removeCgroup(cg); err != nil {

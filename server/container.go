@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -38,6 +39,10 @@ type containerObject struct {
 	Rootfs    string    `json:"rootfs"`
 	StopSig   string    `json:"stop_signal,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// User is the process's user as the spec set it; Resources the
+	// LinuxContainerResources (protobuf) last set by UpdateContainerResources.
+	User      *specs.User `json:"user,omitempty"`
+	Resources []byte      `json:"resources,omitempty"`
 }
 
 // container is a created container as the server sees it.
@@ -76,6 +81,9 @@ func containerName(cfg *runtimeapi.ContainerConfig, sandbox *runtimeapi.PodSandb
 	}
 	if cfg.GetImage().GetImage() == "" {
 		return "", invalidf("config.image.image is required")
+	}
+	if sc := cfg.GetLinux().GetSecurityContext(); sc.GetRunAsGroup() != nil && sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
+		return "", invalidf("config.linux.security_context.run_as_group needs run_as_user or run_as_username")
 	}
 	smd := sandbox.GetMetadata()
 	return fmt.Sprintf("k8s_%s_%s_%s_%s_%d", md.GetName(), smd.GetName(), smd.GetNamespace(), smd.GetUid(), md.GetAttempt()), nil

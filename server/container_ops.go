@@ -53,9 +53,12 @@ func stopSignal(name string) syscall.Signal {
 }
 
 // StopContainer sends the stop signal, waits up to the timeout, then SIGKILL. Stopping a
-// stopped container is success.
+// stopped container is success, and so is stopping an unknown one (per the CRI).
 func (s *Server) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	c, err := s.findContainer(req.GetContainerId())
+	if errors.Is(err, journal.ErrNotFound) {
+		return &runtimeapi.StopContainerResponse{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -77,7 +80,7 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 	// An exit recorded as unknown was concluded without conmon's word; earlier versions
 	// did so on any failed runtime query, while the container ran on. Stop it anyway:
 	// stopping a stopped container costs one runtime query.
-	err = rt.Stop(ctx, c.rec.ID, stopSignal(c.obj.StopSig), timeout)
+	err = rt.Stop(ctx, c.rec.ID, c.stopSignal(), timeout)
 	if errors.Is(err, oci.ErrNotFound) {
 		// The runtime definitely does not know it: nothing runs.
 		if exited {
@@ -171,6 +174,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 		Image:      c.config.GetImage(), ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID,
 		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
 		Mounts: c.config.GetMounts(), LogPath: c.obj.LogPath,
+		User: c.user(), Resources: c.resources(), StopSignal: criSignal(c.stopSignal()),
 	}
 	if v, ok := c.rec.Marker(markerExitCode); ok {
 		code, _ := strconv.Atoi(v)
@@ -280,6 +284,9 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtimeapi.U
 	}
 	if err := rt.UpdateResources(ctx, c.rec.ID, res); err != nil {
 		return nil, fmt.Errorf("update resources of %s: %w", c.rec.ID, err)
+	}
+	if err := s.recordResources(ctx, c, req.GetLinux()); err != nil {
+		return nil, err
 	}
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }

@@ -126,6 +126,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
 	})
+	obj.User = specUser(spec)
 	if err != nil {
 		err = s.fail(ctx, rec, "container spec", err)
 		if errors.Is(err, oci.ErrInvalidSpec) {
@@ -140,6 +141,9 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	err = s.step(ctx, flowContainerCreate, rec, stageContainerRuntime, oci.StepRuntimeContainer, oci.ContainerArgs(handler, id), func() error {
 		rctx, cancel := detached(ctx, runtimeCreateTimeout)
 		defer cancel()
+		if err := ensureLogDir(logFile); err != nil {
+			return err
+		}
 		_, err := rt.Create(rctx, id, obj.Bundle, spec, logFile, oci.StdinModeOf(cfg))
 		return err
 	})

@@ -48,6 +48,8 @@ type Server struct {
 	pods      podGates                     // keeps a pod's container creations and its removal apart
 	teardowns teardowns                    // keeps the stops and removals of one sandbox apart
 	streams   atomic.Pointer[StreamServer] // set by StartStreaming
+	stats     statsState
+	node      nodeConfig // what UpdateRuntimeConfig said
 
 	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 }
@@ -92,8 +94,9 @@ func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*
 }
 
 // Status reports RuntimeReady (false with a reason once the journal has failed: the
-// daemon is stopping), and NetworkReady false with a reason while no CNI network is
-// configured.
+// daemon is stopping), NetworkReady (false with a reason while no CNI network is
+// configured), the runtime handlers and features, and with verbose the effective
+// configuration.
 func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtime := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	if err := s.journal.Err(); err != nil {
@@ -107,10 +110,12 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		network.Reason = "NetworkPluginNotReady"
 		network.Message = fmt.Sprintf("Network plugin returns error: %v", err)
 	}
-	return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+	resp := &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		runtime,
 		network,
-	}}}, nil
+	}}}
+	s.describeRuntime(ctx, req.GetVerbose(), resp)
+	return resp, nil
 }
 
 // ReasonJournalFailed is the reason of RuntimeReady false once a journal commit failed.
