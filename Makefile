@@ -47,12 +47,19 @@ DESTDIR ?=
 MANIFEST := $(SHAREDIR)/installed-files
 POLICY := contrib/containers/policy.json
 
-.PHONY: help deps build test run lint bench clean install uninstall
+# Fuzz targets (package:Target) that `make test` runs for FUZZTIME each, from their seed
+# corpus in the package's testdata/fuzz. A longer run: make fuzz FUZZTIME=10m.
+FUZZ_TARGETS := ./server:FuzzRunPodSandboxConfig ./server:FuzzCreateContainerConfig \
+	./server:FuzzDecodeRecordObject ./journal:FuzzDecodeRecord
+FUZZTIME ?= 3s
+
+.PHONY: help deps build test fuzz run lint bench clean install uninstall
 
 help:
 	@echo 'make deps   install the Debian packages and crictl the daemon and tests need'
 	@echo 'make build  build $(BIN)'
 	@echo 'make test   deps, build, go vet, then every test with -race (as root)'
+	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
 	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
 	@echo 'make uninstall  remove what install added (never the journal or the storage)'
@@ -87,6 +94,15 @@ build:
 test: deps build
 	go vet -tags '$(GOTAGS)' ./...
 	go test -race -count=1 -tags '$(GOTAGS)' -p 2 -timeout 30m ./...
+	$(MAKE) --no-print-directory fuzz
+
+fuzz:
+	@for t in $(FUZZ_TARGETS); do \
+		echo "fuzz: $${t#*:} in $${t%%:*} for $(FUZZTIME)"; \
+		out="$$(go test -tags '$(GOTAGS)' -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) "$${t%%:*}" 2>&1)" \
+			|| { echo "$$out"; exit 1; }; \
+		echo "$$out" | tail -n 1; \
+	done
 
 run: deps build
 	@if [ "$$(id -u)" -ne 0 ]; then echo 'make run: must run as root' >&2; exit 1; fi

@@ -215,6 +215,20 @@ type Config struct {
 
 	// MetricsKey is the PEM private key of metrics_cert. Default: "".
 	MetricsKey string `toml:"metrics_key" help:"PEM key of metrics_cert"`
+
+	// StreamTLSCert is the PEM certificate (chain) the streaming server
+	// presents; with StreamTLSKey it serves HTTPS instead of plain HTTP,
+	// which a streaming server that is not on loopback should. Both or
+	// neither. The files are read once, at start. Default: "", plain HTTP.
+	StreamTLSCert string `toml:"stream_tls_cert" help:"PEM certificate of the streaming server (empty: plain HTTP)"`
+
+	// StreamTLSKey is the PEM private key of StreamTLSCert. Default: "".
+	StreamTLSKey string `toml:"stream_tls_key" help:"PEM private key of the streaming server's certificate"`
+	// CgroupManager is the cgroup driver, what RuntimeConfig tells the kubelet:
+	// "cgroupfs" (cgroup parents are cgroupfs paths such as /kubepods/pod<uid>).
+	// "systemd" (parents as slice names, cgroups made by systemd) is refused:
+	// crijournal does not implement it yet. Default: cgroupfs.
+	CgroupManager string `toml:"cgroup_manager" help:"cgroup driver reported to the kubelet: cgroupfs (systemd is not supported yet)"`
 }
 
 // Registry redirects the pulls of images whose name starts with a prefix.
@@ -270,6 +284,7 @@ func Default() Config {
 		RegistriesConf:    "/etc/containers/registries.conf",
 		RegistriesConfDir: "/etc/containers/registries.conf.d",
 		SignaturePolicy:   "/etc/containers/policy.json",
+		CgroupManager:     CgroupManagerCgroupfs,
 	}
 }
 
@@ -330,6 +345,12 @@ func (c Config) SlogLevel() slog.Level {
 	}
 	return slog.LevelInfo
 }
+
+// Cgroup managers (drivers) of CgroupManager.
+const (
+	CgroupManagerCgroupfs = "cgroupfs"
+	CgroupManagerSystemd  = "systemd"
+)
 
 var (
 	logLevels      = []string{"debug", "info", "warn", "error"}
@@ -442,6 +463,20 @@ func (c Config) Validate() error {
 	absolute("metrics_key", c.MetricsKey, false)
 	if (c.MetricsCert == "") != (c.MetricsKey == "") {
 		bad("metrics_cert", "metrics_cert and metrics_key must be set together")
+	}
+	absolute("stream_tls_cert", c.StreamTLSCert, false)
+	absolute("stream_tls_key", c.StreamTLSKey, false)
+	if (c.StreamTLSCert == "") != (c.StreamTLSKey == "") {
+		bad("stream_tls_key", "stream_tls_cert and stream_tls_key must be set together (got %q and %q)", c.StreamTLSCert, c.StreamTLSKey)
+	}
+	switch c.CgroupManager {
+	case CgroupManagerCgroupfs:
+	case CgroupManagerSystemd:
+		bad("cgroup_manager", "%q is not supported yet: crijournal creates container cgroups through cgroupfs only "+
+			"(systemd slices and scopes are not implemented); set %q and give the kubelet --cgroup-driver=cgroupfs",
+			c.CgroupManager, CgroupManagerCgroupfs)
+	default:
+		bad("cgroup_manager", "must be %q, got %q", CgroupManagerCgroupfs, c.CgroupManager)
 	}
 	return errors.Join(errs...)
 }

@@ -129,6 +129,10 @@ func loadConfFile(file string) (*libcni.NetworkConfigList, error) {
 // Name returns the name of the network, as in its configuration.
 func (n *Network) Name() string { return n.list.Name }
 
+// Config returns the network's configuration as a CNI plugin list (JSON); empty for a
+// network known by its name only (see Networks.Attached).
+func (n *Network) Config() []byte { return n.list.Bytes }
+
 // Result is what Attach reports about a sandbox's attachment.
 type Result struct {
 	// IPs are the sandbox's addresses without mask, IPv4 ones first, in the
@@ -182,7 +186,8 @@ func (n *Network) Attach(ctx context.Context, sandboxID, netnsPath, ifName strin
 // get an empty CNI_NETNS, as CRI-O and containerd do, so that IPAM still
 // releases the sandbox's addresses. When libcni cached the configuration used
 // at ADD time, that configuration is used, so that the release reaches the
-// network the addresses came from. On success the libcni cache entry is gone.
+// network the addresses came from. A network known by its name only (see
+// Networks.Attached) works through that cache alone. On success the libcni cache entry is gone.
 func (n *Network) Detach(ctx context.Context, sandboxID, netnsPath, ifName string, args map[string]string) error {
 	rt, err := runtimeConf(sandboxID, netnsPath, ifName, args)
 	if err != nil {
@@ -206,6 +211,9 @@ func (n *Network) Detach(ctx context.Context, sandboxID, netnsPath, ifName strin
 		if l, err := libcni.NetworkConfFromBytes(cached); err == nil && l.Name == list.Name && len(l.Plugins) > 0 {
 			list, rt = l, cachedRT
 		}
+	}
+	if len(list.Plugins) == 0 {
+		return fmt.Errorf("detach %s from network %s: %w: the configuration of the network is neither in libcni's cache nor recorded", sandboxID, n.Name(), ErrNoNetwork)
 	}
 	if err := n.cni.DelNetworkList(ctx, list, rt); err != nil {
 		return fmt.Errorf("detach %s from network %s: %w", sandboxID, n.Name(), err)

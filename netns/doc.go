@@ -35,12 +35,20 @@
 // does not undo a failed ADD itself: the caller records the intent before
 // calling Attach and runs Detach as the undo whatever Attach returned.
 //
+// [Networks] hands out the network new sandboxes join; while [Networks.Watch]
+// runs it follows the configuration directory (fsnotify), so a replaced or
+// removed network is seen without a restart. An attachment is always
+// detached from the network it was made on, whatever is configured now: the
+// attach step records the network's configuration ([AttachStep]), and
+// [DetachStep] uses libcni's cached ADD configuration first, then that record
+// ([Networks.Attached]).
+//
 // CNI plugins are started with a parent-death signal (SIGKILL) from a locked
 // OS thread, so a plugin cannot outlive a daemon killed during ADD and finish
 // an allocation nobody will ever account for. The IPAM plugin a plugin starts
 // has no such signal: [KillPlugins] (run by the undo of the attach step, before
-// DEL) kills every process whose environment names the sandbox as
-// CNI_CONTAINERID.
+// DEL) kills, through pidfds, every process whose environment names the sandbox
+// as CNI_CONTAINERID. The caller keeps teardowns of one sandbox apart.
 //
 // # Shared PID namespaces
 //
@@ -49,6 +57,13 @@
 // PID 1 of a new PID namespace and pins it at <dir>/pidns/<sandboxID>;
 // [StopPause] kills only a process it has identified as that pause (through a
 // pidfd, so a recycled PID is never hit) and unpins it. See pause.go.
+//
+// # Port forwarding
+//
+// [DialLoopback] connects to a TCP port on the loopback interface of a pinned network
+// namespace (or of the host's, for pods on the host network), from a socket made on
+// a disposable thread that entered the namespace; [Forward] copies between that
+// connection and a client's stream. Nothing is pinned or journaled for it.
 //
 // # Journal steps
 //

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // KillPlugins kills every CNI plugin process still working for sandboxID, found by the
@@ -17,6 +18,10 @@ import (
 // Why: if the daemon dies during CNI ADD, the plugin it started dies with it (parent-death
 // signal), but the IPAM plugin that one started does not, and could finish its ADD after
 // recovery's DEL, leaking an address. The undo of StepAttach calls this before DEL.
+//
+// Each process is signalled through a pidfd opened before its environment is checked
+// again, so a PID recycled by an unrelated process meanwhile is never hit. The caller
+// keeps teardowns of one sandbox apart: this kills the DEL of a concurrent teardown too.
 func KillPlugins(ctx context.Context, sandboxID string) (int, error) {
 	if err := validateID(sandboxID); err != nil {
 		return 0, fmt.Errorf("kill plugins: %w", err)
@@ -32,7 +37,7 @@ func KillPlugins(ctx context.Context, sandboxID string) (int, error) {
 			return killed, nil
 		}
 		for _, pid := range pids {
-			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+			if killPlugin(pid, needle) {
 				killed++
 			}
 		}
@@ -65,4 +70,21 @@ func pluginPIDs(needle []byte) ([]int, error) {
 		}
 	}
 	return pids, nil
+}
+
+// killPlugin sends SIGKILL to pid through a pidfd, if the process behind the pidfd still
+// has needle in its environment. It reports whether the signal was sent.
+func killPlugin(pid int, needle []byte) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return false // gone
+	}
+	defer unix.Close(fd)
+	// The pidfd pins this process: if the PID was recycled before it was opened, the
+	// environment read now is the new process's, and does not match.
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || !bytes.Contains(env, needle) {
+		return false
+	}
+	return unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
 }

@@ -1,10 +1,11 @@
 package netns
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -44,6 +45,11 @@ const (
 	ArgPodName   = "pod_name"
 	ArgPodNS     = "pod_namespace"
 	ArgPodUID    = "pod_uid"
+	// ArgConfig is the network's configuration (a CNI plugin list, JSON) as ADD used it,
+	// so that DEL can reach the same network after the configuration changed. Records
+	// written before it existed lack it; DEL then finds the configuration elsewhere (see
+	// Networks.Attached).
+	ArgConfig = "config"
 )
 
 // PinStep returns the step that pins the namespaces of the given kinds for a sandbox
@@ -79,11 +85,15 @@ func PauseStep(dir, sandboxID, binary string) journal.Action[PauseProcess] {
 // Attachment is one sandbox's attachment to a CNI network: everything CNI ADD needs and
 // everything its undo, CNI DEL, needs. It is recorded as StepAttach's arguments.
 type Attachment struct {
-	Network   string // the network's name, to refuse a DEL on another network
+	Network   string // the network's name
 	SandboxID string
 	NetNS     string // the path of the pinned network namespace
 	IfName    string
 	Pod       Pod
+	// Config is the network's configuration as ADD used it (a CNI plugin list, JSON,
+	// compacted to one line), so that DEL reaches the same network after the
+	// configuration changed; empty in records written before it was recorded.
+	Config string
 }
 
 // Pod names the pod a sandbox belongs to, for the K8S_* CNI arguments.
@@ -93,7 +103,7 @@ type Pod struct {
 
 func (a Attachment) args() map[string]string {
 	return map[string]string{
-		ArgNetwork: a.Network, ArgSandboxID: a.SandboxID, ArgNetNS: a.NetNS, ArgIfName: a.IfName,
+		ArgNetwork: a.Network, ArgConfig: a.Config, ArgSandboxID: a.SandboxID, ArgNetNS: a.NetNS, ArgIfName: a.IfName,
 		ArgPodName: a.Pod.Name, ArgPodNS: a.Pod.Namespace, ArgPodUID: a.Pod.UID,
 	}
 }
@@ -101,7 +111,7 @@ func (a Attachment) args() map[string]string {
 func attachmentOf(args map[string]string) Attachment {
 	return Attachment{
 		Network: args[ArgNetwork], SandboxID: args[ArgSandboxID], NetNS: args[ArgNetNS], IfName: args[ArgIfName],
-		Pod: Pod{Name: args[ArgPodName], Namespace: args[ArgPodNS], UID: args[ArgPodUID]},
+		Pod: Pod{Name: args[ArgPodName], Namespace: args[ArgPodNS], UID: args[ArgPodUID]}, Config: args[ArgConfig],
 	}
 }
 
@@ -117,21 +127,26 @@ func (a Attachment) cniArgs() map[string]string {
 // Network.Attach) through interface ifName of the namespace at netnsPath. Its result is
 // the attachment's Result.
 func AttachStep(n *Network, sandboxID, netnsPath, ifName string, pod Pod) journal.Action[*Result] {
-	a := Attachment{Network: n.Name(), SandboxID: sandboxID, NetNS: netnsPath, IfName: ifName, Pod: pod}
+	a := Attachment{Network: n.Name(), SandboxID: sandboxID, NetNS: netnsPath, IfName: ifName, Pod: pod,
+		Config: compactConfig(n.Config())}
 	return journal.Action[*Result]{Kind: StepAttach, Stage: StageAttach, Args: a.args(),
 		Run: func(ctx context.Context) (*Result, error) {
 			return n.Attach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs())
 		}}
 }
 
-// NetworkSource hands out the current CNI network; it is how undos find the network long
-// after the step that used it (after a restart, say).
-type NetworkSource interface {
-	Network() (*Network, error)
+// compactConfig returns a network configuration compacted to one line (as it is when it
+// is not valid JSON).
+func compactConfig(config []byte) string {
+	var compact bytes.Buffer
+	if json.Compact(&compact, config) == nil {
+		return compact.String()
+	}
+	return string(config)
 }
 
 // RegisterUndos registers the undo of every step kind this package owns.
-func RegisterUndos(reg *journal.Registry, networks NetworkSource) {
+func RegisterUndos(reg *journal.Registry, networks *Networks) {
 	reg.Register(StepPin, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		var errs []error
 		for _, path := range step.Args {
@@ -149,45 +164,18 @@ func RegisterUndos(reg *journal.Registry, networks NetworkSource) {
 	})
 }
 
-// DetachStep runs the CNI DEL described by a StepAttach's arguments.
-func DetachStep(ctx context.Context, networks NetworkSource, args map[string]string) error {
+// DetachStep runs the CNI DEL described by a StepAttach's arguments, on the network the
+// sandbox was attached to, whatever the configured network is now: libcni's cached ADD
+// configuration first, then the configuration the step recorded (see Networks.Attached).
+// Plugins still working for the sandbox (an interrupted ADD's IPAM plugin) are killed first.
+func DetachStep(ctx context.Context, networks *Networks, args map[string]string) error {
 	a := attachmentOf(args)
 	if _, err := KillPlugins(ctx, a.SandboxID); err != nil {
 		return err
 	}
-	n, err := networks.Network()
+	n, err := networks.Attached(a.Network, []byte(a.Config))
 	if err != nil {
 		return fmt.Errorf("cni detach of %s: %w", a.SandboxID, err)
 	}
-	if a.Network != "" && n.Name() != a.Network {
-		return fmt.Errorf("cni detach of %s: attached to network %q, but the configured network is now %q",
-			a.SandboxID, a.Network, n.Name())
-	}
 	return n.Detach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs())
-}
-
-// Networks loads the CNI network from a configuration directory on first use and keeps it;
-// until a configuration exists it answers with ErrNoNetwork and tries again next time.
-type Networks struct {
-	ConfDir    string
-	PluginDirs []string
-	CacheDir   string
-
-	mu      sync.Mutex
-	network *Network
-}
-
-// Network returns the loaded network, loading it if needed.
-func (s *Networks) Network() (*Network, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.network != nil {
-		return s.network, nil
-	}
-	n, err := LoadNetwork(s.ConfDir, s.PluginDirs, s.CacheDir)
-	if err != nil {
-		return nil, err
-	}
-	s.network = n
-	return n, nil
 }

@@ -12,7 +12,7 @@ import (
 // knows. The attach step's arguments also read back as the attachment they came from.
 func TestStepArgsAreStable(t *testing.T) {
 	const dir, id = "/run/cj/ns", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	n := &Network{list: &libcni.NetworkConfigList{Name: "podnet"}}
+	n := &Network{list: &libcni.NetworkConfigList{Name: "podnet", Bytes: []byte("{\n  \"name\": \"podnet\"\n}")}}
 	pod := Pod{Name: "web", Namespace: "default", UID: "u-1"}
 	attach := AttachStep(n, id, "/run/cj/ns/net/"+id, "eth0", pod)
 	for _, tc := range []struct {
@@ -25,14 +25,14 @@ func TestStepArgsAreStable(t *testing.T) {
 		{"pause", PauseStep(dir, id, "/usr/bin/crijournal").Args, map[string]string{"path": PinPath(dir, PID, id)}},
 		{"attach", attach.Args, map[string]string{
 			"network": "podnet", "sandbox_id": id, "netns": "/run/cj/ns/net/" + id, "ifname": "eth0",
-			"pod_name": "web", "pod_namespace": "default", "pod_uid": "u-1"}},
+			"pod_name": "web", "pod_namespace": "default", "pod_uid": "u-1", "config": `{"name":"podnet"}`}},
 	} {
 		if !maps.Equal(tc.got, tc.want) {
 			t.Errorf("%s step args %v, want %v", tc.name, tc.got, tc.want)
 		}
 	}
 	back := attachmentOf(attach.Args)
-	want := Attachment{Network: "podnet", SandboxID: id, NetNS: "/run/cj/ns/net/" + id, IfName: "eth0", Pod: pod}
+	want := Attachment{Network: "podnet", SandboxID: id, NetNS: "/run/cj/ns/net/" + id, IfName: "eth0", Pod: pod, Config: `{"name":"podnet"}`}
 	if back != want {
 		t.Errorf("attachment read back from its args: %+v, want %+v", back, want)
 	}

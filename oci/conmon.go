@@ -55,8 +55,10 @@ const createCleanup = 30 * time.Second
 // the container exits, writes the exit code to the exits directory. Create waits,
 // bounded by ctx, for conmon to report the PID on its sync pipe. On failure it
 // returns the runtime's error text and removes what it made, as Delete does. An ID
-// whose state directory exists gives ErrAlreadyExists.
-func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *specs.Spec, logPath string) (pid int, err error) {
+// whose state directory exists gives ErrAlreadyExists. stdin says whether the
+// container's process gets a standard input that attach clients write to (see
+// [StdinMode]).
+func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *specs.Spec, logPath string, stdin StdinMode) (pid int, err error) {
 	if err := validID(id); err != nil {
 		return 0, err
 	}
@@ -126,7 +128,7 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 		syncW.Close()
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
-	cmd := exec.Command(r.conmon, r.conmonArgs(id, bundle, logPath, spec.Process.Terminal)...)
+	cmd := exec.Command(r.conmon, r.conmonArgs(id, bundle, logPath, spec.Process.Terminal, stdin)...)
 	cmd.Dir = dir // conmon writes its "oom" file in its working directory
 	cmd.Env = []string{"PATH=" + envPath(), "_OCI_SYNCPIPE=3"}
 	cmd.ExtraFiles = []*os.File{syncW}
@@ -194,7 +196,7 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 }
 
 // conmonArgs is conmon's command line for a container.
-func (r *Runtime) conmonArgs(id, bundle, logPath string, terminal bool) []string {
+func (r *Runtime) conmonArgs(id, bundle, logPath string, terminal bool, stdin StdinMode) []string {
 	args := []string{
 		"--sync", // no double fork: conmon stays our child, so we can reap it
 		"-c", id,
@@ -215,8 +217,14 @@ func (r *Runtime) conmonArgs(id, bundle, logPath string, terminal bool) []string
 	} else {
 		args = append(args, "-l", "none")
 	}
-	if terminal {
+	switch {
+	case terminal:
+		// The terminal is the container's stdin: attach clients write to it.
 		args = append(args, "-t")
+	case stdin == StdinOpen:
+		args = append(args, "-i", "--leave-stdin-open")
+	case stdin == StdinOnce:
+		args = append(args, "-i")
 	}
 	return args
 }

@@ -80,9 +80,12 @@
 //	  --persist-dir <StateDir>/containers/<id> --exit-dir <StateDir>/exits
 //	  --socket-dir-path <StateDir>/attach
 //	  --runtime-arg --root=<Root> --runtime-arg --log-format=json
-//	  -l k8s-file:<log path> (or -l none without one) [-t]
+//	  -l k8s-file:<log path> (or -l none without one)
+//	  [-t | -i [--leave-stdin-open]]
 //
-// with the sync pipe as fd 3 (_OCI_SYNCPIPE=3), on which conmon reports {"pid": N}
+// -t when the container has a terminal; otherwise -i when the CRI config asks for
+// stdin, with --leave-stdin-open unless it also asks for stdin_once ([StdinMode]), as
+// CRI-O does. The sync pipe is fd 3 (_OCI_SYNCPIPE=3), on which conmon reports {"pid": N}
 // or the runtime's error. conmon does not write -P in --sync mode; Create writes it.
 //
 // StateDir must be short (at most 28 bytes, such as /run/crijournal/oci): conmon's
@@ -118,6 +121,24 @@
 // cannot finish exiting until it is reaped, so `runc delete` fails with "container
 // init still running". Orphans this package does not know of (for example a
 // container's init whose conmon was killed by someone else) are not reaped by it.
+//
+// # Streams
+//
+// [Runtime.Exec] runs a command for a client's streams (stdin, stdout, stderr, a
+// terminal and its resizes) with `runc exec`, directly, not through conmon. With a
+// terminal, runc runs under a pseudo-terminal of this process (made with
+// TIOCGPTPEER, read through the netpoller) and relays it to the command's terminal in
+// the container, as under CRI-O; a resize is set on that pseudo-terminal and runc
+// passes it on (SIGWINCH). When the caller's context ends, runc and the command are
+// killed and reaped as for ExecSync.
+//
+// [Runtime.Attach] connects a client's streams to the container's main process
+// through conmon's attach socket (SOCK_SEQPACKET; each packet conmon sends starts
+// with the stream it came from, 2 stdout or 3 stderr; input packets are at most
+// 32 KiB, conmon's buffer). The end of the client's input shuts the socket's write
+// side down, which makes conmon close the container's stdin unless it was started
+// with --leave-stdin-open. Resizes are written to the ctl fifo in the bundle as
+// "1 <rows> <columns>".
 //
 // # Conventions
 //

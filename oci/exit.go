@@ -43,6 +43,19 @@ func (r *Runtime) ExitStatus(id string) (code int, exitedAt time.Time, ok bool, 
 	return code, st.ModTime(), true, nil
 }
 
+// AwaitExit is ExitStatus for a container the runtime says has stopped: conmon writes
+// the exit file only after it has reaped the container, a moment after runc already
+// answers "stopped", so it waits (at most killWait, and while ctx lasts) as long as the
+// container's conmon lives. ok is false when no exit file came: conmon is gone (killed)
+// without writing one, or the wait ran out.
+func (r *Runtime) AwaitExit(ctx context.Context, id string) (code int, exitedAt time.Time, ok bool, err error) {
+	if err := validID(id); err != nil {
+		return 0, time.Time{}, false, err
+	}
+	r.waitExitRecorded(ctx, id)
+	return r.ExitStatus(id)
+}
+
 // OOMKilled reports whether conmon saw the container's cgroup run out of memory.
 func (r *Runtime) OOMKilled(id string) bool {
 	return validID(id) == nil && exists(filepath.Join(r.containerDir(id), "oom"))

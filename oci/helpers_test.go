@@ -210,7 +210,7 @@ func tryCreateCtx(ctx context.Context, t *testing.T, r *Runtime, args []string, 
 			t.Errorf("cleanup cgroup parent: %v", err)
 		}
 	})
-	pid, err := r.Create(ctx, id, bundle, spec, logPath)
+	pid, err := r.Create(ctx, id, bundle, spec, logPath, StdinModeOf(in.Container))
 	if err != nil {
 		return &testContainer{id: id, bundle: bundle, logPath: logPath, spec: spec}, err
 	}

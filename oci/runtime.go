@@ -24,7 +24,10 @@ import (
 // Errors of the runtime.
 var (
 	// ErrNotFound is returned when the runtime has no container with the ID (or, for
-	// ConmonPID, no conmon is recorded for it).
+	// ConmonPID, no conmon is recorded for it). It is a definite answer, never a guess:
+	// the runtime ran and said "does not exist", or its state directory for the ID is
+	// absent. A runtime that could not be run, was killed or timed out gives another
+	// error, which says nothing about the container.
 	ErrNotFound = errors.New("container not found")
 	// ErrAlreadyExists is returned by Create when the ID is in use: its state
 	// directory exists. Delete it first.
@@ -90,7 +93,9 @@ type Runtime struct {
 	conmon   string
 	stateDir string
 
-	locks keyedMutex
+	locks    keyedMutex
+	cgroups  cgroupManagers // per container, for Stats
+	features featuresCache
 }
 
 // New checks the configuration, finds the binaries and creates the state directories.
@@ -184,7 +189,10 @@ func validID(id string) error {
 }
 
 // runtimeCmd runs the runtime with --root and args, and returns its standard output.
-// A failure carries the runtime's error message; "does not exist" wraps ErrNotFound.
+// A failure carries the runtime's error message. Only a runtime that ran to its end and
+// answered "does not exist" wraps ErrNotFound: a binary that cannot be started (missing
+// during a package upgrade, ETXTBSY) or a run cut short by ctx says nothing about the
+// container.
 func (r *Runtime) runtimeCmd(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
 	full := append([]string{"--root", r.root, "--log-format", "json"}, args...)
 	cmd := exec.CommandContext(ctx, r.path, full...)
@@ -199,7 +207,8 @@ func (r *Runtime) runtimeCmd(ctx context.Context, stdin io.Reader, args ...strin
 			msg = err.Error()
 		}
 		op := filepath.Base(r.path) + " " + args[0]
-		if isNotFound(msg) {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) && exit.Exited() && isNotFound(msg) {
 			return nil, fmt.Errorf("%s: %s: %w", op, msg, ErrNotFound)
 		}
 		if ctx.Err() != nil {
@@ -256,13 +265,29 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	return err
 }
 
-// State returns the runtime's view of a container (runc state). An unknown ID gives
-// ErrNotFound.
+// queryTimeout bounds one query of the runtime (runc state).
+const queryTimeout = 30 * time.Second
+
+// State returns the runtime's view of a container (runc state). An ID the runtime
+// definitely does not know gives ErrNotFound (see there); any other failure is returned
+// as it is and says nothing about the container.
+//
+// The query runs under a context of its own, bounded by queryTimeout, that keeps ctx's
+// values but not its cancellation: a client that gives up (a kubelet restarting, crictl
+// with a short timeout) must not turn the query into a failure that a caller could
+// mistake for an answer.
 func (r *Runtime) State(ctx context.Context, id string) (State, error) {
 	if err := validID(id); err != nil {
 		return State{}, err
 	}
-	out, err := r.runtimeCmd(ctx, nil, "state", id)
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
+	defer cancel()
+	out, err := r.runtimeCmd(qctx, nil, "state", id)
+	if err != nil && !errors.Is(err, ErrNotFound) && r.stateDirAbsent(id) {
+		// The runtime could not answer, but it keeps every container it knows in
+		// <root>/<id>: without that directory it knows no such container.
+		return State{}, fmt.Errorf("%w (and the runtime's state directory %s is absent: %w)", err, filepath.Join(r.root, id), ErrNotFound)
+	}
 	if err != nil {
 		return State{}, err
 	}
@@ -277,6 +302,13 @@ func (r *Runtime) State(ctx context.Context, id string) (State, error) {
 		return State{}, fmt.Errorf("runtime state of %s: %w", id, err)
 	}
 	return State{ID: st.ID, Status: Status(st.Status), Pid: st.Pid, Bundle: st.Bundle, Created: st.Created}, nil
+}
+
+// stateDirAbsent reports whether the runtime's state directory for id is definitely
+// absent (runc and crun keep a container's state in <root>/<id>).
+func (r *Runtime) stateDirAbsent(id string) bool {
+	_, err := os.Lstat(filepath.Join(r.root, id))
+	return errors.Is(err, os.ErrNotExist)
 }
 
 // Kill sends sig to the container's init process, or to all its processes if all is
@@ -394,6 +426,7 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		// Keep the state directory: it is how a retry finds conmon and the bundle.
 		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
 	}
+	r.cgroups.forget(id)
 	meta := r.readMeta(id)
 	if cg := cgroupsPathOf(meta); cg != "" {
 		if err := removeCgroup(cg); err != nil {

@@ -91,7 +91,7 @@ func waitLog(t *testing.T, c *testContainer, want string) {
 func TestCreateTwiceIsAlreadyExists(t *testing.T) {
 	r := newRuntime(t)
 	c := createContainer(t, r, []string{"sleep", "30"}, nil)
-	_, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath)
+	_, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath, StdinNone)
 	if !errors.Is(err, ErrAlreadyExists) {
 		t.Fatalf("second Create: %v, want ErrAlreadyExists", err)
 	}
@@ -129,7 +129,7 @@ func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/nonexistent-dir/x/ctr.log")
+	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/nonexistent-dir/x/ctr.log", StdinNone)
 	if err == nil || !strings.Contains(err.Error(), "open log file") {
 		t.Fatalf("Create with an unwritable log path: %v, want conmon's message", err)
 	}
@@ -577,7 +577,7 @@ func TestJournalUndoDeletesContainer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Intent(rec.ID, StageCreate, StepRuntimeContainer, CreateStep(r, rec.ID, "", nil, "").Args); err != nil {
+	if _, err := j.Intent(rec.ID, StageCreate, StepRuntimeContainer, CreateStep(r, rec.ID, "", nil, "", StdinNone).Args); err != nil {
 		t.Fatal(err)
 	}
 	// A crash between intent and Create, or after it: the undo must cope with both.
@@ -611,7 +611,7 @@ func childCreate() int {
 	}
 	r, err := New(job.Config)
 	if err == nil {
-		_, err = r.Create(ctxb, job.ID, job.Bundle, job.Spec, job.Log)
+		_, err = r.Create(ctxb, job.ID, job.Bundle, job.Spec, job.Log, StdinNone)
 	}
 	if err == nil {
 		err = r.Start(ctxb, job.ID)
@@ -672,7 +672,7 @@ func TestContainerOutlivesDaemon(t *testing.T) {
 // TestCreateStepArgsAreStable pins the undo arguments CreateStep records: they are stored
 // on disk.
 func TestCreateStepArgsAreStable(t *testing.T) {
-	a := CreateStep(&Runtime{handler: "runc"}, "abc", "/b", nil, "")
+	a := CreateStep(&Runtime{handler: "runc"}, "abc", "/b", nil, "", StdinNone)
 	if a.Kind != "oci-container" || !maps.Equal(a.Args, map[string]string{"handler": "runc", "id": "abc"}) {
 		t.Errorf("step %s %v, want oci-container {handler: runc, id: abc}", a.Kind, a.Args)
 	}

@@ -25,12 +25,12 @@ const (
 )
 
 // CreateStep returns the step that creates container id in runtime r from the bundle
-// directory, the spec and the log path (see Runtime.Create). Its result is conmon's PID.
-func CreateStep(r *Runtime, id, bundle string, spec *specs.Spec, logPath string) journal.Action[int] {
+// directory, the spec, the log path and the standard input mode (see Runtime.Create). Its result is conmon's PID.
+func CreateStep(r *Runtime, id, bundle string, spec *specs.Spec, logPath string, stdin StdinMode) journal.Action[int] {
 	return journal.Action[int]{Kind: StepRuntimeContainer, Stage: StageCreate,
 		Args: map[string]string{ArgHandler: r.Handler(), ArgID: id},
 		Run: func(ctx context.Context) (int, error) {
-			return r.Create(ctx, id, bundle, spec, logPath)
+			return r.Create(ctx, id, bundle, spec, logPath, stdin)
 		}}
 }
 

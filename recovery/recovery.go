@@ -8,14 +8,17 @@ package recovery
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 
 	"github.com/crijournal/crijournal/journal"
 )
 
-// Reconciler checks a created record against the world and repairs what it can; it reports
-// whether anything changed.
+// Reconciler checks a created or cached record against the world and repairs what it can;
+// it reports whether anything changed. A cached record that lost what it was made of
+// (a sandbox whose pause process died while the daemon was down) is rolled back by it:
+// nobody holds it yet, and its retry must not claim a broken resource.
 type Reconciler func(ctx context.Context, rec journal.Record) (bool, error)
 
 // Summary counts what recovery did.
@@ -104,10 +107,22 @@ func replay(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile
 		var cached journal.Record
 		cached, err = j.Cache(rec.ID)
 		if err == nil {
+			if err = checkCached(ctx, j, reconcile, cached); errors.Is(err, errRolledBack) {
+				sum.RolledBack++
+				log.Info("recovery: finished but unanswered creation lost part of itself: rolled back")
+				err = withoutRolledBack(err)
+				break
+			}
 			sum.Cached++
 			log.Info("recovery: finished but unanswered creation cached for the retry", "expiry", cached.Expiry)
 		}
 	case journal.StateCached:
+		if err = checkCached(ctx, j, reconcile, rec); errors.Is(err, errRolledBack) {
+			sum.RolledBack++
+			log.Info("recovery: cached creation lost part of itself: rolled back")
+			err = withoutRolledBack(err)
+			break
+		}
 		sum.Kept++
 		log.Info("recovery: cached creation kept", "expiry", rec.Expiry)
 	case journal.StateRemoving:
@@ -150,4 +165,33 @@ func replay(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile
 			log.Error("recovery: could not recover record, continuing", "err", err)
 		}
 	}
+}
+
+// withoutRolledBack returns what went wrong in a rollback checkCached reports (an undo
+// that failed), or nil.
+func withoutRolledBack(err error) error {
+	if err == errRolledBack {
+		return nil
+	}
+	return err
+}
+
+// errRolledBack is checkCached's report of a cached record that reconcile rolled back.
+var errRolledBack = errors.New("rolled back")
+
+// checkCached reconciles a cached record like a created one and returns errRolledBack
+// when that rolled it back (it is gone, or left undoing with failed undos to retry).
+func checkCached(ctx context.Context, j *journal.Journal, reconcile Reconciler, rec journal.Record) error {
+	if reconcile == nil {
+		return nil
+	}
+	_, err := reconcile(ctx, rec)
+	after, gerr := j.Get(rec.ID)
+	if errors.Is(gerr, journal.ErrNotFound) || (gerr == nil && after.State == journal.StateUndoing) {
+		if err != nil {
+			return fmt.Errorf("%w: %w", errRolledBack, err)
+		}
+		return errRolledBack
+	}
+	return err
 }

@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
@@ -35,6 +37,10 @@ type containerObject struct {
 	Rootfs    string    `json:"rootfs"`
 	StopSig   string    `json:"stop_signal,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// User is the process's user as the spec set it; Resources the
+	// LinuxContainerResources (protobuf) last set by UpdateContainerResources.
+	User      *specs.User `json:"user,omitempty"`
+	Resources []byte      `json:"resources,omitempty"`
 }
 
 // container is a created container as the server sees it.
@@ -73,6 +79,9 @@ func containerName(cfg *runtimeapi.ContainerConfig, sandbox *runtimeapi.PodSandb
 	}
 	if cfg.GetImage().GetImage() == "" {
 		return "", invalidf("config.image.image is required")
+	}
+	if sc := cfg.GetLinux().GetSecurityContext(); sc.GetRunAsGroup() != nil && sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
+		return "", invalidf("config.linux.security_context.run_as_group needs run_as_user or run_as_username")
 	}
 	smd := sandbox.GetMetadata()
 	return fmt.Sprintf("k8s_%s_%s_%s_%s_%d", md.GetName(), smd.GetName(), smd.GetNamespace(), smd.GetUid(), md.GetAttempt()), nil
@@ -121,9 +130,21 @@ func markerTime(rec journal.Record, key string) int64 {
 
 func stringPtr(s string) *string { return &s }
 
+// reasonUnknown is the reason of an exit recorded without conmon's word: the runtime
+// definitely lost the container (a reboot), or conmon died without writing the exit file.
+const reasonUnknown = "ContainerStatusUnknown"
+
+// runtimeQueryTimeout bounds the runtime queries of recordExit, which run detached from
+// the request: a client that gives up must not cut a query short (DESIGN §6, "absence of
+// an answer is not evidence").
+const runtimeQueryTimeout = 30 * time.Second
+
 // recordExit stores a container's exit in its record, once: from conmon's exit file, or
-// as unknown when the runtime lost the container (a reboot). While the container runs it
-// only records a start that the record lacks.
+// as unknown when the runtime definitely does not know the container (oci.ErrNotFound: a
+// reboot) or has it stopped while conmon never wrote an exit file. While the container
+// runs it only records a start that the record lacks. Any other failure to learn the
+// container's state (the runtime binary missing or failing, a timeout) is returned and
+// changes nothing: it says nothing about the container.
 func (s *Server) recordExit(ctx context.Context, c container) error {
 	if _, done := c.rec.Marker(markerFinishedAt); done {
 		return nil
@@ -136,12 +157,19 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	if err != nil {
 		return err
 	}
-	reason := "Completed"
-	switch {
-	case !ok:
-		st, serr := rt.State(ctx, c.rec.ID)
-		if serr == nil && st.Status != oci.StatusStopped {
-			_, started := c.rec.Marker(markerStartedAt)
+	reason := ""
+	if !ok {
+		qctx, cancel := detached(ctx, runtimeQueryTimeout)
+		defer cancel()
+		_, started := c.rec.Marker(markerStartedAt)
+		st, serr := rt.State(qctx, c.rec.ID)
+		switch {
+		case errors.Is(serr, oci.ErrNotFound):
+			// The runtime lost it (a reboot): whatever it was, it no longer runs.
+			code, at, reason = 255, time.Now(), reasonUnknown
+		case serr != nil:
+			return fmt.Errorf("container %s: state unknown, nothing recorded: %w", c.rec.ID, serr)
+		case st.Status != oci.StatusStopped:
 			if !started && (st.Status == oci.StatusRunning || st.Status == oci.StatusPaused) {
 				// Started by a StartContainer that did not live to record it (the daemon
 				// died between runc start and the marker): it runs, say so, or it would
@@ -149,16 +177,28 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 				return s.journal.SetMarker(c.rec.ID, markerStartedAt, nowMarker())
 			}
 			return nil // still alive
-		}
-		if _, started := c.rec.Marker(markerStartedAt); !started && serr == nil {
+		case !started:
 			return nil // created, never started
+		default:
+			// Stopped: runc says so as soon as the init process is dead, a moment before
+			// conmon has reaped it and written the exit file. Wait for conmon.
+			if code, at, ok, err = rt.AwaitExit(qctx, c.rec.ID); err != nil {
+				return err
+			}
+			if !ok {
+				code, at, reason = 255, time.Now(), reasonUnknown
+			}
 		}
-		code, at, reason = 255, time.Now(), "ContainerStatusUnknown"
+	}
+	switch {
+	case reason != "":
 	case rt.OOMKilled(c.rec.ID):
 		// conmon saw the cgroup run out of memory: the kubelet reports this reason.
 		reason = "OOMKilled"
 	case code != 0:
 		reason = "Error"
+	default:
+		reason = "Completed"
 	}
 	return s.journal.SetMarkers(c.rec.ID, map[string]*string{
 		markerExitCode:   stringPtr(strconv.Itoa(code)),

@@ -51,9 +51,12 @@ func stopSignal(name string) syscall.Signal {
 }
 
 // StopContainer sends the stop signal, waits up to the timeout, then SIGKILL. Stopping a
-// stopped container is success.
+// stopped container is success, and so is stopping an unknown one (per the CRI).
 func (s *Server) StopContainer(ctx context.Context, req *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	c, err := s.findContainer(req.GetContainerId())
+	if errors.Is(err, errNotFound) {
+		return &runtimeapi.StopContainerResponse{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -64,15 +67,30 @@ func (s *Server) StopContainer(ctx context.Context, req *runtimeapi.StopContaine
 }
 
 func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Duration) error {
-	if c.state() == runtimeapi.ContainerState_CONTAINER_EXITED {
+	exited := c.state() == runtimeapi.ContainerState_CONTAINER_EXITED
+	if reason, _ := c.rec.Marker(markerReason); exited && reason != reasonUnknown {
 		return nil
 	}
 	rt, err := s.runtimes.Runtime(c.obj.Handler)
 	if err != nil {
 		return err
 	}
-	if err := rt.Stop(ctx, c.rec.ID, stopSignal(c.obj.StopSig), timeout); err != nil {
+	// An exit recorded as unknown was concluded without conmon's word; earlier versions
+	// did so on any failed runtime query, while the container ran on. Stop it anyway:
+	// stopping a stopped container costs one runtime query.
+	err = rt.Stop(ctx, c.rec.ID, c.stopSignal(), timeout)
+	if errors.Is(err, oci.ErrNotFound) {
+		// The runtime definitely does not know it: nothing runs.
+		if exited {
+			return nil
+		}
+		return s.recordExit(ctx, c)
+	}
+	if err != nil {
 		return fmt.Errorf("stop container %s: %w", c.rec.ID, err)
+	}
+	if exited {
+		return nil
 	}
 	if c.state() == runtimeapi.ContainerState_CONTAINER_CREATED {
 		// Never started: the runtime's init process is killed; record a plain exit.
@@ -159,6 +177,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 		Image:      c.config.GetImage(), ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID,
 		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
 		Mounts: c.config.GetMounts(), LogPath: c.obj.LogPath,
+		User: c.user(), Resources: c.resources(), StopSignal: criSignal(c.stopSignal()),
 	}
 	if v, ok := c.rec.Marker(markerExitCode); ok {
 		code, _ := strconv.Atoi(v)
@@ -268,6 +287,9 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtimeapi.U
 	}
 	if err := rt.UpdateResources(ctx, c.rec.ID, res); err != nil {
 		return nil, fmt.Errorf("update resources of %s: %w", c.rec.ID, err)
+	}
+	if err := s.recordResources(ctx, c, req.GetLinux()); err != nil {
+		return nil, err
 	}
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }

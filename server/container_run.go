@@ -85,7 +85,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	c, existingID, err := s.begin(ctx, flowContainerCreate, journal.BeginRequest{
 		Kind: journal.KindContainer, Name: name, Parent: sb.rec.ID, Deadline: deadline, Stage: stageContainerReserve,
 		Fingerprint: fingerprint(cfg, sb.rec.ID),
-	})
+	}, legacyFingerprint(cfg, sb.rec.ID))
 	if c == nil {
 		return answerContainer(existingID, err)
 	}
@@ -113,12 +113,21 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
 	})
+	obj.User = specUser(spec)
 	if err != nil {
 		return nil, c.fail(stageContainerSpec, err)
 	}
 
 	// The OCI container, created by the runtime under conmon.
-	if _, err := runStep(c, limit{d: runtimeCreateTimeout}, oci.CreateStep(rt, id, obj.Bundle, spec, logFile)); err != nil {
+	create := oci.CreateStep(rt, id, obj.Bundle, spec, logFile, oci.StdinModeOf(cfg))
+	runCreate := create.Run
+	create.Run = func(ctx context.Context) (int, error) {
+		if err := ensureLogDir(logFile); err != nil {
+			return 0, err
+		}
+		return runCreate(ctx)
+	}
+	if _, err := runStep(c, limit{d: runtimeCreateTimeout}, create); err != nil {
 		return nil, err
 	}
 

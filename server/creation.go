@@ -23,8 +23,8 @@ type creation struct {
 // begin reserves req.Name for a creation of flow (see reserve). When the request is
 // settled from the record that already holds the name, it returns that record's ID and
 // no creation.
-func (s *Server) begin(ctx context.Context, flow string, req journal.BeginRequest) (c *creation, existingID string, err error) {
-	res, err := s.reserve(ctx, req)
+func (s *Server) begin(ctx context.Context, flow string, req journal.BeginRequest, alsoSame ...string) (c *creation, existingID string, err error) {
+	res, err := s.reserve(ctx, req, alsoSame...)
 	if err != nil || res.existingID != "" {
 		return nil, res.existingID, err
 	}

@@ -3,20 +3,28 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
 
-// Reconcile brings a created record in line with the world at startup. A container that
-// exited while the daemon was down gets its exit recorded (from conmon's exit file, or as
-// unknown when the runtime lost it in a reboot). A sandbox whose namespace pins are gone
-// (a reboot empties /run), or whose shared pid namespace lost its pause process, can never
-// be ready again: it gets CNI DEL anyway, so host-local frees its addresses, and is marked
-// stopped (also when the DEL fails: the removal runs it again); its record stays until the
-// kubelet removes it. It reports whether anything changed.
+// Reconcile brings a created or cached record in line with the world at startup. A
+// container that exited while the daemon was down gets its exit recorded (from conmon's
+// exit file, or as unknown when the runtime lost it in a reboot). A sandbox whose
+// namespace pins are gone (a reboot empties /run), or whose shared pid namespace lost its
+// pause process (a service manager killing the whole control group), can never be ready
+// again. A created one gets CNI DEL anyway, so host-local frees its addresses, and is
+// marked stopped (also when the DEL fails: the removal runs it again); its record stays
+// until the kubelet removes it. A cached one, which nobody holds yet, is rolled back, so
+// that the retry builds a sound sandbox instead of claiming a broken one. A sound sandbox
+// with a shared pid namespace gets its pause watcher. It reports whether anything changed.
 func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error) {
 	if rec.Kind == journal.KindContainer {
+		if rec.State != journal.StateCreated {
+			return false, nil
+		}
 		return s.reconcileContainer(ctx, rec)
 	}
 	sb, err := decodeSandbox(rec)
@@ -26,22 +34,16 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	if _, stopped := rec.Marker(markerStopped); stopped {
 		return false, nil
 	}
-	lost := false
-	for kind, path := range sb.obj.Namespaces {
-		if !netns.IsPinned(path) {
-			lost = true
-		}
-		// A shared pid namespace whose pause process died (killed while the daemon
-		// was down) takes no new process: the pod's containers cannot run again.
-		if kind == string(netns.PID) && !netns.PauseAlive(path) {
-			lost = true
-		}
-	}
-	if !lost {
+	lost := sb.lost()
+	if lost == "" {
 		if p := sb.obj.Namespaces[string(netns.PID)]; p != "" {
 			s.watchPause(rec.ID, rec.Name, p)
 		}
 		return false, nil
+	}
+	if rec.State == journal.StateCached {
+		s.log.Warn("cached sandbox can never be ready: rolling it back", "id", rec.ID, "name", rec.Name, "lost", lost)
+		return true, s.rollback(ctx, rec)
 	}
 	nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 	defer cancel()
@@ -55,6 +57,26 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 		return true, fmt.Errorf("sandbox %s lost its namespaces: marked stopped, but its CNI DEL failed and is left to the removal: %w", rec.ID, err)
 	}
 	return true, nil
+}
+
+// lost says what a sandbox lost that it can never get back ("" when nothing): a
+// namespace pin, or the pause process of its shared pid namespace.
+func (sb sandbox) lost() string {
+	for _, kind := range slices.Sorted(maps.Keys(sb.obj.Namespaces)) {
+		path := sb.obj.Namespaces[kind]
+		if !netns.IsPinned(path) {
+			return kind + " namespace pin " + path
+		}
+		// A shared pid namespace whose pause process died takes no new process: the
+		// pod's containers cannot run again.
+		if kind == string(netns.PID) && !netns.PauseAlive(path) {
+			return "pause process of " + path
+		}
+	}
+	if _, gone := sb.rec.Marker(markerPauseExited); gone {
+		return "pause process (marked exited)"
+	}
+	return ""
 }
 
 func (s *Server) reconcileContainer(ctx context.Context, rec journal.Record) (bool, error) {

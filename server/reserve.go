@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/crijournal/crijournal/journal"
@@ -26,7 +27,10 @@ type reservation struct {
 //   - cached from a different request: rolled back, and AlreadyExists saying so (the
 //     next request can take the name);
 //   - anything else from a different request: AlreadyExists.
-func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reservation, error) {
+//
+// A holder is from the same request when its fingerprint is req.Fingerprint or one of
+// alsoSame (the request's fingerprint in an older format, for records written before it).
+func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame ...string) (reservation, error) {
 	what := string(req.Kind)
 	waitedOn := "" // the ID of the in-progress creation this request has waited for
 	for {
@@ -36,7 +40,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 			return reservation{record: rec}, err
 		}
 		h := held.Holder
-		if h.Fingerprint != req.Fingerprint {
+		if h.Fingerprint != req.Fingerprint && !slices.Contains(alsoSame, h.Fingerprint) {
 			if h.State == journal.StateCached {
 				// Nobody will claim it: its request's retries would carry its
 				// fingerprint. Free the name, and say so; this request is refused like
@@ -59,17 +63,23 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest) (reserva
 		case journal.StateCached:
 			if h.ID == waitedOn {
 				// It finished after its own request's deadline while we waited: keep it
-				// for the next retry and fail at our deadline.
-				deadline, _ := ctx.Deadline()
+				// for the next retry and fail at our deadline. A request without a
+				// deadline would wait for ever: it takes the record's expiry as its own.
+				deadline, ok := ctx.Deadline()
+				if !ok {
+					deadline = h.Expiry
+				}
 				s.journal.Touch(req.Kind, req.Name, deadline)
-				wctx, cancel := answerBefore(ctx)
+				dctx, dcancel := context.WithDeadline(ctx, deadline)
+				wctx, cancel := answerBefore(dctx)
 				<-wctx.Done()
 				cancel()
+				dcancel()
 				return reservation{}, newError(errTimedOut,
 					"%s %s (%q) is ready but was finished after its request timed out; it will be returned on the next retry",
 					what, h.ID, req.Name)
 			}
-			claimed, err := s.journal.Claim(req.Kind, req.Name, req.Fingerprint)
+			claimed, err := s.journal.Claim(req.Kind, req.Name, h.Fingerprint)
 			if errors.Is(err, journal.ErrWrongState) || errors.Is(err, journal.ErrNotFound) {
 				// It changed under us (an expiry, say), and the change is on its way to
 				// disk: look again once it is published, not in a busy loop.

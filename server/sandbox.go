@@ -77,7 +77,8 @@ func (sb sandbox) state() runtimeapi.PodSandboxState {
 	return runtimeapi.PodSandboxState_SANDBOX_READY
 }
 
-// findRecord returns the created record of kind whose ID is id or starts with it.
+// findRecord returns the created record of kind whose ID is id or starts with it. An
+// unknown ID gives an error of class errNotFound, a hidden one of class errNotYetCreated.
 func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error) {
 	if id == "" {
 		return journal.Record{}, invalidf("%s ID is required", kind)
@@ -114,7 +115,7 @@ func (s *Server) findSandbox(id string) (sandbox, error) {
 
 // StopPodSandbox tears the pod's network down (CNI DEL, journaled as the undo of the
 // attach step) and marks the sandbox stopped in its record. It is idempotent, and an
-// unknown ID is success, as in CRI-O.
+// unknown ID is success, as in CRI-O. Teardowns of one sandbox run one at a time.
 func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	sb, err := s.findSandbox(req.GetPodSandboxId())
 	if errors.Is(err, errNotFound) {
@@ -122,6 +123,17 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
 	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.teardowns.lock(ctx, sb.rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("stop sandbox %s: waiting for another stop or removal of it: %w", sb.rec.ID, err)
+	}
+	defer unlock()
+	// Look again: the teardown that ran meanwhile may have stopped or removed it.
+	if sb, err = s.findSandbox(sb.rec.ID); errors.Is(err, errNotFound) {
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	} else if err != nil {
 		return nil, err
 	}
 	// The pod's containers first, killed at once (as containerd does: the kubelet has
@@ -158,13 +170,24 @@ func nowMarker() *string {
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
 // DEL unless stopped, then the namespace pins), last first, and deletes the record. The
 // record is marked removing before anything is undone, so a crash part way is finished at
-// the next start. An unknown ID is success, per the CRI.
+// the next start. An unknown ID is success, per the CRI. Teardowns of one sandbox run one
+// at a time.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	rec, err := s.findRecord(journal.KindSandbox, req.GetPodSandboxId())
 	if errors.Is(err, errNotFound) {
 		return &runtimeapi.RemovePodSandboxResponse{}, nil
 	}
 	if err != nil {
+		return nil, err
+	}
+	unlock, err := s.teardowns.lock(ctx, rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("remove sandbox %s: waiting for another stop or removal of it: %w", rec.ID, err)
+	}
+	defer unlock()
+	if rec, err = s.findRecord(journal.KindSandbox, rec.ID); errors.Is(err, errNotFound) {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	} else if err != nil {
 		return nil, err
 	}
 	// No container creation may be running in the pod while its containers are
@@ -274,25 +297,39 @@ func labelsMatch(labels, selector map[string]string) bool {
 	return true
 }
 
-// watchPause marks the sandbox not ready as soon as the pause process holding its shared
-// pid namespace exits while the sandbox lives (killed, say, by an OOM or a person), without
-// polling. The removal of the sandbox kills the pause itself: that exit is ignored. The
-// watch belongs to the server: it ends with that exit, or when Close is called.
+// watchPause watches the pause process holding a sandbox's shared pid namespace, without
+// polling, from creation (or, for one made before a restart, from recovery; or at the
+// latest from its claim) until it exits. If it exits while the sandbox lives, a created
+// sandbox is marked not ready at once, and a cached one, which nobody holds yet, is rolled
+// back so that the retry builds a sound one instead of claiming a broken one. The removal
+// of the sandbox kills the pause itself: that exit is ignored. A sandbox is watched once.
+// The watch belongs to the server: it ends with that exit, or when Close is called.
 func (s *Server) watchPause(id, name, path string) {
+	if _, watched := s.pauseWatches.LoadOrStore(id, struct{}{}); watched {
+		return
+	}
 	err := netns.WatchPause(s.lifetime, path, func() {
+		defer s.pauseWatches.Delete(id)
 		rec, err := s.journal.Get(id)
-		if err != nil || (rec.State != journal.StateCreated && rec.State != journal.StateCached) {
+		if err != nil {
 			return
 		}
 		if _, done := rec.Marker(markerPauseExited); done {
 			return
 		}
-		s.log.Warn("the pause process of the sandbox exited: the sandbox is not ready", "id", id, "name", rec.Name)
-		if err := s.journal.SetMarker(id, markerPauseExited, nowMarker()); err != nil {
-			s.log.Warn("cannot mark the sandbox not ready", "id", id, "name", rec.Name, "err", err)
+		switch rec.State {
+		case journal.StateCached:
+			s.log.Warn("the pause process of the cached sandbox exited: rolling it back", "id", id, "name", rec.Name)
+			s.rollback(context.Background(), rec)
+		case journal.StateCreated:
+			s.log.Warn("the pause process of the sandbox exited: the sandbox is not ready", "id", id, "name", rec.Name)
+			if err := s.journal.SetMarker(id, markerPauseExited, nowMarker()); err != nil {
+				s.log.Warn("cannot mark the sandbox not ready", "id", id, "name", rec.Name, "err", err)
+			}
 		}
 	})
 	if err != nil {
+		s.pauseWatches.Delete(id)
 		s.log.Warn("cannot watch the pause process; its exit will be noticed at the next start", "id", id, "name", name, "err", err)
 	}
 }

@@ -51,9 +51,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	c, existingID, err := s.begin(ctx, flowSandboxCreate, journal.BeginRequest{
 		Kind: journal.KindSandbox, Name: name, Deadline: deadline, Stage: stageSandboxReserve,
 		Fingerprint: fingerprint(cfg, req.GetRuntimeHandler()),
-	})
+	}, legacyFingerprint(cfg, req.GetRuntimeHandler()))
 	if c == nil {
-		return answerSandbox(existingID, err)
+		return s.answerSandbox(existingID, err)
 	}
 	id := c.rec.ID
 	obj := sandboxObject{
@@ -108,9 +108,14 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 
 // answerSandbox answers a RunPodSandbox settled by its reservation: the sandbox that
 // already holds the name, or the reservation's error.
-func answerSandbox(existingID string, err error) (*runtimeapi.RunPodSandboxResponse, error) {
+func (s *Server) answerSandbox(existingID string, err error) (*runtimeapi.RunPodSandboxResponse, error) {
 	if err != nil {
 		return nil, err
+	}
+	// Claimed from the cache (or a true duplicate): its pause process is watched from now
+	// on, if it was not already.
+	if sb, err := s.findSandbox(existingID); err == nil && sb.obj.Namespaces[string(netns.PID)] != "" {
+		s.watchPause(sb.rec.ID, sb.rec.Name, sb.obj.Namespaces[string(netns.PID)])
 	}
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: existingID}, nil
 }

@@ -20,6 +20,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,16 +42,21 @@ const RuntimeName = "crijournal"
 // Server is the CRI service. Build it with New and attach it with Register.
 type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
-	cfg      config.Config
-	journal  *journal.Journal
-	networks netns.NetworkSource
-	metrics  *metrics.Metrics
-	images   *storage.Store
-	runtimes RuntimeSource
-	version  string
-	log      *slog.Logger
-	pods     podGates // keeps a pod's container creations and its removal apart
+	cfg       config.Config
+	journal   *journal.Journal
+	networks  netns.NetworkSource
+	metrics   *metrics.Metrics
+	images    *storage.Store
+	runtimes  RuntimeSource
+	version   string
+	log       *slog.Logger
+	pods      podGates                     // keeps a pod's container creations and its removal apart
+	teardowns teardowns                    // keeps the stops and removals of one sandbox apart
+	streams   atomic.Pointer[StreamServer] // set by StartStreaming
+	stats     statsState
+	node      nodeConfig // what UpdateRuntimeConfig said
 
+	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 	// pauseBinary is the program a pause process runs: this daemon's own binary.
 	pauseBinary string
 	// lifetime is the context of the work the server starts by itself (the watches of
@@ -113,8 +120,9 @@ func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*
 }
 
 // Status reports RuntimeReady (false with a reason once the journal has failed: the
-// daemon is stopping), and NetworkReady false with a reason while no CNI network is
-// configured.
+// daemon is stopping), NetworkReady (false with a reason while no CNI network is
+// configured), the runtime handlers and features, and with verbose the effective
+// configuration.
 func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtime := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	if err := s.journal.Err(); err != nil {
@@ -128,10 +136,12 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		network.Reason = "NetworkPluginNotReady"
 		network.Message = fmt.Sprintf("Network plugin returns error: %v", err)
 	}
-	return &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+	resp := &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		runtime,
 		network,
-	}}}, nil
+	}}}
+	s.describeRuntime(ctx, req.GetVerbose(), resp)
+	return resp, nil
 }
 
 // ReasonJournalFailed is the reason of RuntimeReady false once a journal commit failed.

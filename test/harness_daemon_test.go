@@ -202,7 +202,8 @@ func (d *daemon) writeCNIConfig(t *testing.T) {
 // cni-sleep (for any command but VERSION), logs the call to cni-calls.log
 // ("<COMMAND> <container ID>"), sleeps that long, fails with a CNI error when
 // cni-fail-<COMMAND> exists, runs the real ADD and then fails when
-// cni-fail-late-ADD exists (see failCNILate), and otherwise execs the real
+// cni-fail-late-ADD exists (see failCNILate), crashes when cni-crash-<COMMAND>,
+// cni-crash-late-<COMMAND> or cni-exit-<COMMAND> exists (see cniFault), and otherwise execs the real
 // plugin (so the daemon's parent-death signal still reaches it).
 func (d *daemon) writeWrapper(t *testing.T) {
 	t.Helper()
@@ -222,6 +223,19 @@ if [ -e "$dir/cni-fail-${CNI_COMMAND}" ]; then
 	msg="$(cat "$dir/cni-fail-${CNI_COMMAND}")"
 	echo "{\"cniVersion\":\"1.0.0\",\"code\":11,\"msg\":\"${msg:-injected failure}\"}"
 	exit 1
+fi
+# Crashes (see cniFault): killed before the command, killed after the real
+# plugin did it, or an exit without a CNI error.
+if [ -e "$dir/cni-crash-${CNI_COMMAND}" ]; then
+	kill -KILL $$
+fi
+if [ -e "$dir/cni-crash-late-${CNI_COMMAND}" ]; then
+	` + cniDir + `/bridge "$@" >/dev/null
+	kill -KILL $$
+fi
+if [ -e "$dir/cni-exit-${CNI_COMMAND}" ]; then
+	echo "injected exit without a CNI error" >&2
+	exit 2
 fi
 if [ "${CNI_COMMAND}" = ADD ] && [ -e "$dir/cni-fail-late-ADD" ]; then
 	` + cniDir + `/bridge "$@" >/dev/null

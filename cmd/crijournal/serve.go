@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"k8s.io/klog/v2"
 
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/failpoint"
@@ -148,10 +149,21 @@ func runServe(cmd *cobra.Command, args []string) error {
 		defer close(maintained)
 		j.Maintain(ctx, cfg.CacheSweepInterval)
 	}()
-	// However serving ends, the journal's maintenance stops before the journal closes.
+	// The CNI configuration directory is watched for the life of the daemon: new pods use
+	// the network configured now, and NetworkReady follows the directory.
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if err := networks.Watch(ctx); err != nil {
+			log.Warn("the CNI configuration directory is no longer watched: a changed network is noticed only after a restart", "dir", cfg.CNIConfDir, "err", err)
+		}
+	}()
+	// However serving ends, the journal's maintenance and the watch stop before the
+	// journal closes.
 	defer func() {
 		stop()
 		<-maintained
+		<-watched
 	}()
 
 	lis, err := server.Listen(cfg.Socket)
@@ -162,6 +174,13 @@ func runServe(cmd *cobra.Command, args []string) error {
 		lis.Close()
 		return err
 	}
+	klog.SetSlogLogger(log) // the streaming library logs through klog
+	streams, err := srv.StartStreaming()
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	log.Info("streaming server listening", "url", streams.URL)
 	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor))
 	srv.Register(g)
 	served := make(chan error, 1)
@@ -173,6 +192,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	case <-ctx.Done():
 		log.Info("stopping")
 	case err := <-served:
+		_ = streams.Stop()
 		return fmt.Errorf("serve: %w", err)
 	case <-j.Failed():
 		// Fail-stop (DESIGN §6): every call but Status and Version is refused from
@@ -180,6 +200,10 @@ func runServe(cmd *cobra.Command, args []string) error {
 		// journal call. The error is returned, and printed once, at the end.
 		failed = j.Err()
 		stop()
+	}
+	// Sessions end first: their processes are killed, their clients see the end.
+	if err := streams.Stop(); err != nil {
+		log.Warn("stopping the streaming server", "err", err)
 	}
 	stopped := make(chan struct{})
 	go func() {

@@ -3,7 +3,8 @@
 // it. It is for tests only; it builds nothing that a production binary would use.
 //
 // The image (see BusyboxImage) holds /bin/busybox (Debian's busybox-static), symlinks to it
-// for the commands in BusyboxCommands, /etc/passwd and /etc/group with root, and empty
+// for the commands in BusyboxCommands, /etc/passwd and /etc/group with root and nobody
+// (who is a member of group staff, 50, for supplemental group tests), and empty
 // /dev, /proc, /sys, /tmp and /root. Its config says Cmd ["/bin/sh"] and Env PATH=/bin. It
 // is built deterministically, so every build has the same digest and image ID.
 package storagetest
@@ -204,7 +205,7 @@ func busyboxTar(bin []byte) ([]byte, error) {
 	if err := file("etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n")); err != nil {
 		return nil, err
 	}
-	if err := file("etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n")); err != nil {
+	if err := file("etc/group", 0o644, []byte("root:x:0:\nstaff:x:50:nobody\nnogroup:x:65534:\n")); err != nil {
 		return nil, err
 	}
 	if err := tw.Close(); err != nil {

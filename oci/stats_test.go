@@ -1,0 +1,114 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+)
+
+func TestConvertStats(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	for _, tt := range []struct {
+		name  string
+		v2    bool
+		stats map[string]uint64
+		usage cgroups.MemoryData
+		want  CgroupStats
+	}{
+		{
+			name:  "v1",
+			stats: map[string]uint64{"total_inactive_file": 300, "total_rss": 500, "total_pgfault": 70, "total_pgmajfault": 2, "inactive_file": 9999, "rss": 9999},
+			usage: cgroups.MemoryData{Usage: 1000, Limit: 4096},
+			want:  CgroupStats{MemoryUsage: 1000, MemoryWorkingSet: 700, MemoryLimit: 4096, RSS: 500, PageFaults: 70, MajorPageFaults: 2},
+		},
+		{
+			name:  "v2",
+			v2:    true,
+			stats: map[string]uint64{"inactive_file": 100, "anon": 400, "pgfault": 30, "pgmajfault": 1},
+			usage: cgroups.MemoryData{Usage: 1000, Limit: ^uint64(0)},
+			want:  CgroupStats{MemoryUsage: 1000, MemoryWorkingSet: 900, RSS: 400, PageFaults: 30, MajorPageFaults: 1},
+		},
+		{
+			name:  "more inactive file than usage",
+			stats: map[string]uint64{"total_inactive_file": 2000},
+			usage: cgroups.MemoryData{Usage: 1000, Limit: 9223372036854771712}, // v1's "no limit"
+			want:  CgroupStats{MemoryUsage: 1000},
+		},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cs := cgroups.NewStats()
+			cs.CpuStats.CpuUsage.TotalUsage = 12345
+			cs.PidsStats.Current = 3
+			cs.MemoryStats.Stats = tt.stats
+			cs.MemoryStats.Usage = tt.usage
+			got := convertStats(cs, at, tt.v2)
+			want := tt.want
+			want.Timestamp, want.CPUUsageNanos, want.Processes = at, 12345, 3
+			if got != want {
+				t.Errorf("convertStats = %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestParseFeatures(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		doc  string
+		want Features
+	}{
+		{"runc 1.1 (no idmap)", `{"mountOptions":["ro","rro"],"linux":{"namespaces":["user","net"]}}`, Features{RecursiveReadOnlyMounts: true}},
+		{"idmapped mounts", `{"mountOptions":["ro"],"linux":{"namespaces":["user"],"mountExtensions":{"idmap":{"enabled":true}}}}`, Features{UserNamespaces: true}},
+		{"idmap without user namespaces", `{"linux":{"namespaces":["net"],"mountExtensions":{"idmap":{"enabled":true}}}}`, Features{}},
+		{"empty", `{}`, Features{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseFeatures([]byte(tt.doc))
+			if err != nil || got != tt.want {
+				t.Errorf("parseFeatures = %+v, %v, want %+v", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := parseFeatures([]byte("runc: unknown command")); err == nil {
+		t.Error("parseFeatures of a non-JSON answer succeeded")
+	}
+}
+
+func TestRuntimeStats(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo busy-done; sleep 30"}, nil)
+	eventually(t, 20*time.Second, func() error {
+		b, _ := os.ReadFile(c.logPath)
+		if !strings.Contains(string(b), "busy-done") {
+			return fmt.Errorf("log %q", b)
+		}
+		return nil
+	})
+	st, err := r.Stats(c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Timestamp.IsZero() || st.CPUUsageNanos == 0 || st.MemoryUsage == 0 || st.MemoryWorkingSet == 0 ||
+		st.RSS == 0 || st.PageFaults == 0 || st.Processes == 0 {
+		t.Errorf("Stats of a running container = %+v, want CPU, memory, faults and processes", st)
+	}
+	again, err := r.Stats(c.id)
+	if err != nil || again.CPUUsageNanos < st.CPUUsageNanos {
+		t.Errorf("second Stats = %+v, %v; want CPU usage that does not go back", again, err)
+	}
+	if err := r.Delete(context.Background(), c.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Stats(c.id); !errors.Is(err, ErrNoCgroup) {
+		t.Errorf("Stats of a deleted container: %v, want ErrNoCgroup", err)
+	}
+	if _, err := r.Stats("../x"); !errors.Is(err, ErrInvalidID) {
+		t.Errorf("Stats of an invalid ID: %v, want ErrInvalidID", err)
+	}
+}

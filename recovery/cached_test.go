@@ -1,0 +1,75 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// TestRunChecksCachedRecords (defect 2): ready and cached records go through the
+// reconciler like created ones; those it rolls back (they lost what they were made of
+// while the daemon was down) are counted as rolled back, the others are kept.
+func TestRunChecksCachedRecords(t *testing.T) {
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	u := &undos{ran: map[string]int{}}
+	path := filepath.Join(t.TempDir(), "journal.db")
+	j, err := journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, name := range []string{"sound-cached", "lost-cached", "sound-ready", "lost-ready"} {
+		rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seq, err := j.Intent(rec.ID, "s", stepOK, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j.Done(rec.ID, seq)
+		j.Ready(rec.ID, 1)
+		if strings.HasSuffix(name, "cached") {
+			j.Answer(rec.ID, false)
+		}
+		ids[name] = rec.ID
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j, err = journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	sum := Run(ctx, j, log, func(ctx context.Context, rec journal.Record) (bool, error) {
+		if rec.State != journal.StateCached {
+			t.Errorf("reconciler got %s in state %s, want cached", rec.Name, rec.State)
+		}
+		if strings.HasPrefix(rec.Name, "lost-") {
+			return true, j.Rollback(ctx, rec.ID)
+		}
+		return false, nil
+	})
+	want := Summary{RolledBack: 2, Cached: 1, Kept: 1}
+	if sum != want {
+		t.Errorf("summary = %+v, want %+v", sum, want)
+	}
+	for name, id := range ids {
+		rec, err := j.Get(id)
+		if strings.HasPrefix(name, "lost-") {
+			if !errors.Is(err, journal.ErrNotFound) {
+				t.Errorf("%s after recovery: %s, %v; want rolled back", name, rec.State, err)
+			}
+		} else if err != nil || rec.State != journal.StateCached {
+			t.Errorf("%s after recovery: %s, %v; want cached", name, rec.State, err)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	toml "github.com/pelletier/go-toml/v2"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/oci"
+)
+
+// What crijournal itself implements of the features a runtime handler may offer. A
+// handler reports a feature only when both its runtime binary and crijournal support it.
+// Flip these when recursive read-only mounts and user namespaces are built.
+const (
+	implementsRecursiveReadOnly = false
+	implementsUserNamespaces    = false
+)
+
+// featuresTimeout bounds `runc features`, run once per handler.
+const featuresTimeout = 10 * time.Second
+
+// nodeConfig is what UpdateRuntimeConfig tells the runtime about its node.
+type nodeConfig struct {
+	mu      sync.Mutex
+	podCIDR string
+}
+
+// RuntimeConfig reports the cgroup driver, which the kubelet reads at start to pick its
+// own.
+func (s *Server) RuntimeConfig(ctx context.Context, req *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	driver := runtimeapi.CgroupDriver_CGROUPFS
+	if s.cfg.CgroupManager == config.CgroupManagerSystemd {
+		driver = runtimeapi.CgroupDriver_SYSTEMD // refused by config validation today
+	}
+	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: driver}}, nil
+}
+
+// UpdateRuntimeConfig takes the node's pod CIDR, which the kubelet sends on every node
+// status sync. The CNI configuration decides the pods' addresses; the CIDR is kept for
+// Status verbose and logged when it changes.
+func (s *Server) UpdateRuntimeConfig(ctx context.Context, req *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+	cidr := req.GetRuntimeConfig().GetNetworkConfig().GetPodCidr()
+	s.node.mu.Lock()
+	changed := cidr != s.node.podCIDR
+	s.node.podCIDR = cidr
+	s.node.mu.Unlock()
+	if changed {
+		s.log.Info("node pod CIDR updated", "pod_cidr", cidr)
+	}
+	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}
+
+// describeRuntime adds to a Status answer the runtime handlers with their features, the
+// runtime's own features and, when verbose, the effective configuration.
+func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtimeapi.StatusResponse) {
+	resp.Features = &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true}
+	supported := map[string]oci.Features{}
+	names := sortedHandlers(s.cfg.Runtimes)
+	for _, name := range names {
+		f := s.handlerFeatures(ctx, name)
+		supported[name] = f
+		h := &runtimeapi.RuntimeHandler{Name: name, Features: &runtimeapi.RuntimeHandlerFeatures{
+			RecursiveReadOnlyMounts: f.RecursiveReadOnlyMounts && implementsRecursiveReadOnly,
+			UserNamespaces:          f.UserNamespaces && implementsUserNamespaces,
+		}}
+		resp.RuntimeHandlers = append(resp.RuntimeHandlers, h)
+		if name == s.cfg.DefaultRuntime {
+			// The default handler is also the one pods that name none get (""), as
+			// containerd lists it.
+			resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Features: h.Features})
+		}
+	}
+	if !verbose {
+		return
+	}
+	resp.Info = map[string]string{"config": s.effectiveConfig()}
+	s.node.mu.Lock()
+	resp.Info["podCIDR"] = infoJSON(s.node.podCIDR)
+	s.node.mu.Unlock()
+	resp.Info["runtimeFeatures"] = infoJSON(supported)
+}
+
+// handlerFeatures asks a handler's runtime what it supports; a handler that cannot say
+// supports nothing.
+func (s *Server) handlerFeatures(ctx context.Context, name string) oci.Features {
+	if s.runtimes == nil {
+		return oci.Features{}
+	}
+	rt, err := s.runtimes.Runtime(name)
+	if err != nil {
+		return oci.Features{}
+	}
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), featuresTimeout)
+	defer cancel()
+	f, err := rt.Features(fctx)
+	if err != nil {
+		s.log.Debug("runtime features not readable (reported as none)", "handler", name, "err", err)
+	}
+	return f
+}
+
+// effectiveConfig is the daemon's configuration after defaults, file, environment and
+// flags, as JSON keyed by the TOML keys.
+func (s *Server) effectiveConfig() string {
+	data, err := s.cfg.TOML()
+	if err != nil {
+		return infoJSON(err.Error())
+	}
+	var m map[string]any
+	if err := toml.Unmarshal(data, &m); err != nil {
+		return infoJSON(err.Error())
+	}
+	return infoJSON(m)
+}
+
+func sortedHandlers(m map[string]config.Runtime) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}

@@ -1,0 +1,354 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/storage"
+)
+
+// The stats calls (ContainerStats, ListContainerStats, PodSandboxStats,
+// ListPodSandboxStats) answer from the journal's index, the containers' cgroups (through
+// the OCI runtime, which knows each cgroup from what it recorded at create), the storage's
+// writable layers and the pods' network namespaces. None of them starts a process: the
+// kubelet asks for every container every ~10 s.
+
+// statsState is what the stats calls keep between calls: the previous CPU sample of each
+// container (for usage_nano_cores) and each container's writable layer directory (it
+// never changes while the container exists).
+type statsState struct {
+	mu       sync.Mutex
+	cpu      map[string]cpuSample
+	layerDir map[string]string
+}
+
+type cpuSample struct {
+	at    time.Time
+	usage uint64
+}
+
+// nanoCores returns the CPU rate of id since its previous sample, in nano cores, and
+// records this one; 0 when there is no earlier sample.
+func (st *statsState) nanoCores(id string, at time.Time, usage uint64) uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	prev, ok := st.cpu[id]
+	if st.cpu == nil {
+		st.cpu = map[string]cpuSample{}
+	}
+	st.cpu[id] = cpuSample{at: at, usage: usage}
+	d := at.Sub(prev.at)
+	if !ok || d <= 0 || usage < prev.usage {
+		return 0
+	}
+	return uint64(float64(usage-prev.usage) / d.Seconds())
+}
+
+// writableDir returns the cached writable layer directory of id, finding it with find
+// the first time.
+func (st *statsState) writableDir(id string, find func() (string, error)) (string, error) {
+	st.mu.Lock()
+	dir, ok := st.layerDir[id]
+	st.mu.Unlock()
+	if ok {
+		return dir, nil
+	}
+	dir, err := find()
+	if err != nil {
+		return "", err
+	}
+	st.mu.Lock()
+	if st.layerDir == nil {
+		st.layerDir = map[string]string{}
+	}
+	st.layerDir[id] = dir
+	st.mu.Unlock()
+	return dir, nil
+}
+
+// prune forgets every container that is not in live.
+func (st *statsState) prune(live map[string]bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for id := range st.cpu {
+		if !live[id] {
+			delete(st.cpu, id)
+		}
+	}
+	for id := range st.layerDir {
+		if !live[id] {
+			delete(st.layerDir, id)
+		}
+	}
+}
+
+// ContainerStats reports one container's resource usage.
+func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	if s.runtimes == nil {
+		return nil, errNoStats
+	}
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.containerStats(c)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: st}, nil
+}
+
+// ListContainerStats reports the resource usage of the created containers that pass the
+// filter (ID prefix, sandbox ID prefix, labels). A container whose figures cannot be read
+// is left out and logged, so that one broken container does not blind the kubelet to the
+// others.
+func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	if s.runtimes == nil {
+		return nil, errNoStats
+	}
+	f := req.GetFilter()
+	cs := s.statsContainers(f.GetId(), f.GetPodSandboxId(), f.GetLabelSelector())
+	resp := &runtimeapi.ListContainerStatsResponse{}
+	for _, c := range cs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		st, err := s.containerStats(c)
+		if err != nil {
+			s.log.Warn("container stats not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
+			continue
+		}
+		resp.Stats = append(resp.Stats, st)
+	}
+	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
+		s.forgetStats() // a full listing sees every live container
+	}
+	return resp, nil
+}
+
+// statsContainers returns the created containers whose ID starts with id, whose sandbox ID
+// starts with sandboxID and whose labels hold selector.
+func (s *Server) statsContainers(id, sandboxID string, selector map[string]string) []container {
+	recs := s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.State == journal.StateCreated &&
+			strings.HasPrefix(r.ID, id) && strings.HasPrefix(r.Parent, sandboxID)
+	})
+	var out []container
+	for _, rec := range recs {
+		c, err := decodeContainer(rec)
+		if err != nil {
+			s.log.Warn("skipping undecodable container", "id", rec.ID, "name", rec.Name, "err", err)
+			continue
+		}
+		if labelsMatch(c.config.GetLabels(), selector) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// forgetStats drops what the stats calls keep of containers that are gone.
+func (s *Server) forgetStats() {
+	live := map[string]bool{}
+	for _, r := range s.journal.List(func(r *journal.Record) bool { return r.Kind == journal.KindContainer }) {
+		live[r.ID] = true
+	}
+	s.stats.prune(live)
+}
+
+// containerStats reads one container's cgroup and writable layer.
+func (s *Server) containerStats(c container) (*runtimeapi.ContainerStats, error) {
+	st, _, err := s.readContainerStats(c)
+	return st, err
+}
+
+// readContainerStats is containerStats, which also returns the number of processes in
+// the container's cgroup (for the pod's process count).
+func (s *Server) readContainerStats(c container) (*runtimeapi.ContainerStats, uint64, error) {
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return nil, 0, err
+	}
+	cg, err := rt.Stats(c.rec.ID)
+	if errors.Is(err, oci.ErrNoCgroup) {
+		// Created by the runtime but its record lost (a reboot): nothing runs in it.
+		cg, err = oci.CgroupStats{Timestamp: time.Now()}, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	ts := cg.Timestamp.UnixNano()
+	st := &runtimeapi.ContainerStats{
+		Attributes: &runtimeapi.ContainerAttributes{
+			Id: c.rec.ID, Metadata: c.config.GetMetadata(), Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
+		},
+		Cpu: &runtimeapi.CpuUsage{
+			Timestamp:            ts,
+			UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: cg.CPUUsageNanos},
+			UsageNanoCores:       &runtimeapi.UInt64Value{Value: s.stats.nanoCores(c.rec.ID, cg.Timestamp, cg.CPUUsageNanos)},
+		},
+		Memory: memoryUsage(cg),
+	}
+	if layer, err := s.writableLayer(c.rec.ID); err != nil {
+		s.log.Debug("writable layer not measured", "id", c.rec.ID, "err", err)
+	} else {
+		st.WritableLayer = layer
+	}
+	return st, cg.Processes, nil
+}
+
+func memoryUsage(cg oci.CgroupStats) *runtimeapi.MemoryUsage {
+	m := &runtimeapi.MemoryUsage{
+		Timestamp:       cg.Timestamp.UnixNano(),
+		WorkingSetBytes: &runtimeapi.UInt64Value{Value: cg.MemoryWorkingSet},
+		UsageBytes:      &runtimeapi.UInt64Value{Value: cg.MemoryUsage},
+		RssBytes:        &runtimeapi.UInt64Value{Value: cg.RSS},
+		PageFaults:      &runtimeapi.UInt64Value{Value: cg.PageFaults},
+		MajorPageFaults: &runtimeapi.UInt64Value{Value: cg.MajorPageFaults},
+	}
+	if cg.MemoryLimit > 0 {
+		avail := uint64(0)
+		if cg.MemoryLimit > cg.MemoryWorkingSet {
+			avail = cg.MemoryLimit - cg.MemoryWorkingSet
+		}
+		m.AvailableBytes = &runtimeapi.UInt64Value{Value: avail}
+	}
+	return m
+}
+
+// writableLayer measures what a container has written over its image.
+func (s *Server) writableLayer(id string) (*runtimeapi.FilesystemUsage, error) {
+	if s.images == nil {
+		return nil, errors.New("no storage")
+	}
+	dir, err := s.stats.writableDir(id, func() (string, error) { return s.images.WritableLayerDir(id) })
+	if err != nil {
+		return nil, err
+	}
+	u, err := storage.DirUsage(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.FilesystemUsage{
+		Timestamp: time.Now().UnixNano(),
+		// The filesystem is named as ImageFsInfo names it (as containerd does), so
+		// the kubelet counts writable layers against the same filesystem.
+		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: s.images.GraphRoot()},
+		UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
+		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
+	}, nil
+}
+
+// PodSandboxStats reports a pod's resource usage: its containers', summed, and its
+// network namespace's interface counters.
+func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
+	sb, err := s.findSandbox(req.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PodSandboxStatsResponse{Stats: s.podStats(ctx, sb)}, nil
+}
+
+// ListPodSandboxStats reports the resource usage of the created pods that pass the filter
+// (ID prefix, labels).
+func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	f := req.GetFilter()
+	recs := s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated && strings.HasPrefix(r.ID, f.GetId())
+	})
+	resp := &runtimeapi.ListPodSandboxStatsResponse{}
+	for _, rec := range recs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		sb, err := decodeSandbox(rec)
+		if err != nil {
+			s.log.Warn("skipping undecodable sandbox", "id", rec.ID, "name", rec.Name, "err", err)
+			continue
+		}
+		if !labelsMatch(sb.config.GetLabels(), f.GetLabelSelector()) {
+			continue
+		}
+		resp.Stats = append(resp.Stats, s.podStats(ctx, sb))
+	}
+	return resp, nil
+}
+
+// podStats sums the stats of a pod's containers and reads its network namespace.
+func (s *Server) podStats(ctx context.Context, sb sandbox) *runtimeapi.PodSandboxStats {
+	now := time.Now().UnixNano()
+	cpu := &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{}, UsageNanoCores: &runtimeapi.UInt64Value{}}
+	mem := &runtimeapi.MemoryUsage{
+		Timestamp: now, WorkingSetBytes: &runtimeapi.UInt64Value{}, UsageBytes: &runtimeapi.UInt64Value{},
+		RssBytes: &runtimeapi.UInt64Value{}, PageFaults: &runtimeapi.UInt64Value{}, MajorPageFaults: &runtimeapi.UInt64Value{},
+	}
+	procs := uint64(0)
+	linux := &runtimeapi.LinuxPodSandboxStats{Cpu: cpu, Memory: mem}
+	if s.runtimes != nil {
+		for _, c := range s.statsContainers("", sb.rec.ID, nil) {
+			if ctx.Err() != nil {
+				break
+			}
+			st, n, err := s.readContainerStats(c)
+			if err != nil {
+				s.log.Warn("container stats not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
+				continue
+			}
+			procs += n
+			linux.Containers = append(linux.Containers, st)
+			cpu.UsageCoreNanoSeconds.Value += st.GetCpu().GetUsageCoreNanoSeconds().GetValue()
+			cpu.UsageNanoCores.Value += st.GetCpu().GetUsageNanoCores().GetValue()
+			mem.WorkingSetBytes.Value += st.GetMemory().GetWorkingSetBytes().GetValue()
+			mem.UsageBytes.Value += st.GetMemory().GetUsageBytes().GetValue()
+			mem.RssBytes.Value += st.GetMemory().GetRssBytes().GetValue()
+			mem.PageFaults.Value += st.GetMemory().GetPageFaults().GetValue()
+			mem.MajorPageFaults.Value += st.GetMemory().GetMajorPageFaults().GetValue()
+		}
+	}
+	linux.Process = &runtimeapi.ProcessUsage{Timestamp: now, ProcessCount: &runtimeapi.UInt64Value{Value: procs}}
+	// A stopped pod's network is torn down: it has no counters to report.
+	if path := sb.obj.Namespaces[string(netns.Net)]; path != "" && sb.state() == runtimeapi.PodSandboxState_SANDBOX_READY {
+		ifs, err := netns.Interfaces(path)
+		if err != nil {
+			s.log.Warn("pod network stats not readable", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
+		} else {
+			linux.Network = networkUsage(now, ifs)
+		}
+	}
+	return &runtimeapi.PodSandboxStats{
+		Attributes: &runtimeapi.PodSandboxAttributes{
+			Id: sb.rec.ID, Metadata: sb.config.GetMetadata(), Labels: sb.config.GetLabels(), Annotations: sb.config.GetAnnotations(),
+		},
+		Linux: linux,
+	}
+}
+
+// networkUsage turns interface counters into the CRI's; the default interface is the
+// one CNI attached (eth0).
+func networkUsage(ts int64, ifs []netns.InterfaceStats) *runtimeapi.NetworkUsage {
+	n := &runtimeapi.NetworkUsage{Timestamp: ts}
+	for _, i := range ifs {
+		u := &runtimeapi.NetworkInterfaceUsage{
+			Name:    i.Name,
+			RxBytes: &runtimeapi.UInt64Value{Value: i.RxBytes}, RxErrors: &runtimeapi.UInt64Value{Value: i.RxErrors},
+			TxBytes: &runtimeapi.UInt64Value{Value: i.TxBytes}, TxErrors: &runtimeapi.UInt64Value{Value: i.TxErrors},
+		}
+		if i.Name == netns.DefaultIfName {
+			n.DefaultInterface = u
+		} else {
+			n.Interfaces = append(n.Interfaces, u)
+		}
+	}
+	return n
+}
+
+// errNoStats is the answer when the daemon runs without containers.
+var errNoStats = newError(errUnavailable, "containers are not available on this daemon (no storage or runtime)")

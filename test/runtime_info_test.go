@@ -1,0 +1,117 @@
+package test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/crijournal/crijournal/internal/testenv"
+)
+
+// TestRuntimeInfo checks what a kubelet asks the runtime about itself, through
+// crictl: info (RuntimeReady, the handlers with their features, the
+// supplemental groups policy feature, the effective configuration),
+// runtime-config (the cgroup driver), update-runtime-config (the pod CIDR is
+// taken and shown); and that the daemon refuses cgroup_manager = "systemd".
+func TestRuntimeInfo(t *testing.T) {
+	t.Parallel()
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		testenv.Need(t, "TestRuntimeInfo needs runc in PATH: %v", err)
+	}
+	d := startDaemon(t, daemonOptions{})
+
+	info := d.info(t)
+	type condition struct {
+		Type   string `json:"type"`
+		Status bool   `json:"status"`
+	}
+	var conds struct {
+		Conditions []condition `json:"conditions"`
+	}
+	mustDecode(t, "status", info["status"], &conds)
+	if i := slices.IndexFunc(conds.Conditions, func(c condition) bool { return c.Type == "RuntimeReady" }); i < 0 || !conds.Conditions[i].Status {
+		t.Errorf("crictl info conditions %+v, want RuntimeReady true", conds.Conditions)
+	}
+
+	type handler struct {
+		Name     string          `json:"name"`
+		Features map[string]bool `json:"features"`
+	}
+	var handlers []handler
+	mustDecode(t, "runtimeHandlers", info["runtimeHandlers"], &handlers)
+	var names []string
+	for _, h := range handlers {
+		names = append(names, h.Name)
+		for f, on := range h.Features {
+			if on {
+				t.Errorf("handler %q reports feature %s, which crijournal does not implement yet", h.Name, f)
+			}
+		}
+	}
+	if want := []string{"runc", ""}; !slices.Equal(names, want) {
+		t.Errorf("crictl info runtimeHandlers %q, want %q", names, want)
+	}
+	var features map[string]bool
+	mustDecode(t, "features", info["features"], &features)
+	if !features["supplemental_groups_policy"] && !features["supplementalGroupsPolicy"] {
+		t.Errorf("crictl info features %v, want the supplemental groups policy", features)
+	}
+	// What runc says it supports is shown as it says it.
+	out, err := exec.Command(runc, "features").Output()
+	if err != nil {
+		t.Fatalf("runc features: %v", err)
+	}
+	var runcFeatures struct {
+		MountOptions []string `json:"mountOptions"`
+	}
+	mustDecode(t, "runc features", out, &runcFeatures)
+	var reported map[string]map[string]bool
+	mustDecode(t, "runtimeFeatures", info["runtimeFeatures"], &reported)
+	if got, want := reported["runc"]["recursiveReadOnlyMounts"], slices.Contains(runcFeatures.MountOptions, "rro"); got != want {
+		t.Errorf("crictl info runtimeFeatures.runc.recursiveReadOnlyMounts = %v, runc features says %v", got, want)
+	}
+
+	var cfg map[string]any
+	mustDecode(t, "config", info["config"], &cfg)
+	if cfg["root"] != d.root || cfg["cgroup_manager"] != "cgroupfs" || cfg["socket"] != d.socket {
+		t.Errorf("crictl info config: root %v, socket %v, cgroup_manager %v; want %s, %s, cgroupfs", cfg["root"], cfg["socket"], cfg["cgroup_manager"], d.root, d.socket)
+	}
+
+	if out := d.mustCrictl(t, "runtime-config"); !strings.Contains(out, "CGROUPFS") {
+		t.Errorf("crictl runtime-config printed %q, want the cgroupfs driver", out)
+	}
+
+	d.mustCrictl(t, "update-runtime-config", "--pod-cidr", "10.244.7.0/24")
+	var cidr string
+	mustDecode(t, "podCIDR", d.info(t)["podCIDR"], &cidr)
+	if cidr != "10.244.7.0/24" {
+		t.Errorf("crictl info podCIDR %q after update-runtime-config, want 10.244.7.0/24", cidr)
+	}
+
+	// systemd cgroups are refused with a clear message, not pretended.
+	cmd := exec.Command(daemonBinary(t), "config")
+	cmd.Env = daemonEnv([]string{"CRIJOURNAL_CONFIG=" + d.configPath, "CRIJOURNAL_CGROUP_MANAGER=systemd"})
+	msg, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), `cgroup_manager: "systemd" is not supported yet`) {
+		t.Errorf("crijournal config with cgroup_manager=systemd: %v, want a refusal naming the key\n%s", err, msg)
+	}
+}
+
+// info returns crictl info -o json as its top-level keys.
+func (d *daemon) info(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	out := d.mustCrictl(t, "info", "-o", "json")
+	var info map[string]json.RawMessage
+	mustDecode(t, "crictl info", []byte(out), &info)
+	return info
+}
+
+func mustDecode(t *testing.T, what string, data []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, data)
+	}
+}
