@@ -73,8 +73,12 @@ var classes = []struct {
 // toStatus turns a handler's error into a gRPC status error with the code of the first
 // class it wraps (Unknown for none) and its message, which says what failed once. A status
 // error made elsewhere keeps its code; when it is wrapped, its "rpc error: code = ... desc
-// =" prefix is dropped from the message, so that the client does not see it twice.
+// =" prefix is dropped from the message, so that the client does not see it twice. A nil
+// error stays nil.
 func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
 	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
 		return err
 	}

@@ -39,11 +39,11 @@ func mustProto(f *testing.F, m proto.Message) []byte {
 	return b
 }
 
-// requireInvalidArgument fails unless err is a gRPC InvalidArgument.
+// requireInvalidArgument fails unless err answers InvalidArgument at the edge (toStatus).
 func requireInvalidArgument(t *testing.T, what string, err error) {
 	t.Helper()
-	if st, ok := status.FromError(err); !ok || st.Code() != codes.InvalidArgument {
-		t.Fatalf("%s refused with %v (code %v), want InvalidArgument", what, err, status.Code(err))
+	if st, ok := status.FromError(toStatus(err)); !ok || st.Code() != codes.InvalidArgument {
+		t.Fatalf("%s refused with %v (code %v), want InvalidArgument", what, err, status.Code(toStatus(err)))
 	}
 }
 

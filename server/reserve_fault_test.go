@@ -47,7 +47,7 @@ func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {
 	case <-time.After(10 * ttl):
 		t.Fatalf("a waiter without a deadline still waits %v after the creation became cached with a %v TTL", 10*ttl, ttl)
 	}
-	if status.Code(werr) != codes.DeadlineExceeded {
+	if status.Code(toStatus(werr)) != codes.DeadlineExceeded {
 		t.Fatalf("the waiter got %v, want DeadlineExceeded saying the next retry gets it", werr)
 	}
 	t.Logf("the waiter gave up after %v", time.Since(start).Round(time.Millisecond))
