@@ -3,15 +3,8 @@ package test
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +19,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/crijournal/crijournal/internal/testenv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -42,7 +36,7 @@ import (
 func TestStreamExec(t *testing.T) {
 	t.Parallel()
 	tlsDir := t.TempDir()
-	cert, key := writeSelfSignedCert(t, tlsDir)
+	cert, key, _ := testenv.SelfSignedCert(t, tlsDir)
 	d, _ := startContainerDaemon(t, daemonOptions{extraTOML: []string{
 		"stream_tls_cert = " + strconv.Quote(cert), "stream_tls_key = " + strconv.Quote(key),
 	}})
@@ -800,38 +794,4 @@ func (d *daemon) streamFootprint(t *testing.T, pid int) footprint {
 		}
 	}
 	return fp
-}
-
-// writeSelfSignedCert writes a self-signed certificate for 127.0.0.1 and localhost and its key, in
-// PEM, and returns their paths. The certificate is its own CA.
-func writeSelfSignedCert(t *testing.T, dir string) (certPath, keyPath string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "crijournal e2e streaming"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IPAddresses:           []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:              []string{"localhost"}, // crictl verifies this name unless told another
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certPath, keyPath = filepath.Join(dir, "stream.crt"), filepath.Join(dir, "stream.key")
-	writeFile(t, certPath, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})), 0o644)
-	writeFile(t, keyPath, string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})), 0o600)
-	return certPath, keyPath
 }
