@@ -526,22 +526,7 @@ func (d *daemon) restartUnarmed(t *testing.T) {
 // the point: it is killed and the test fails.
 func (d *daemon) requireKilledAt(t *testing.T, point string, within time.Duration) {
 	t.Helper()
-	d.mu.Lock()
-	p, done, start := d.proc, d.done, d.starts
-	d.mu.Unlock()
-	if p == nil {
-		t.Fatal("requireKilledAt: no daemon was started")
-	}
-	select {
-	case <-done:
-	case <-time.After(within):
-		d.kill(t)
-		t.Fatalf("the daemon was still running %v after the request: failure point %s was never reached (misspelt, or not on this path)", within, point)
-	}
-	d.reap()
-	d.mu.Lock()
-	exitErr := d.exitErr
-	d.mu.Unlock()
+	p, start, exitErr := d.awaitOwnExit(t, within, fmt.Sprintf("after the request: failure point %s was never reached (misspelt, or not on this path)", point))
 	var ee *exec.ExitError
 	ws, ok := syscall.WaitStatus(0), false
 	if errors.As(exitErr, &ee) {
@@ -554,6 +539,30 @@ func (d *daemon) requireKilledAt(t *testing.T, point string, within time.Duratio
 		t.Fatalf("the daemon (pid %d) died of SIGKILL, but failure point %s did not send it; log:\n%s", p.Pid, point, d.logTail(60))
 	}
 	t.Logf("the daemon (pid %d) killed itself at %s", p.Pid, point)
+}
+
+// awaitOwnExit waits until the daemon ends by itself and returns its process, the number
+// of its start and how it ended. A daemon still running after within is killed and the
+// test fails, saying it was still running "<within> <still>".
+func (d *daemon) awaitOwnExit(t *testing.T, within time.Duration, still string) (p *os.Process, start int, exitErr error) {
+	t.Helper()
+	d.mu.Lock()
+	p, done, start := d.proc, d.done, d.starts
+	d.mu.Unlock()
+	if p == nil {
+		t.Fatal("no daemon was started")
+	}
+	select {
+	case <-done:
+	case <-time.After(within):
+		d.kill(t)
+		t.Fatalf("the daemon was still running %v %s; log:\n%s", within, still, d.logTail(60))
+	}
+	d.reap()
+	d.mu.Lock()
+	exitErr = d.exitErr
+	d.mu.Unlock()
+	return p, start, exitErr
 }
 
 // logOfStart returns the daemon's log written by its nth start.

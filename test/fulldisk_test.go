@@ -67,22 +67,7 @@ func bigPod(t *testing.T, name string) string {
 // names the cause, printed once (no warning or error logged it before).
 func (d *daemon) requireFailStop(t *testing.T, when string, within time.Duration) {
 	t.Helper()
-	d.mu.Lock()
-	p, done, start := d.proc, d.done, d.starts
-	d.mu.Unlock()
-	if p == nil {
-		t.Fatal("requireFailStop: no daemon was started")
-	}
-	select {
-	case <-done:
-	case <-time.After(within):
-		d.kill(t)
-		t.Fatalf("the daemon was still running %v after the journal's disk filled; log:\n%s", within, d.logTail(60))
-	}
-	d.reap()
-	d.mu.Lock()
-	exitErr := d.exitErr
-	d.mu.Unlock()
+	_, start, exitErr := d.awaitOwnExit(t, within, "after the journal's disk filled")
 	var ee *exec.ExitError
 	if !errors.As(exitErr, &ee) || ee.ExitCode() <= 0 {
 		t.Fatalf("the daemon ended with %v, want a non-zero exit status; log:\n%s", exitErr, d.logTail(60))
