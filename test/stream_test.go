@@ -75,8 +75,12 @@ func TestStreamExec(t *testing.T) {
 
 	t.Run("tty", func(t *testing.T) {
 		term := d.startUnderPty(t, 40, 120, "exec", "-it", id, "sh")
-		term.write(t, "stty size; echo $TERM; tty\n")
-		term.waitFor(t, "40 120", "xterm", "/dev/pts/")
+		// The first size reaches the server on a stream of its own, as the kubelet's
+		// client sends it: a command typed at once may run before it has arrived, so
+		// ask until it has (as for the resize below).
+		term.retryUntil(t, "stty size\n", "40 120")
+		term.write(t, "echo $TERM; tty\n")
+		term.waitFor(t, "xterm", "/dev/pts/")
 		if err := pty.Setsize(term.pty, &pty.Winsize{Rows: 50, Cols: 132}); err != nil {
 			t.Fatal(err)
 		}
@@ -524,7 +528,7 @@ func (term *terminal) write(t *testing.T, s string) {
 // waitFor waits until everything in want has appeared on the terminal.
 func (term *terminal) waitFor(t *testing.T, want ...string) {
 	t.Helper()
-	waitUntil(t, 30*time.Second, fmt.Sprintf("the terminal to show %q", want), func() bool {
+	shows := func() bool {
 		out := term.out.String()
 		for _, w := range want {
 			if !strings.Contains(out, w) {
@@ -532,7 +536,10 @@ func (term *terminal) waitFor(t *testing.T, want ...string) {
 			}
 		}
 		return true
-	})
+	}
+	if !waitFor(30*time.Second, shows) {
+		t.Fatalf("waited 30s for the terminal to show %q; it shows:\n%s", want, term.out.String())
+	}
 }
 
 // retryUntil types input (again every second) until want appears after it.
