@@ -23,7 +23,7 @@
 #                                                every pod too (pulled first; REGISTRY names an
 #                                                insecure registry to use, e.g. 127.0.0.1:5000)
 #   KEEP=1                                       keep the node directory for inspection
-# Everything it makes is its own: a directory /tmp/cj-chaos-XXXXXX (root, socket, CNI
+# Everything it makes is its own: a directory $TMPDIR/cj-chaos-XXXXXX (TMPDIR default /tmp; root, socket, CNI
 # configuration, IP and CNI cache directories, logs), a run root /run/cjc-XXXXXX, a bridge
 # cjc<random> with a random 10.251.x.0/24; the daemon and bench are stopped by PID.
 set -euo pipefail
@@ -57,7 +57,7 @@ elapsed() { echo $(($(date +%s) - started)); }
 out_of_time() { [ "$(elapsed)" -ge "$MAX_SECONDS" ]; }
 log() { echo "soak [$(elapsed)s]: $*" >&2; }
 
-base="$(mktemp -d /tmp/cj-chaos-XXXXXX)"
+base="$(mktemp -d "${TMPDIR:-/tmp}/cj-chaos-XXXXXX")"
 run="$(mktemp -d /run/cjc-XXXXXX)"
 suffix="$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 bridge="cjc$suffix"
