@@ -55,7 +55,9 @@ func seccompFor(sc *runtimeapi.LinuxContainerSecurityContext, s *specs.Spec, ava
 	if p.GetProfileType() == runtimeapi.SecurityProfile_RuntimeDefault {
 		f, err := seccomp.GetDefaultProfile(s)
 		if err != nil {
-			return nil, invalid("default seccomp profile: %v", err)
+			// Not the request's fault: the profile's kernel conditions could not be
+			// checked on this node.
+			return nil, fmt.Errorf("default seccomp profile: %w", err)
 		}
 		return f, nil
 	}
