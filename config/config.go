@@ -229,6 +229,13 @@ type Config struct {
 	// "systemd" (parents as slice names, cgroups made by systemd) is refused:
 	// crijournal does not implement it yet. Default: cgroupfs.
 	CgroupManager string `toml:"cgroup_manager" help:"cgroup driver reported to the kubelet: cgroupfs (systemd is not supported yet)"`
+
+	// SeccompUnavailable says the node has no seccomp support (say, a runtime
+	// built without libseccomp). Containers that ask for a RuntimeDefault or
+	// Localhost seccomp profile are then refused with an error that says so,
+	// instead of running unconfined unnoticed; Unconfined and unset run. A
+	// kernel without seccomp is detected without it. Default: false.
+	SeccompUnavailable bool `toml:"seccomp_unavailable" help:"the node has no seccomp: refuse containers that ask for a seccomp profile"`
 }
 
 // Registry redirects the pulls of images whose name starts with a prefix.

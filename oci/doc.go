@@ -50,9 +50,20 @@
 //     read-only paths (or the CRI's own lists) and a device cgroup that denies all
 //     but runc's defaults and the CRI devices.
 //   - readonly_rootfs, no_new_privs and tty map directly. Pod sysctls are applied.
-//   - Seccomp is unconfined and there is no AppArmor or SELinux label, whatever the
-//     request says: this runtime does not confine containers beyond namespaces,
-//     capabilities, masked paths and cgroups.
+//   - Seccomp (seccomp.go): RuntimeDefault is Moby's default profile
+//     (github.com/moby/profiles) adjusted to the container's capabilities; Localhost
+//     is the node's profile file at the absolute path the kubelet gives (missing or
+//     malformed: refused, naming the path); Unconfined and unset get no filter, as
+//     CRI-O does by default; privileged containers get none whatever they ask for.
+//     The deprecated seccomp_profile_path ("runtime/default", "docker/default",
+//     "unconfined", "localhost/<path>") is read when the field is unset. A node
+//     without seccomp (kernel, or SpecInput.NoSeccomp) refuses RuntimeDefault and
+//     Localhost.
+//   - AppArmor (apparmor.go): a Localhost profile is applied where AppArmor is
+//     enabled and the profile loaded, and refused otherwise (on this project's
+//     machines AppArmor is absent); RuntimeDefault and unset apply
+//     [DefaultAppArmorProfile] when it is loaded, else nothing. There is no SELinux
+//     label.
 //
 // Every refusal wraps [ErrInvalidSpec] (InvalidArgument). The spec claims
 // [SpecVersion], the version runc 1.1 implements.

@@ -12,7 +12,7 @@ import (
 
 // readHost gathers the facts about the daemon and the machine that a spec depends on.
 func readHost() (host, error) {
-	h := host{devices: hostDevices}
+	h := host{devices: hostDevices, seccomp: kernelSeccomp(), apparmor: readAppArmor()}
 	caps, err := boundingSet()
 	if err != nil {
 		return host{}, err

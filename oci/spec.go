@@ -75,6 +75,9 @@ type SpecInput struct {
 	// ResolvConf, Hosts and ShmPath are optional bind sources for /etc/resolv.conf,
 	// /etc/hosts and /dev/shm.
 	ResolvConf, Hosts, ShmPath string
+	// NoSeccomp says the node has no seccomp support (the configuration's
+	// seccomp_unavailable): a container that asks for a seccomp profile is refused.
+	NoSeccomp bool
 }
 
 // Spec builds the OCI runtime spec of a CRI container. See the package documentation
@@ -100,6 +103,11 @@ type host struct {
 	swap        bool     // swap limits are available
 	// devices lists the host's devices for privileged containers; nil means none.
 	devices func() ([]specs.LinuxDevice, error)
+
+	// seccomp: the kernel filters system calls (see seccomp.go).
+	seccomp bool
+	// apparmor: whether AppArmor confines processes, and its profiles (apparmor.go).
+	apparmor appArmorHost
 }
 
 func invalid(format string, args ...any) error {
@@ -234,6 +242,9 @@ func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
 		if !privileged {
 			s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, rule)
 		}
+	}
+	if err := confine(s, sc, h, in.NoSeccomp); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

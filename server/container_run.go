@@ -112,6 +112,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		Hostname: sandboxHostname(sb.config),
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
+		NoSeccomp: s.cfg.SeccompUnavailable,
 	})
 	obj.User = specUser(spec)
 	if err != nil {

@@ -83,6 +83,7 @@ func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtim
 	resp.Info["podCIDR"] = infoJSON(s.node.podCIDR)
 	s.node.mu.Unlock()
 	resp.Info["runtimeFeatures"] = infoJSON(supported)
+	resp.Info["confinement"] = infoJSON(oci.NodeConfinement(s.cfg.SeccompUnavailable))
 }
 
 // handlerFeatures asks a handler's runtime what it supports; a handler that cannot say

@@ -1,0 +1,304 @@
+//lint:file-ignore SA1019 the tests cover the deprecated profile strings older kubelets send.
+
+package oci
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// blockMkdir is a Localhost profile in the Docker format (as critest writes them).
+const blockMkdir = `{"defaultAction": "SCMP_ACT_ALLOW",
+ "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}`
+
+func profile(typ runtimeapi.SecurityProfile_ProfileType, ref string) *runtimeapi.SecurityProfile {
+	return &runtimeapi.SecurityProfile{ProfileType: typ, LocalhostRef: ref}
+}
+
+// ruleFor returns the action of the first rule that names call, "" for none.
+func ruleFor(f *specs.LinuxSeccomp, call string) specs.LinuxSeccompAction {
+	for _, r := range f.Syscalls {
+		if slices.Contains(r.Names, call) && len(r.Args) == 0 {
+			return r.Action
+		}
+	}
+	return ""
+}
+
+func TestSpecSeccomp(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "block-mkdir.json")
+	writeFile(t, good, blockMkdir)
+	malformed := filepath.Join(dir, "malformed.json")
+	writeFile(t, malformed, `{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [`)
+	empty := filepath.Join(dir, "empty.json")
+	writeFile(t, empty, `{}`)
+	badAction := filepath.Join(dir, "bad-action.json")
+	writeFile(t, badAction, `{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir"], "action": "SCMP_ACT_DENY"}]}`)
+	missing := filepath.Join(dir, "missing.json")
+
+	const (
+		none     = "unconfined"
+		dflt     = "default"
+		localhst = "localhost"
+	)
+	for _, tc := range []struct {
+		name       string
+		edit       func(*runtimeapi.LinuxContainerSecurityContext)
+		noSeccomp  bool   // the node has no seccomp
+		want       string // none, dflt or localhst; "" means refused
+		errMention string // what the refusal names
+	}{
+		{name: "unset is unconfined (CRI-O's default)", edit: func(*runtimeapi.LinuxContainerSecurityContext) {}, want: none},
+		{name: "Unconfined", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Unconfined, "")
+		}, want: none},
+		{name: "RuntimeDefault", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+		}, want: dflt},
+		{name: "Localhost", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, good)
+		}, want: localhst},
+		{name: "deprecated runtime/default", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.SeccompProfilePath = "runtime/default"
+		}, want: dflt},
+		{name: "deprecated docker/default", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.SeccompProfilePath = "docker/default"
+		}, want: dflt},
+		{name: "deprecated unconfined", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.SeccompProfilePath = "unconfined"
+		}, want: none},
+		{name: "deprecated localhost/<path>", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.SeccompProfilePath = "localhost/" + good
+		}, want: localhst},
+		{name: "the field wins over the deprecated string", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Unconfined, "")
+			s.SeccompProfilePath = "runtime/default"
+		}, want: none},
+		{name: "deprecated unknown name", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.SeccompProfilePath = "strict"
+		}, errMention: `"strict"`},
+		{name: "privileged gets none, whatever it asks for", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Privileged = true
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, good)
+		}, want: none},
+		{name: "Localhost missing file", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, missing)
+		}, errMention: missing},
+		{name: "Localhost malformed file", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, malformed)
+		}, errMention: malformed},
+		{name: "Localhost profile without defaultAction", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, empty)
+		}, errMention: empty},
+		{name: "Localhost profile with an unknown action", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, badAction)
+		}, errMention: "SCMP_ACT_DENY"},
+		{name: "Localhost relative path", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, "profiles/x.json")
+		}, errMention: "profiles/x.json"},
+		{name: "Localhost without a ref", edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, "")
+		}, errMention: "localhost_ref"},
+		{name: "no seccomp on the node: RuntimeDefault refused", noSeccomp: true, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+		}, errMention: "no seccomp support"},
+		{name: "no seccomp on the node: Localhost refused", noSeccomp: true, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Localhost, good)
+		}, errMention: "no seccomp support"},
+		{name: "no seccomp on the node: Unconfined runs", noSeccomp: true, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Seccomp = profile(runtimeapi.SecurityProfile_Unconfined, "")
+		}, want: none},
+		{name: "no seccomp on the node: unset runs", noSeccomp: true, edit: func(*runtimeapi.LinuxContainerSecurityContext) {}, want: none},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			tc.edit(sc(&in))
+			in.NoSeccomp = tc.noSeccomp
+			h := testHost()
+			h.seccomp = true
+			s, err := buildSpec(in, h)
+			if tc.want == "" {
+				if !errors.Is(err, ErrInvalidSpec) {
+					t.Fatalf("err = %v, want ErrInvalidSpec", err)
+				}
+				if !strings.Contains(err.Error(), tc.errMention) {
+					t.Fatalf("err = %v, want it to name %s", err, tc.errMention)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("buildSpec: %v", err)
+			}
+			f := s.Linux.Seccomp
+			switch tc.want {
+			case none:
+				if f != nil {
+					t.Fatalf("seccomp = %+v, want none", f)
+				}
+			case dflt:
+				if f == nil || f.DefaultAction != specs.ActErrno || ruleFor(f, "read") != specs.ActAllow {
+					t.Fatalf("seccomp = %+v, want the default profile", f)
+				}
+			case localhst:
+				if f == nil || f.DefaultAction != specs.ActAllow || ruleFor(f, "mkdir") != specs.ActErrno {
+					t.Fatalf("seccomp = %+v, want the block-mkdir profile", f)
+				}
+			}
+		})
+	}
+}
+
+// TestSpecSeccompDefaultFollowsCapabilities: the default profile allows what
+// CAP_SYS_ADMIN allows (unshare, sethostname, mount) only to a container that has it.
+func TestSpecSeccompDefaultFollowsCapabilities(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		add   []string
+		allow bool
+	}{
+		{name: "default capabilities", allow: false},
+		{name: "with SYS_ADMIN", add: []string{"SYS_ADMIN"}, allow: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			s := sc(&in)
+			s.Seccomp = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+			s.Capabilities = &runtimeapi.Capability{AddCapabilities: tc.add}
+			h := testHost()
+			h.seccomp = true
+			f := mustSpec(t, in, h).Linux.Seccomp
+			for _, call := range []string{"unshare", "sethostname", "mount"} {
+				if got := ruleFor(f, call) == specs.ActAllow; got != tc.allow {
+					t.Errorf("%s allowed = %v, want %v", call, got, tc.allow)
+				}
+			}
+		})
+	}
+}
+
+// TestSpecSeccompKernelWithout: a kernel without seccomp refuses a profile as the
+// configuration does.
+func TestSpecSeccompKernelWithout(t *testing.T) {
+	in := baseInput(t)
+	sc(&in).Seccomp = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("err = %v, want ErrInvalidSpec", err)
+	}
+}
+
+func TestSpecAppArmor(t *testing.T) {
+	loaded := func(names ...string) func(string) (bool, error) {
+		return func(n string) (bool, error) { return slices.Contains(names, n), nil }
+	}
+	off := appArmorHost{}
+	on := appArmorHost{enabled: true, loaded: loaded("mine", DefaultAppArmorProfile)}
+	onNoDefault := appArmorHost{enabled: true, loaded: loaded("mine")}
+	for _, tc := range []struct {
+		name       string
+		aa         appArmorHost
+		edit       func(*runtimeapi.LinuxContainerSecurityContext)
+		want       string // the profile; "-" means refused
+		errMention string
+	}{
+		{name: "off: unset runs", aa: off, edit: func(*runtimeapi.LinuxContainerSecurityContext) {}, want: ""},
+		{name: "off: RuntimeDefault runs", aa: off, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+		}, want: ""},
+		{name: "off: Unconfined runs", aa: off, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_Unconfined, "")
+		}, want: ""},
+		{name: "off: Localhost refused", aa: off, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_Localhost, "mine")
+		}, want: "-", errMention: "AppArmor is not available on this node"},
+		{name: "off: deprecated localhost/ refused", aa: off, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.ApparmorProfile = "localhost/mine"
+		}, want: "-", errMention: "AppArmor is not available on this node"},
+		{name: "off: privileged Localhost refused too", aa: off, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Privileged = true
+			s.Apparmor = profile(runtimeapi.SecurityProfile_Localhost, "mine")
+		}, want: "-", errMention: "not available"},
+		{name: "off: deprecated unknown name", aa: off, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.ApparmorProfile = "docker/default"
+		}, want: "-", errMention: `"docker/default"`},
+		{name: "on: Localhost applied", aa: on, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_Localhost, "mine")
+		}, want: "mine"},
+		{name: "on: Localhost with the old prefix", aa: on, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_Localhost, "localhost/mine")
+		}, want: "mine"},
+		{name: "on: Localhost not loaded refused", aa: on, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_Localhost, "theirs")
+		}, want: "-", errMention: `"theirs" is not loaded`},
+		{name: "on: RuntimeDefault applies the loaded default", aa: on, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+		}, want: DefaultAppArmorProfile},
+		{name: "on: unset applies the loaded default", aa: on, edit: func(*runtimeapi.LinuxContainerSecurityContext) {}, want: DefaultAppArmorProfile},
+		{name: "on: RuntimeDefault without a loaded default runs", aa: onNoDefault, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Apparmor = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+		}, want: ""},
+		{name: "on: privileged gets no default", aa: on, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.Privileged = true
+		}, want: ""},
+		{name: "on: Unconfined", aa: on, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+			s.ApparmorProfile = "unconfined"
+		}, want: ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			tc.edit(sc(&in))
+			h := testHost()
+			h.apparmor = tc.aa
+			s, err := buildSpec(in, h)
+			if tc.want == "-" {
+				if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.errMention) {
+					t.Fatalf("err = %v, want ErrInvalidSpec naming %s", err, tc.errMention)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("buildSpec: %v", err)
+			}
+			if s.Process.ApparmorProfile != tc.want {
+				t.Fatalf("apparmorProfile = %q, want %q", s.Process.ApparmorProfile, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadedAppArmor reads a profiles list in the kernel's format.
+func TestLoadedAppArmor(t *testing.T) {
+	list := filepath.Join(t.TempDir(), "profiles")
+	writeFile(t, list, "crijournal-default (enforce)\n/usr/bin/man (complain)\nmy profile (enforce)\n")
+	for name, want := range map[string]bool{
+		"crijournal-default": true, "/usr/bin/man": true, "my profile": true, "my": false, "crijournal": false,
+	} {
+		if got, err := loadedAppArmor(list, name); err != nil || got != want {
+			t.Errorf("loaded(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	if got, err := loadedAppArmor(filepath.Join(t.TempDir(), "none"), "x"); got || err != nil {
+		t.Errorf("missing list: %v, %v", got, err)
+	}
+}
+
+// TestNodeConfinementHere: this machine's kernel has no AppArmor, and Status says so.
+func TestNodeConfinementHere(t *testing.T) {
+	c := NodeConfinement(false)
+	if _, err := os.Stat("/sys/module/apparmor/parameters/enabled"); err != nil && c.AppArmor {
+		t.Fatalf("AppArmor reported available without the module: %+v", c)
+	}
+	if !c.AppArmor && !strings.Contains(c.AppArmorNote, "not available") {
+		t.Fatalf("note %q does not say AppArmor is unavailable", c.AppArmorNote)
+	}
+	if off := NodeConfinement(true); off.Seccomp || !strings.Contains(off.SeccompNote, "seccomp_unavailable") {
+		t.Fatalf("seccomp_unavailable: %+v", off)
+	}
+}

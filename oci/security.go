@@ -1,0 +1,105 @@
+package oci
+
+import (
+	"fmt"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Security profiles (seccomp and AppArmor) as the CRI asks for them.
+
+// Prefixes and names of the deprecated string fields (seccomp_profile_path,
+// apparmor_profile) of the CRI's LinuxContainerSecurityContext.
+const (
+	profileRuntimeDefault = "runtime/default"
+	profileDockerDefault  = "docker/default" // seccomp only, an old name of runtime/default
+	profileUnconfined     = "unconfined"
+	profileLocalhost      = "localhost/"
+)
+
+// requestedProfile returns the profile a container asks for: the structured field
+// when it is set, else the deprecated string (as containerd reads them), else nil
+// (unset). what names the feature in errors ("seccomp", "AppArmor"); docker says
+// whether "docker/default" is a name of the runtime's default (it is for seccomp).
+func requestedProfile(p *runtimeapi.SecurityProfile, deprecated, what string, docker bool) (*runtimeapi.SecurityProfile, error) {
+	if p != nil {
+		switch p.GetProfileType() {
+		case runtimeapi.SecurityProfile_RuntimeDefault, runtimeapi.SecurityProfile_Unconfined:
+		case runtimeapi.SecurityProfile_Localhost:
+			if p.GetLocalhostRef() == "" {
+				return nil, invalid("%s profile type Localhost without a localhost_ref", what)
+			}
+		default:
+			return nil, invalid("unknown %s profile type %v", what, p.GetProfileType())
+		}
+		return p, nil
+	}
+	switch {
+	case deprecated == "":
+		return nil, nil
+	case deprecated == profileRuntimeDefault, docker && deprecated == profileDockerDefault:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
+	case deprecated == profileUnconfined:
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, nil
+	case strings.HasPrefix(deprecated, profileLocalhost) && len(deprecated) > len(profileLocalhost):
+		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost,
+			LocalhostRef: strings.TrimPrefix(deprecated, profileLocalhost)}, nil
+	}
+	return nil, invalid("unknown %s profile %q: want %q, %q or \"localhost/<profile>\"", what, deprecated, profileRuntimeDefault, profileUnconfined)
+}
+
+// Confinement is what this node offers to confine containers, as the verbose Status
+// reports it.
+type Confinement struct {
+	// Seccomp: containers can get seccomp filters (RuntimeDefault, Localhost).
+	Seccomp bool `json:"seccomp"`
+	// SeccompNote says why not, when not.
+	SeccompNote string `json:"seccompNote,omitempty"`
+	// AppArmor: the kernel has AppArmor enabled, so Localhost profiles apply.
+	AppArmor bool `json:"apparmor"`
+	// AppArmorNote says why not, or which profile RuntimeDefault applies.
+	AppArmorNote string `json:"apparmorNote,omitempty"`
+}
+
+// NodeConfinement reports what the node offers; seccompOff is the node configuration
+// saying the node has no seccomp (seccomp_unavailable).
+func NodeConfinement(seccompOff bool) Confinement {
+	c := Confinement{Seccomp: !seccompOff && kernelSeccomp()}
+	switch {
+	case seccompOff:
+		c.SeccompNote = "seccomp_unavailable is set: RuntimeDefault and Localhost seccomp profiles are refused"
+	case !c.Seccomp:
+		c.SeccompNote = "the kernel has no seccomp: RuntimeDefault and Localhost seccomp profiles are refused"
+	}
+	aa := readAppArmor()
+	c.AppArmor = aa.enabled
+	switch {
+	case !aa.enabled:
+		c.AppArmorNote = errNoAppArmor
+	default:
+		loaded, err := aa.loaded(DefaultAppArmorProfile)
+		switch {
+		case err != nil:
+			c.AppArmorNote = fmt.Sprintf("loaded profiles not readable: %v", err)
+		case loaded:
+			c.AppArmorNote = fmt.Sprintf("RuntimeDefault applies the profile %q", DefaultAppArmorProfile)
+		default:
+			c.AppArmorNote = fmt.Sprintf("the default profile %q is not loaded: RuntimeDefault runs unconfined", DefaultAppArmorProfile)
+		}
+	}
+	return c
+}
+
+// confine sets the seccomp filter and AppArmor profile of the container whose spec s
+// has its capabilities set.
+func confine(s *specs.Spec, sc *runtimeapi.LinuxContainerSecurityContext, h host, noSeccomp bool) error {
+	f, err := seccompFor(sc, s, h.seccomp && !noSeccomp)
+	if err != nil {
+		return err
+	}
+	s.Linux.Seccomp = f
+	s.Process.ApparmorProfile, err = appArmorFor(sc, h.apparmor)
+	return err
+}
