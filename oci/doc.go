@@ -38,9 +38,10 @@
 //     in the cgroup <parent>/crijournal-<id> (cgroupfs). The parent is
 //     SpecInput.CgroupParent, else the sandbox's cgroup_parent, else
 //     [DefaultCgroupParent].
-//   - oom_score_adj is clamped to be at least the daemon's own
-//     (/proc/self/oom_score_adj): without CAP_SYS_RESOURCE the runtime cannot lower
-//     it, and runc fails outright if asked to.
+//   - oom_score_adj is kept within [-1000, 1000] and, when the daemon lacks
+//     CAP_SYS_RESOURCE in its effective set (CapEff), clamped to be at least the
+//     daemon's own (/proc/self/oom_score_adj): without it the runtime cannot lower
+//     it, and runc fails outright if asked to. With it, the request is kept.
 //   - Capabilities: [DefaultCapabilities] with the CRI add and drop ("ALL" first),
 //     or, privileged, every capability in the daemon's own bounding set (CapBnd):
 //     asking runc for a capability the daemon lacks fails with "unable to apply

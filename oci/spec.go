@@ -95,9 +95,12 @@ func Spec(in SpecInput) (*specs.Spec, error) {
 type host struct {
 	bounding    []string // capability names (CAP_*) in the daemon's bounding set
 	oomScoreAdj int      // the daemon's own oom_score_adj
-	cgroup2     bool     // pure cgroup v2 (unified) hierarchy
-	hugetlb     bool     // a hugetlb controller is available
-	swap        bool     // swap limits are available
+	// sysResource says the daemon has CAP_SYS_RESOURCE in its effective set, so its
+	// runtime may give a container an oom_score_adj below the daemon's own.
+	sysResource bool
+	cgroup2     bool // pure cgroup v2 (unified) hierarchy
+	hugetlb     bool // a hugetlb controller is available
+	swap        bool // swap limits are available
 	// devices lists the host's devices for privileged containers; nil means none.
 	devices func() ([]specs.LinuxDevice, error)
 }
@@ -143,8 +146,7 @@ func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	adj := int(max(c.GetLinux().GetResources().GetOomScoreAdj(), int64(h.oomScoreAdj)))
-	adj = min(max(adj, -1000), 1000)
+	adj := oomScoreAdj(c.GetLinux().GetResources().GetOomScoreAdj(), h)
 
 	s := &specs.Spec{
 		Version: SpecVersion,
@@ -296,6 +298,17 @@ func mergeEnv(image []string, cri []*runtimeapi.KeyValue, home string) []string 
 
 func hasDotDot(p string) bool {
 	return slices.Contains(strings.Split(p, "/"), "..")
+}
+
+// oomScoreAdj is the container's oom_score_adj: the requested one within the
+// kernel's range [-1000, 1000], and not below the daemon's own when the daemon lacks
+// CAP_SYS_RESOURCE (the kernel would refuse runc a lower one, as containerd knows).
+func oomScoreAdj(requested int64, h host) int {
+	adj := min(max(requested, -1000), 1000)
+	if !h.sysResource {
+		adj = max(adj, int64(h.oomScoreAdj))
+	}
+	return int(adj)
 }
 
 // Capabilities.
