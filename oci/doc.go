@@ -31,7 +31,8 @@
 //   - Namespaces: a new mount namespace; the sandbox's net, ipc and uts namespaces
 //     by path (absent: the host's); the sandbox's pid namespace (held by its pause
 //     process) when the container's pid option is POD and the sandbox has one, the
-//     host's for pid NODE, else a new one. User namespaces are refused. The hostname is set
+//     host's for pid NODE, SpecInput.TargetPidNamespace (the target container's) for
+//     pid TARGET, else a new one. User namespaces are refused. The hostname is set
 //     when the container has a UTS namespace other than the host's.
 //   - Resources: cpu period, quota and shares, cpuset cpus and mems, memory limit
 //     (and swap, hugepages and unified settings where the machine supports them)

@@ -64,6 +64,10 @@ type SpecInput struct {
 	// path) it gets a new pid namespace, and the host's for pid NODE. The
 	// container always gets a new mount namespace.
 	Namespaces map[string]string
+	// TargetPidNamespace is the pid namespace of the container that a container whose
+	// pid option is TARGET joins (/proc/<target's init pid>/ns/pid); it is required in
+	// that mode and ignored in the others.
+	TargetPidNamespace string
 	// Hostname is set in the container's UTS namespace when it has one (it defaults
 	// to the sandbox config's hostname); with the host's UTS namespace it is ignored.
 	Hostname string
@@ -169,7 +173,7 @@ func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
 		s.Annotations = maps.Clone(c.Annotations)
 	}
 
-	nss, utsShared, err := namespaces(in.Namespaces, sc.GetNamespaceOptions())
+	nss, utsShared, err := namespaces(in.Namespaces, in.TargetPidNamespace, sc.GetNamespaceOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -425,8 +429,9 @@ func capabilities(sc *runtimeapi.LinuxContainerSecurityContext, bounding []strin
 // Namespaces.
 
 // namespaces returns the container's namespaces and whether it has a UTS namespace of
-// its own or its pod's (so that a hostname may be set).
-func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]specs.LinuxNamespace, bool, error) {
+// its own or its pod's (so that a hostname may be set). target is the pid namespace of
+// the target container, for pid TARGET.
+func namespaces(paths map[string]string, target string, opts *runtimeapi.NamespaceOption) ([]specs.LinuxNamespace, bool, error) {
 	for k, p := range paths {
 		switch k {
 		case "net", "ipc", "uts", "pid":
@@ -441,14 +446,12 @@ func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]sp
 		return nil, false, invalid("user namespaces are not supported")
 	}
 	nss := []specs.LinuxNamespace{{Type: specs.MountNamespace}}
-	switch {
-	case opts.GetPid() == runtimeapi.NamespaceMode_NODE:
-	case opts.GetPid() == runtimeapi.NamespaceMode_POD && paths["pid"] != "":
-		// The pod's shared pid namespace (held by its pause process).
-		nss = append(nss, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: paths["pid"]})
-	default:
-		// CONTAINER (and POD in a pod without a shared pid namespace): its own.
-		nss = append(nss, specs.LinuxNamespace{Type: specs.PIDNamespace})
+	pid, ok, err := pidNamespace(paths["pid"], target, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	if ok {
+		nss = append(nss, pid)
 	}
 	for _, k := range []struct {
 		key string
@@ -459,6 +462,28 @@ func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]sp
 		}
 	}
 	return nss, paths["uts"] != "", nil
+}
+
+// pidNamespace returns the container's pid namespace for its pid option, and false for
+// the host's (NODE). pod is the pod's shared pid namespace ("" for none), target the
+// target container's (for TARGET).
+func pidNamespace(pod, target string, opts *runtimeapi.NamespaceOption) (specs.LinuxNamespace, bool, error) {
+	switch mode := opts.GetPid(); {
+	case mode == runtimeapi.NamespaceMode_NODE:
+		return specs.LinuxNamespace{}, false, nil
+	case mode == runtimeapi.NamespaceMode_TARGET:
+		// The target container's (kubectl debug --target).
+		if target == "" || !filepath.IsAbs(target) {
+			return specs.LinuxNamespace{}, false, invalid("pid namespace TARGET (target %q) needs the absolute path of the target's pid namespace, got %q", opts.GetTargetId(), target)
+		}
+		return specs.LinuxNamespace{Type: specs.PIDNamespace, Path: target}, true, nil
+	case mode == runtimeapi.NamespaceMode_POD && pod != "":
+		// The pod's shared pid namespace (held by its pause process).
+		return specs.LinuxNamespace{Type: specs.PIDNamespace, Path: pod}, true, nil
+	default:
+		// CONTAINER (and POD in a pod without a shared pid namespace): its own.
+		return specs.LinuxNamespace{Type: specs.PIDNamespace}, true, nil
+	}
 }
 
 // Mounts.

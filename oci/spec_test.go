@@ -549,23 +549,36 @@ func TestSpecNamespaces(t *testing.T) {
 		t.Fatal("pid NODE still has a pid namespace")
 	}
 	// The pod's pid namespace is joined only by a container whose own option is POD.
+	// TARGET joins the target container's, which the caller looked up.
 	for _, tc := range []struct {
-		name  string
-		paths map[string]string
-		mode  runtimeapi.NamespaceMode
-		want  string // path of the pid namespace; "-" for none (the host's)
+		name    string
+		paths   map[string]string
+		mode    runtimeapi.NamespaceMode
+		target  string // SpecInput.TargetPidNamespace
+		want    string // path of the pid namespace; "-" for none (the host's)
+		invalid bool
 	}{
-		{"pod mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_POD, "/ns/pidns/x"},
-		{"pod mode, pod has none", map[string]string{"net": "/ns/netns/x"}, runtimeapi.NamespaceMode_POD, ""},
-		{"container mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_CONTAINER, ""},
-		{"container mode, pod has none", nil, runtimeapi.NamespaceMode_CONTAINER, ""},
-		{"node mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_NODE, "-"},
+		{"pod mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_POD, "", "/ns/pidns/x", false},
+		{"pod mode, pod has none", map[string]string{"net": "/ns/netns/x"}, runtimeapi.NamespaceMode_POD, "", "", false},
+		{"container mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_CONTAINER, "", "", false},
+		{"container mode, pod has none", nil, runtimeapi.NamespaceMode_CONTAINER, "", "", false},
+		{"node mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_NODE, "", "-", false},
+		{"target mode", nil, runtimeapi.NamespaceMode_TARGET, "/proc/42/ns/pid", "/proc/42/ns/pid", false},
+		{"target mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_TARGET, "/proc/42/ns/pid", "/proc/42/ns/pid", false},
+		{"target ignored in container mode", nil, runtimeapi.NamespaceMode_CONTAINER, "/proc/42/ns/pid", "", false},
+		{"target mode without the target's namespace", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_TARGET, "", "", true},
+		{"target mode with a relative path", nil, runtimeapi.NamespaceMode_TARGET, "proc/42/ns/pid", "", true},
 	} {
 		t.Run("pid "+tc.name, func(t *testing.T) {
 			in := baseInput(t)
 			in.Namespaces = tc.paths
-			sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: tc.mode}
-			got, ok := nsTypes(mustSpec(t, in, testHost()))[specs.PIDNamespace]
+			in.TargetPidNamespace = tc.target
+			sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: tc.mode, TargetId: "t1"}
+			s := specOrInvalid(t, in, testHost(), tc.invalid)
+			if s == nil {
+				return
+			}
+			got, ok := nsTypes(s)[specs.PIDNamespace]
 			if !ok {
 				got = "-"
 			}
