@@ -124,4 +124,5 @@ require (
 	google.golang.org/genproto/googleapis/api v0.0.0-20260825221802-da73d73af1c5 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
 	k8s.io/streaming v0.37.2 // indirect
+	tags.cncf.io/container-device-interface v1.1.0 // indirect
 )
