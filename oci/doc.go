@@ -51,6 +51,9 @@
 //     the host's devices created in /dev, /sys rw. Otherwise the standard masked and
 //     read-only paths (or the CRI's own lists) and a device cgroup that denies all
 //     but runc's defaults and the CRI devices.
+//   - CDI devices (CDI_devices and cdi.k8s.io/ annotations, see [CDIDevices]) are
+//     applied after Spec by [CDI.Inject] from the CDI spec files of the node;
+//     an unknown device is refused naming it.
 //   - readonly_rootfs, no_new_privs and tty map directly. Pod sysctls are applied.
 //   - Seccomp is unconfined and there is no AppArmor or SELinux label, whatever the
 //     request says: this runtime does not confine containers beyond namespaces,

@@ -119,6 +119,9 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
 	})
 	obj.User = specUser(spec)
+	if err == nil {
+		err = s.injectCDI(spec, cfg)
+	}
 	if err != nil {
 		return nil, c.fail(stageContainerSpec, err)
 	}
