@@ -118,10 +118,10 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
 	})
-	obj.User = specUser(spec)
 	if err == nil {
-		err = s.injectCDI(spec, cfg)
+		err = s.injectCDI(spec, cfg) // may add groups: before the user is recorded
 	}
+	obj.User = specUser(spec)
 	if err != nil {
 		return nil, c.fail(stageContainerSpec, err)
 	}
