@@ -164,6 +164,15 @@ type Config struct {
 	// up in PATH.
 	ConmonPath string `toml:"conmon_path" help:"conmon binary (empty: look up in PATH)"`
 
+	// CDISpecDirs are the directories of Container Device Interface (CDI) spec
+	// files (*.json, *.yaml) that name the devices a container may ask for in
+	// CDI_devices or cdi.k8s.io/ annotations. A device defined in several
+	// directories is taken from the later one. They are read again at every
+	// creation that asks for a CDI device; a missing directory holds none.
+	// Empty: no CDI devices. Default: ["/etc/cdi", "/var/run/cdi"], as CRI-O
+	// and containerd.
+	CDISpecDirs []string `toml:"cdi_spec_dirs" help:"directories of CDI device spec files, later ones taking precedence"`
+
 	// StreamAddress is the address the streaming server (exec, attach,
 	// port-forward) listens on. Default: 127.0.0.1.
 	StreamAddress string `toml:"stream_address" help:"address of the streaming server"`
@@ -273,6 +282,7 @@ func Default() Config {
 		NamespaceDir:       "/var/run/crijournal/ns",
 		CNIConfDir:         "/etc/cni/net.d",
 		CNIPluginDirs:      []string{"/opt/cni/bin", "/usr/lib/cni"},
+		CDISpecDirs:        []string{"/etc/cdi", "/var/run/cdi"},
 		NetworkTimeout:     5 * time.Minute,
 		CacheTTL:           2 * time.Minute,
 		CacheSweepInterval: 10 * time.Second,
@@ -454,6 +464,9 @@ func (c Config) Validate() error {
 		bad("default_runtime", "must name a handler of runtimes (%s), got %q", quoteList(sortedKeys(c.Runtimes)), c.DefaultRuntime)
 	}
 	absolute("conmon_path", c.ConmonPath, false)
+	for _, dir := range c.CDISpecDirs {
+		absolute("cdi_spec_dirs", dir, true)
+	}
 
 	if c.StreamAddress != "" && strings.ContainsAny(c.StreamAddress, " /") {
 		bad("stream_address", "must be a host name or IP address, got %q", c.StreamAddress)

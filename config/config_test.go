@@ -293,6 +293,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"relative plugin dir", source{file: `cni_plugin_dirs = ["/opt/cni/bin", "bin"]`}, "cni_plugin_dirs", `"bin"`},
 		{"no plugin dirs", source{file: `cni_plugin_dirs = []`}, "cni_plugin_dirs", "at least one"},
 		{"plugin dirs not strings", source{file: `cni_plugin_dirs = [1]`}, "cni_plugin_dirs", "array of strings"},
+		{"relative CDI spec dir", source{file: `cdi_spec_dirs = ["/etc/cdi", "cdi"]`}, "cdi_spec_dirs", `"cdi"`},
+		{"relative CDI spec dir in env", source{env: map[string]string{"CRIJOURNAL_CDI_SPEC_DIRS": "/etc/cdi,var/cdi"}}, "cdi_spec_dirs", "CRIJOURNAL_CDI_SPEC_DIRS"},
 		{"relative runtime path", source{file: "[runtimes.runc]\npath = \"runc\""}, "runtimes.runc.path", "absolute"},
 		{"unknown log level", source{file: `log_level = "verbose"`}, "log_level", `"verbose"`},
 		{"unknown log format", source{env: map[string]string{"CRIJOURNAL_LOG_FORMAT": "xml"}}, "log_format", "text"},
@@ -385,6 +387,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 			"crun": {Path: "/usr/bin/crun"},
 		},
 		ConmonPath:    "/usr/bin/conmon",
+		CDISpecDirs:   []string{"/etc/cdi", "/srv/cdi"},
 		StreamAddress: "0.0.0.0",
 		StreamPort:    "10010",
 		Registries: []Registry{

@@ -31,16 +31,18 @@
 //   - Namespaces: a new mount namespace; the sandbox's net, ipc and uts namespaces
 //     by path (absent: the host's); the sandbox's pid namespace (held by its pause
 //     process) when the container's pid option is POD and the sandbox has one, the
-//     host's for pid NODE, else a new one. User namespaces are refused. The hostname is set
+//     host's for pid NODE, SpecInput.TargetPidNamespace (the target container's) for
+//     pid TARGET, else a new one. User namespaces are refused. The hostname is set
 //     when the container has a UTS namespace other than the host's.
 //   - Resources: cpu period, quota and shares, cpuset cpus and mems, memory limit
 //     (and swap, hugepages and unified settings where the machine supports them)
 //     in the cgroup <parent>/crijournal-<id> (cgroupfs). The parent is
 //     SpecInput.CgroupParent, else the sandbox's cgroup_parent, else
 //     [DefaultCgroupParent].
-//   - oom_score_adj is clamped to be at least the daemon's own
-//     (/proc/self/oom_score_adj): without CAP_SYS_RESOURCE the runtime cannot lower
-//     it, and runc fails outright if asked to.
+//   - oom_score_adj is kept within [-1000, 1000] and, when the daemon lacks
+//     CAP_SYS_RESOURCE in its effective set (CapEff), clamped to be at least the
+//     daemon's own (/proc/self/oom_score_adj): without it the runtime cannot lower
+//     it, and runc fails outright if asked to. With it, the request is kept.
 //   - Capabilities: [DefaultCapabilities] with the CRI add and drop ("ALL" first),
 //     or, privileged, every capability in the daemon's own bounding set (CapBnd):
 //     asking runc for a capability the daemon lacks fails with "unable to apply
@@ -49,6 +51,9 @@
 //     the host's devices created in /dev, /sys rw. Otherwise the standard masked and
 //     read-only paths (or the CRI's own lists) and a device cgroup that denies all
 //     but runc's defaults and the CRI devices.
+//   - CDI devices (CDI_devices and cdi.k8s.io/ annotations, see [CDIDevices]) are
+//     applied after Spec by [CDI.Inject] from the CDI spec files of the node;
+//     an unknown device is refused naming it.
 //   - readonly_rootfs, no_new_privs and tty map directly. Pod sysctls are applied.
 //   - Seccomp (seccomp.go): RuntimeDefault is Moby's default profile
 //     (github.com/moby/profiles) adjusted to the container's capabilities; Localhost

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -13,15 +14,16 @@ import (
 // readHost gathers the facts about the daemon and the machine that a spec depends on.
 func readHost() (host, error) {
 	h := host{devices: hostDevices, seccomp: kernelSeccomp(), apparmor: readAppArmor()}
-	caps, err := boundingSet()
+	caps, err := ownCapabilities("CapBnd", "CapEff")
 	if err != nil {
 		return host{}, err
 	}
 	for i, name := range capNames {
-		if caps&(1<<uint(i)) != 0 {
+		if caps[0]&(1<<uint(i)) != 0 {
 			h.bounding = append(h.bounding, name)
 		}
 	}
+	h.sysResource = caps[1]&(1<<unix.CAP_SYS_RESOURCE) != 0
 	b, err := os.ReadFile("/proc/self/oom_score_adj")
 	if err != nil {
 		return host{}, fmt.Errorf("read own oom_score_adj: %w", err)
@@ -46,28 +48,39 @@ func readHost() (host, error) {
 	return h, nil
 }
 
-// boundingSet returns the daemon's capability bounding set (CapBnd in
-// /proc/self/status) as a bit mask.
-func boundingSet() (uint64, error) {
+// ownCapabilities returns the daemon's capability sets named by fields of
+// /proc/self/status ("CapBnd", "CapEff", ...) as bit masks, in the order asked.
+func ownCapabilities(fields ...string) ([]uint64, error) {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
-		return 0, fmt.Errorf("read own capabilities: %w", err)
+		return nil, fmt.Errorf("read own capabilities: %w", err)
 	}
 	defer f.Close()
+	out := make([]uint64, len(fields))
+	found := make([]bool, len(fields))
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "CapBnd:"); ok {
-			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse CapBnd %q: %w", v, err)
-			}
-			return n, nil
+		name, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
 		}
+		i := slices.Index(fields, name)
+		if i < 0 {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s %q: %w", name, v, err)
+		}
+		out[i], found[i] = n, true
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("read own capabilities: %w", err)
+		return nil, fmt.Errorf("read own capabilities: %w", err)
 	}
-	return 0, fmt.Errorf("no CapBnd in /proc/self/status")
+	if i := slices.Index(found, false); i >= 0 {
+		return nil, fmt.Errorf("no %s in /proc/self/status", fields[i])
+	}
+	return out, nil
 }
 
 func exists(p string) bool {

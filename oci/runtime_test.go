@@ -485,10 +485,11 @@ func TestPrivilegedContainerGetsTheDaemonsCapabilities(t *testing.T) {
 	c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) {
 		in.Container.Linux = &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{Privileged: true}}
 	})
-	own, err := boundingSet()
+	caps, err := ownCapabilities("CapBnd")
 	if err != nil {
 		t.Fatal(err)
 	}
+	own := caps[0]
 	eff := capLine(t, c.pid, "CapEff")
 	if eff != own {
 		t.Fatalf("privileged container's CapEff = %x, want the daemon's bounding set %x", eff, own)

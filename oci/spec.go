@@ -64,6 +64,10 @@ type SpecInput struct {
 	// path) it gets a new pid namespace, and the host's for pid NODE. The
 	// container always gets a new mount namespace.
 	Namespaces map[string]string
+	// TargetPidNamespace is the pid namespace of the container that a container whose
+	// pid option is TARGET joins (/proc/<target's init pid>/ns/pid); it is required in
+	// that mode and ignored in the others.
+	TargetPidNamespace string
 	// Hostname is set in the container's UTS namespace when it has one (it defaults
 	// to the sandbox config's hostname); with the host's UTS namespace it is ignored.
 	Hostname string
@@ -98,9 +102,12 @@ func Spec(in SpecInput) (*specs.Spec, error) {
 type host struct {
 	bounding    []string // capability names (CAP_*) in the daemon's bounding set
 	oomScoreAdj int      // the daemon's own oom_score_adj
-	cgroup2     bool     // pure cgroup v2 (unified) hierarchy
-	hugetlb     bool     // a hugetlb controller is available
-	swap        bool     // swap limits are available
+	// sysResource says the daemon has CAP_SYS_RESOURCE in its effective set, so its
+	// runtime may give a container an oom_score_adj below the daemon's own.
+	sysResource bool
+	cgroup2     bool // pure cgroup v2 (unified) hierarchy
+	hugetlb     bool // a hugetlb controller is available
+	swap        bool // swap limits are available
 	// devices lists the host's devices for privileged containers; nil means none.
 	devices func() ([]specs.LinuxDevice, error)
 
@@ -151,8 +158,7 @@ func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	adj := int(max(c.GetLinux().GetResources().GetOomScoreAdj(), int64(h.oomScoreAdj)))
-	adj = min(max(adj, -1000), 1000)
+	adj := oomScoreAdj(c.GetLinux().GetResources().GetOomScoreAdj(), h)
 
 	s := &specs.Spec{
 		Version: SpecVersion,
@@ -175,7 +181,7 @@ func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
 		s.Annotations = maps.Clone(c.Annotations)
 	}
 
-	nss, utsShared, err := namespaces(in.Namespaces, sc.GetNamespaceOptions())
+	nss, utsShared, err := namespaces(in.Namespaces, in.TargetPidNamespace, sc.GetNamespaceOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +315,17 @@ func hasDotDot(p string) bool {
 	return slices.Contains(strings.Split(p, "/"), "..")
 }
 
+// oomScoreAdj is the container's oom_score_adj: the requested one within the
+// kernel's range [-1000, 1000], and not below the daemon's own when the daemon lacks
+// CAP_SYS_RESOURCE (the kernel would refuse runc a lower one, as containerd knows).
+func oomScoreAdj(requested int64, h host) int {
+	adj := min(max(requested, -1000), 1000)
+	if !h.sysResource {
+		adj = max(adj, int64(h.oomScoreAdj))
+	}
+	return int(adj)
+}
+
 // Capabilities.
 
 // capNames are the Linux capabilities by number (linux/capability.h), up to
@@ -423,8 +440,9 @@ func capabilities(sc *runtimeapi.LinuxContainerSecurityContext, bounding []strin
 // Namespaces.
 
 // namespaces returns the container's namespaces and whether it has a UTS namespace of
-// its own or its pod's (so that a hostname may be set).
-func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]specs.LinuxNamespace, bool, error) {
+// its own or its pod's (so that a hostname may be set). target is the pid namespace of
+// the target container, for pid TARGET.
+func namespaces(paths map[string]string, target string, opts *runtimeapi.NamespaceOption) ([]specs.LinuxNamespace, bool, error) {
 	for k, p := range paths {
 		switch k {
 		case "net", "ipc", "uts", "pid":
@@ -439,14 +457,12 @@ func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]sp
 		return nil, false, invalid("user namespaces are not supported")
 	}
 	nss := []specs.LinuxNamespace{{Type: specs.MountNamespace}}
-	switch {
-	case opts.GetPid() == runtimeapi.NamespaceMode_NODE:
-	case opts.GetPid() == runtimeapi.NamespaceMode_POD && paths["pid"] != "":
-		// The pod's shared pid namespace (held by its pause process).
-		nss = append(nss, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: paths["pid"]})
-	default:
-		// CONTAINER (and POD in a pod without a shared pid namespace): its own.
-		nss = append(nss, specs.LinuxNamespace{Type: specs.PIDNamespace})
+	pid, ok, err := pidNamespace(paths["pid"], target, opts)
+	if err != nil {
+		return nil, false, err
+	}
+	if ok {
+		nss = append(nss, pid)
 	}
 	for _, k := range []struct {
 		key string
@@ -457,6 +473,28 @@ func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]sp
 		}
 	}
 	return nss, paths["uts"] != "", nil
+}
+
+// pidNamespace returns the container's pid namespace for its pid option, and false for
+// the host's (NODE). pod is the pod's shared pid namespace ("" for none), target the
+// target container's (for TARGET).
+func pidNamespace(pod, target string, opts *runtimeapi.NamespaceOption) (specs.LinuxNamespace, bool, error) {
+	switch mode := opts.GetPid(); {
+	case mode == runtimeapi.NamespaceMode_NODE:
+		return specs.LinuxNamespace{}, false, nil
+	case mode == runtimeapi.NamespaceMode_TARGET:
+		// The target container's (kubectl debug --target).
+		if target == "" || !filepath.IsAbs(target) {
+			return specs.LinuxNamespace{}, false, invalid("pid namespace TARGET (target %q) needs the absolute path of the target's pid namespace, got %q", opts.GetTargetId(), target)
+		}
+		return specs.LinuxNamespace{Type: specs.PIDNamespace, Path: target}, true, nil
+	case mode == runtimeapi.NamespaceMode_POD && pod != "":
+		// The pod's shared pid namespace (held by its pause process).
+		return specs.LinuxNamespace{Type: specs.PIDNamespace, Path: pod}, true, nil
+	default:
+		// CONTAINER (and POD in a pod without a shared pid namespace): its own.
+		return specs.LinuxNamespace{Type: specs.PIDNamespace}, true, nil
+	}
 }
 
 // Mounts.
@@ -646,91 +684,6 @@ func resources(r *runtimeapi.LinuxContainerResources, h host) (*specs.LinuxResou
 		res.Unified = maps.Clone(r.Unified)
 	}
 	return res, nil
-}
-
-// Devices.
-
-// criDevice turns a requested device into a spec device and its cgroup rule.
-func criDevice(d *runtimeapi.Device) (specs.LinuxDevice, specs.LinuxDeviceCgroup, error) {
-	dst := d.GetContainerPath()
-	if !path.IsAbs(dst) || hasDotDot(dst) {
-		return specs.LinuxDevice{}, specs.LinuxDeviceCgroup{}, invalid("device container path %q must be absolute without \"..\"", dst)
-	}
-	perms := d.GetPermissions()
-	if perms == "" {
-		perms = "rwm"
-	}
-	if strings.Trim(perms, "rwm") != "" {
-		return specs.LinuxDevice{}, specs.LinuxDeviceCgroup{}, invalid("device %s: permissions %q are not a subset of \"rwm\"", dst, perms)
-	}
-	dev, err := deviceFromPath(d.GetHostPath())
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, errNotDevice) {
-			return specs.LinuxDevice{}, specs.LinuxDeviceCgroup{}, invalid("device %s: %v", dst, err)
-		}
-		return specs.LinuxDevice{}, specs.LinuxDeviceCgroup{}, err
-	}
-	dev.Path = path.Clean(dst)
-	major, minor := dev.Major, dev.Minor
-	return dev, specs.LinuxDeviceCgroup{Allow: true, Type: dev.Type, Major: &major, Minor: &minor, Access: perms}, nil
-}
-
-var errNotDevice = errors.New("not a device")
-
-// deviceFromPath describes the device node at path (following links).
-func deviceFromPath(p string) (specs.LinuxDevice, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
-		return specs.LinuxDevice{}, &os.PathError{Op: "stat", Path: p, Err: err}
-	}
-	var typ string
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFCHR:
-		typ = "c"
-	case unix.S_IFBLK:
-		typ = "b"
-	default:
-		return specs.LinuxDevice{}, fmt.Errorf("%s: %w", p, errNotDevice)
-	}
-	mode := os.FileMode(st.Mode & 0o777)
-	uid, gid := st.Uid, st.Gid
-	return specs.LinuxDevice{
-		Path: p, Type: typ,
-		Major: int64(unix.Major(uint64(st.Rdev))), Minor: int64(unix.Minor(uint64(st.Rdev))),
-		FileMode: &mode, UID: &uid, GID: &gid,
-	}, nil
-}
-
-// hostDevices lists the device nodes under /dev for a privileged container, leaving
-// out what the container gets anyway (pts, shm, mqueue) and the console, as
-// containerd does.
-func hostDevices() ([]specs.LinuxDevice, error) {
-	var out []specs.LinuxDevice
-	err := filepath.WalkDir("/dev", func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			if p == "/dev" {
-				return err
-			}
-			return nil
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case "pts", "shm", "fd", "mqueue", ".lxc", ".lxd-mounts", ".udev":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if d.Name() == "console" || d.Type()&os.ModeDevice == 0 {
-			return nil
-		}
-		dev, err := deviceFromPath(p)
-		if err != nil {
-			return nil // gone or changed since the walk saw it
-		}
-		out = append(out, dev)
-		return nil
-	})
-	return out, err
 }
 
 // ParseSignal parses a stop signal as images write it: "SIGTERM", "TERM", "sigterm",

@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -420,19 +421,26 @@ func TestSpecOOMScoreAdj(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
 		requested, own int
+		sysResource    bool // the daemon has CAP_SYS_RESOURCE
 		want           int
 	}{
-		{"negative request clamped to the daemon's", -998, 0, 0},
-		{"positive request kept", 500, 0, 500},
-		{"clamped to a negative daemon score", -998, -500, -500},
-		{"unset request raised to the daemon's", 0, 100, 100},
-		{"above the maximum", 5000, 0, 1000},
+		{"negative request clamped to the daemon's", -998, 0, false, 0},
+		{"positive request kept", 500, 0, false, 500},
+		{"clamped to a negative daemon score", -998, -500, false, -500},
+		{"unset request raised to the daemon's", 0, 100, false, 100},
+		{"above the maximum", 5000, 0, false, 1000},
+		{"negative request kept with CAP_SYS_RESOURCE", -998, 0, true, -998},
+		{"below the daemon's kept with CAP_SYS_RESOURCE", -998, -500, true, -998},
+		{"unset request not raised with CAP_SYS_RESOURCE", 0, 100, true, 0},
+		{"below the minimum with CAP_SYS_RESOURCE", -5000, 0, true, -1000},
+		{"above the maximum with CAP_SYS_RESOURCE", 5000, 0, true, 1000},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := baseInput(t)
 			resourcesOf(&in).OomScoreAdj = int64(tc.requested)
 			h := testHost()
 			h.oomScoreAdj = tc.own
+			h.sysResource = tc.sysResource
 			if got := *mustSpec(t, in, h).Process.OOMScoreAdj; got != tc.want {
 				t.Fatalf("oom_score_adj = %d, want %d", got, tc.want)
 			}
@@ -541,23 +549,36 @@ func TestSpecNamespaces(t *testing.T) {
 		t.Fatal("pid NODE still has a pid namespace")
 	}
 	// The pod's pid namespace is joined only by a container whose own option is POD.
+	// TARGET joins the target container's, which the caller looked up.
 	for _, tc := range []struct {
-		name  string
-		paths map[string]string
-		mode  runtimeapi.NamespaceMode
-		want  string // path of the pid namespace; "-" for none (the host's)
+		name    string
+		paths   map[string]string
+		mode    runtimeapi.NamespaceMode
+		target  string // SpecInput.TargetPidNamespace
+		want    string // path of the pid namespace; "-" for none (the host's)
+		invalid bool
 	}{
-		{"pod mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_POD, "/ns/pidns/x"},
-		{"pod mode, pod has none", map[string]string{"net": "/ns/netns/x"}, runtimeapi.NamespaceMode_POD, ""},
-		{"container mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_CONTAINER, ""},
-		{"container mode, pod has none", nil, runtimeapi.NamespaceMode_CONTAINER, ""},
-		{"node mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_NODE, "-"},
+		{"pod mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_POD, "", "/ns/pidns/x", false},
+		{"pod mode, pod has none", map[string]string{"net": "/ns/netns/x"}, runtimeapi.NamespaceMode_POD, "", "", false},
+		{"container mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_CONTAINER, "", "", false},
+		{"container mode, pod has none", nil, runtimeapi.NamespaceMode_CONTAINER, "", "", false},
+		{"node mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_NODE, "", "-", false},
+		{"target mode", nil, runtimeapi.NamespaceMode_TARGET, "/proc/42/ns/pid", "/proc/42/ns/pid", false},
+		{"target mode, pod has one", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_TARGET, "/proc/42/ns/pid", "/proc/42/ns/pid", false},
+		{"target ignored in container mode", nil, runtimeapi.NamespaceMode_CONTAINER, "/proc/42/ns/pid", "", false},
+		{"target mode without the target's namespace", map[string]string{"pid": "/ns/pidns/x"}, runtimeapi.NamespaceMode_TARGET, "", "", true},
+		{"target mode with a relative path", nil, runtimeapi.NamespaceMode_TARGET, "proc/42/ns/pid", "", true},
 	} {
 		t.Run("pid "+tc.name, func(t *testing.T) {
 			in := baseInput(t)
 			in.Namespaces = tc.paths
-			sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: tc.mode}
-			got, ok := nsTypes(mustSpec(t, in, testHost()))[specs.PIDNamespace]
+			in.TargetPidNamespace = tc.target
+			sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: tc.mode, TargetId: "t1"}
+			s := specOrInvalid(t, in, testHost(), tc.invalid)
+			if s == nil {
+				return
+			}
+			got, ok := nsTypes(s)[specs.PIDNamespace]
 			if !ok {
 				got = "-"
 			}
@@ -608,8 +629,20 @@ func TestSpecReadsTheRealHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *s.Process.OOMScoreAdj < h.oomScoreAdj {
-		t.Fatalf("oom_score_adj %d below the daemon's %d", *s.Process.OOMScoreAdj, h.oomScoreAdj)
+	// The kernel's word on CAP_SYS_RESOURCE, against what readHost read from /proc.
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		t.Fatal(err)
+	}
+	if want := data[0].Effective&(1<<unix.CAP_SYS_RESOURCE) != 0; h.sysResource != want {
+		t.Fatalf("readHost says CAP_SYS_RESOURCE %v, capget says %v", h.sysResource, want)
+	}
+	switch got := *s.Process.OOMScoreAdj; {
+	case h.sysResource && got != -998:
+		t.Fatalf("oom_score_adj %d with CAP_SYS_RESOURCE, want the requested -998", got)
+	case !h.sysResource && got != max(-998, h.oomScoreAdj):
+		t.Fatalf("oom_score_adj %d without CAP_SYS_RESOURCE, want the request clamped to the daemon's %d", got, h.oomScoreAdj)
 	}
 	for _, c := range s.Process.Capabilities.Bounding {
 		if !slices.Contains(h.bounding, c) {

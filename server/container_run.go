@@ -80,6 +80,10 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err != nil {
 		return nil, invalidf("runtime handler %q: %v", handler, err)
 	}
+	targetPid, err := s.targetPidNamespace(ctx, sb, cfg)
+	if err != nil {
+		return nil, err
+	}
 
 	deadline, _ := ctx.Deadline()
 	c, existingID, err := s.begin(ctx, flowContainerCreate, journal.BeginRequest{
@@ -109,11 +113,15 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 
 	spec, err := oci.Spec(oci.SpecInput{
 		ID: id, Container: cfg, Sandbox: sb.config, Rootfs: obj.Rootfs, Namespaces: sb.obj.Namespaces,
-		Hostname: sandboxHostname(sb.config),
+		TargetPidNamespace: targetPid,
+		Hostname:           sandboxHostname(sb.config),
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
 		NoSeccomp: s.cfg.SeccompUnavailable,
 	})
+	if err == nil {
+		err = s.injectCDI(spec, cfg) // may add groups: before the user is recorded
+	}
 	obj.User = specUser(spec)
 	if err != nil {
 		return nil, c.fail(stageContainerSpec, err)

@@ -84,9 +84,22 @@ func TestSignalNames(t *testing.T) {
 			t.Errorf("stop signal of a config asking for %v = %d, want %d", tt.cri, got, tt.sig)
 		}
 	}
-	c := container{config: &runtimeapi.ContainerConfig{}, obj: containerObject{StopSig: "SIGQUIT"}}
-	if got := c.stopSignal(); got != syscall.SIGQUIT {
-		t.Errorf("stop signal without one in the config = %d, want the image's SIGQUIT", got)
+	for _, tc := range []struct {
+		name   string
+		config runtimeapi.Signal
+		image  string
+		want   syscall.Signal
+	}{
+		{"image's without one in the config", runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "SIGQUIT", syscall.SIGQUIT},
+		{"config's over the image's", runtimeapi.Signal_SIGNAL_SIGUSR2, "SIGQUIT", syscall.SIGUSR2},
+		{"config's without one in the image", runtimeapi.Signal_SIGNAL_SIGINT, "", syscall.SIGINT},
+		{"SIGTERM without either", runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "", syscall.SIGTERM},
+		{"SIGTERM for an image's unknown one", runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT, "SIGNOPE", syscall.SIGTERM},
+	} {
+		c := container{config: &runtimeapi.ContainerConfig{StopSignal: tc.config}, obj: containerObject{StopSig: tc.image}}
+		if got := c.stopSignal(); got != tc.want {
+			t.Errorf("stop signal, %s = %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -55,6 +55,7 @@ type Server struct {
 	streams   atomic.Pointer[StreamServer] // set by StartStreaming
 	stats     statsState
 	node      nodeConfig // what UpdateRuntimeConfig said
+	cdi       *oci.CDI   // CDI devices, from cdi_spec_dirs
 
 	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 	// pauseBinary is the program a pause process runs: this daemon's own binary.
@@ -86,7 +87,8 @@ type Deps struct {
 // itself.
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics,
-		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log}
+		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log,
+		cdi: oci.NewCDI(d.Config.CDISpecDirs)}
 	s.lifetime, s.end = context.WithCancel(context.Background())
 	exe, err := os.Executable()
 	if err != nil {

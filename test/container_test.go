@@ -365,7 +365,8 @@ func TestPodStopRemoveContainers(t *testing.T) {
 
 // TestContainerDetails covers what the kubelet relies on beyond the
 // lifecycle: a pod on a second runtime handler runs its containers there;
-// the image's stop signal is what StopContainer sends; ContainerStatus
+// the image's stop signal is what StopContainer sends unless the config names
+// one, and ContainerStatus reports the one in effect; ContainerStatus
 // reports the image, its digest and the mounts; ImageStatus verbose carries
 // the image's configuration; ReopenContainerLog after a rotation writes to
 // the new file, and is refused for a container that no longer runs.
@@ -436,11 +437,26 @@ func TestContainerDetails(t *testing.T) {
 	d.waitLog(t, id, "tick", 10*time.Second) // the new file
 
 	// The image's stop signal: the container's trap exits 3 at once.
+	if s.StopSignal != runtimeapi.Signal_SIGNAL_SIGUSR1 {
+		t.Errorf("ContainerStatus stop signal %v, want the image's SIGNAL_SIGUSR1", s.StopSignal)
+	}
 	start := time.Now()
 	d.mustCrictl(t, "stop", "-t", "30", id)
 	t.Logf("crictl stop took %v", time.Since(start).Round(time.Millisecond))
 	d.requireExited(t, id, 3)
 	d.waitLog(t, id, "got-usr1", 5*time.Second)
+
+	// The config's stop signal wins over the image's: the trap on USR2 exits 4.
+	both := `trap 'exit 3' USR1; trap 'echo got-usr2; exit 4' USR2; echo trapping; while true; do sleep 0.2; done`
+	id2 := d.run(t, podID, containerConfig(t, "details-usr2", 0, []string{"sh", "-c", both}, withImage(usr1Image),
+		func(cfg map[string]any) { cfg["stop_signal"] = int(runtimeapi.Signal_SIGNAL_SIGUSR2) }), pod)
+	d.waitLog(t, id2, "trapping", 10*time.Second)
+	if st, err := cri.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id2}); err != nil || st.Status.StopSignal != runtimeapi.Signal_SIGNAL_SIGUSR2 {
+		t.Errorf("ContainerStatus of a container whose config asks for SIGUSR2 (image: SIGUSR1) = %v, %v; want stop signal SIGNAL_SIGUSR2", st, err)
+	}
+	d.mustCrictl(t, "stop", "-t", "30", id2)
+	d.requireExited(t, id2, 4)
+	d.mustCrictl(t, "rm", id2)
 	_, err = cri.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: id})
 	if status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("ReopenContainerLog of an exited container = %v, want FailedPrecondition", err)

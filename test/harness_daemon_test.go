@@ -69,6 +69,9 @@ type daemonOptions struct {
 	// and auth.json, which the daemon reads as the node's containers files.
 	nodeFiles  map[string]string
 	journalDir string // the directory of journal_path (a file system of its own); default root
+	// cdiSpecDirs is cdi_spec_dirs; default <base>/cdi, so that no test reads the
+	// machine's /etc/cdi.
+	cdiSpecDirs []string
 }
 
 // registryMirror is one [[registries]] entry of the daemon's configuration.
@@ -288,6 +291,15 @@ func (d *daemon) writeConfig(t *testing.T) {
 	if d.opts.journalDir != "" {
 		lines = append(lines, "journal_path = "+q(d.journalPath()))
 	}
+	cdiDirs := d.opts.cdiSpecDirs
+	if cdiDirs == nil {
+		cdiDirs = []string{filepath.Join(d.base, "cdi")}
+	}
+	quoted := make([]string, len(cdiDirs))
+	for i, dir := range cdiDirs {
+		quoted[i] = q(dir)
+	}
+	lines = append(lines, "cdi_spec_dirs = ["+strings.Join(quoted, ", ")+"]")
 	lines = append(lines, d.opts.extraTOML...)
 	lines = append(lines, "", "[runtimes.runc]", "root = "+q(filepath.Join(d.runRoot, "runc")))
 	if d.opts.runtimePath != "" {

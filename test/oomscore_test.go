@@ -1,0 +1,84 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// oom_score_adj: a container gets the one it asks for, except that a daemon
+// without CAP_SYS_RESOURCE cannot give it one below the daemon's own (the
+// kernel refuses, and runc fails), so it is raised to the daemon's. The
+// project's machines lack CAP_SYS_RESOURCE; on a node that has it the
+// request is kept.
+
+func withOOMScoreAdj(adj int) ctrOption {
+	return func(cfg map[string]any) {
+		linux, _ := cfg["linux"].(map[string]any)
+		if linux == nil {
+			linux = map[string]any{}
+			cfg["linux"] = linux
+		}
+		linux["resources"] = map[string]any{"oom_score_adj": adj}
+	}
+}
+
+// procNumber reads a number from a /proc file of a process: the whole file, or
+// the hexadecimal value of a "Key:" line.
+func procNumber(t *testing.T, pid int, file, key string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if key == "" {
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int64(n)
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/%s", key, pid, file)
+	return 0
+}
+
+// TestOOMScoreAdj runs containers asking for a negative (Guaranteed pods ask
+// for -997) and a positive oom_score_adj and reads what they got.
+func TestOOMScoreAdj(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	d.mu.Lock()
+	daemonPid := d.proc.Pid
+	d.mu.Unlock()
+	const capSysResource = 24
+	sysResource := procNumber(t, daemonPid, "status", "CapEff")&(1<<capSysResource) != 0
+	own := procNumber(t, daemonPid, "oom_score_adj", "")
+	t.Logf("daemon: CAP_SYS_RESOURCE %v, oom_score_adj %d", sysResource, own)
+
+	pod := d.containerPod(t, "oomscore", false)
+	podID := d.mustRunp(t, pod)
+	for _, requested := range []int64{-997, 500} {
+		want := requested
+		if !sysResource {
+			want = max(requested, own)
+		}
+		id := d.run(t, podID, containerConfig(t, fmt.Sprintf("oom%d", requested), 0, sleeper, withOOMScoreAdj(int(requested))), pod)
+		got, err := strconv.ParseInt(d.execSync(t, id, "cat", "/proc/1/oom_score_adj"), 10, 64)
+		if err != nil || got != want {
+			t.Errorf("container asking for oom_score_adj %d has %d (%v), want %d", requested, got, err, want)
+		}
+	}
+	d.removePod(t, podID)
+	d.stopClean(t)
+}
