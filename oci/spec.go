@@ -75,6 +75,8 @@ type SpecInput struct {
 	// ResolvConf, Hosts and ShmPath are optional bind sources for /etc/resolv.conf,
 	// /etc/hosts and /dev/shm.
 	ResolvConf, Hosts, ShmPath string
+	// HostnameFile is an optional bind source for /etc/hostname.
+	HostnameFile string
 }
 
 // Spec builds the OCI runtime spec of a CRI container. See the package documentation
@@ -496,7 +498,7 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 	if readonlyRootfs {
 		fileOpt = "ro"
 	}
-	for _, f := range []struct{ dst, src string }{{"/etc/resolv.conf", in.ResolvConf}, {"/etc/hosts", in.Hosts}} {
+	for _, f := range []struct{ dst, src string }{{"/etc/resolv.conf", in.ResolvConf}, {"/etc/hosts", in.Hosts}, {"/etc/hostname", in.HostnameFile}} {
 		if f.src == "" {
 			continue
 		}
