@@ -172,6 +172,16 @@ func ShmStep(dir, sandboxID string) journal.Action[string] {
 		}}
 }
 
+// IsMountPoint reports whether path is a mount point of a filesystem other than its
+// parent directory's (as a pod's /dev/shm is: a tmpfs of its own).
+func IsMountPoint(path string) bool {
+	var st, parent unix.Stat_t
+	if unix.Lstat(path, &st) != nil || unix.Lstat(filepath.Dir(path), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
+
 // writePodFile writes one of a sandbox's files, making its directory.
 func writePodFile(sandboxID, path string, content []byte) error {
 	if err := checkPodFilesID(sandboxID); err != nil {

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -61,5 +63,33 @@ func TestPodPortMappings(t *testing.T) {
 	}
 	if got, err := podPortMappings(&runtimeapi.PodSandboxConfig{}); err != nil || got != nil {
 		t.Fatalf("podPortMappings of a pod without ports = %+v, %v; want none", got, err)
+	}
+}
+
+// TestSandboxPodFilesLost: a sandbox whose files are gone (a reboot emptied run_root)
+// can never make a container again, even without a namespace of its own to lose; the
+// host's /dev/shm and records made before the files existed lose nothing.
+func TestSandboxPodFilesLost(t *testing.T) {
+	dir := t.TempDir()
+	resolv := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolv, []byte("nameserver 10.0.0.10\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		obj  sandboxObject
+		lost string // a part of what lost says; "" for nothing
+	}{
+		{"written before pod files", sandboxObject{}, ""},
+		{"files there, host shm", sandboxObject{ResolvConf: resolv, HostnameFile: resolv, Shm: netns.HostShm}, ""},
+		{"resolv.conf gone", sandboxObject{ResolvConf: filepath.Join(dir, "gone"), Shm: netns.HostShm}, "pod file"},
+		{"shm not mounted", sandboxObject{ResolvConf: resolv, Shm: dir}, "pod shm"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sandbox{obj: tc.obj}.lost()
+			if (tc.lost == "") != (got == "") || !strings.Contains(got, tc.lost) {
+				t.Fatalf("lost() = %q, want %q", got, tc.lost)
+			}
+		})
 	}
 }
