@@ -154,17 +154,18 @@ type Result struct {
 // K8S_POD_NAME, K8S_POD_INFRA_CONTAINER_ID and K8S_POD_UID;
 // K8S_POD_INFRA_CONTAINER_ID defaults to sandboxID and IgnoreUnknown=1 is
 // added (as CRI-O and containerd do) so plugins that do not know the K8S_
-// arguments accept them.
+// arguments accept them. caps are the CNI capability arguments (libcni passes each to
+// the plugins that declare the capability, e.g. "portMappings" to portmap); nil for none.
 //
 // Attach does not undo a failed ADD: a plugin may have done part of its work
 // (allocated an address) before failing or being killed when ctx ended. The
 // caller runs Detach with the same arguments as the undo, whether Attach
 // succeeded or not.
-func (n *Network) Attach(ctx context.Context, sandboxID, netnsPath, ifName string, args map[string]string) (*Result, error) {
+func (n *Network) Attach(ctx context.Context, sandboxID, netnsPath, ifName string, args map[string]string, caps map[string]any) (*Result, error) {
 	if netnsPath == "" {
 		return nil, fmt.Errorf("attach %s to network %s: %w: empty network namespace path", sandboxID, n.Name(), ErrInvalid)
 	}
-	rt, err := runtimeConf(sandboxID, netnsPath, ifName, args)
+	rt, err := runtimeConf(sandboxID, netnsPath, ifName, args, caps)
 	if err != nil {
 		return nil, fmt.Errorf("attach to network %s: %w", n.Name(), err)
 	}
@@ -180,7 +181,8 @@ func (n *Network) Attach(ctx context.Context, sandboxID, netnsPath, ifName strin
 }
 
 // Detach runs CNI DEL for the sandbox (libcni DelNetworkList); it is the undo
-// of Attach and takes the same arguments. It is idempotent: it succeeds for a
+// of Attach and takes the same arguments (the capability arguments too, so that portmap
+// removes the rules of the same host ports). It is idempotent: it succeeds for a
 // sandbox that was never attached, or already detached. When netnsPath no
 // longer exists (or is no longer a namespace, e.g. after Unpin), the plugins
 // get an empty CNI_NETNS, as CRI-O and containerd do, so that IPAM still
@@ -188,8 +190,8 @@ func (n *Network) Attach(ctx context.Context, sandboxID, netnsPath, ifName strin
 // at ADD time, that configuration is used, so that the release reaches the
 // network the addresses came from. A network known by its name only (see
 // Networks.Attached) works through that cache alone. On success the libcni cache entry is gone.
-func (n *Network) Detach(ctx context.Context, sandboxID, netnsPath, ifName string, args map[string]string) error {
-	rt, err := runtimeConf(sandboxID, netnsPath, ifName, args)
+func (n *Network) Detach(ctx context.Context, sandboxID, netnsPath, ifName string, args map[string]string, caps map[string]any) error {
+	rt, err := runtimeConf(sandboxID, netnsPath, ifName, args, caps)
 	if err != nil {
 		return fmt.Errorf("detach from network %s: %w", n.Name(), err)
 	}
@@ -229,7 +231,7 @@ func (n *Network) Detach(ctx context.Context, sandboxID, netnsPath, ifName strin
 
 // runtimeConf validates the arguments of Attach and Detach and builds the
 // libcni runtime configuration from them.
-func runtimeConf(sandboxID, netnsPath, ifName string, args map[string]string) (*libcni.RuntimeConf, error) {
+func runtimeConf(sandboxID, netnsPath, ifName string, args map[string]string, caps map[string]any) (*libcni.RuntimeConf, error) {
 	if err := validateID(sandboxID); err != nil {
 		return nil, err
 	}
@@ -256,10 +258,11 @@ func runtimeConf(sandboxID, netnsPath, ifName string, args map[string]string) (*
 		cniArgs = append(cniArgs, [2]string{k, v})
 	}
 	return &libcni.RuntimeConf{
-		ContainerID: sandboxID,
-		NetNS:       netnsPath,
-		IfName:      ifName,
-		Args:        cniArgs,
+		ContainerID:    sandboxID,
+		NetNS:          netnsPath,
+		IfName:         ifName,
+		Args:           cniArgs,
+		CapabilityArgs: caps,
 	}, nil
 }
 

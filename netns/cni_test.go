@@ -135,11 +135,11 @@ func (tn *testNet) attach(t *testing.T, sandboxID, netnsPath string) *Result {
 		"K8S_POD_UID":       "uid-" + sandboxID[:8],
 	}
 	t.Cleanup(func() {
-		if err := tn.Detach(context.Background(), sandboxID, netnsPath, "", args); err != nil {
+		if err := tn.Detach(context.Background(), sandboxID, netnsPath, "", args, nil); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	res, err := tn.Attach(context.Background(), sandboxID, netnsPath, "", args)
+	res, err := tn.Attach(context.Background(), sandboxID, netnsPath, "", args, nil)
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -183,7 +183,7 @@ func TestAttachDetach(t *testing.T) {
 	}
 
 	for i := range 2 { // the second Detach finds nothing to do
-		if err := tn.Detach(context.Background(), id, nsPath, "", nil); err != nil {
+		if err := tn.Detach(context.Background(), id, nsPath, "", nil, nil); err != nil {
 			t.Fatalf("Detach #%d: %v", i+1, err)
 		}
 		if _, err := os.Stat(tn.ipFile(ip)); !errors.Is(err, fs.ErrNotExist) {
@@ -226,7 +226,7 @@ func TestDetachWithoutNamespace(t *testing.T) {
 			id, nsPath := pinTestNet(t)
 			ip := tn.attach(t, id, nsPath).IPs[0]
 			tc.gone(t, nsPath)
-			if err := tn.Detach(context.Background(), id, nsPath, "eth0", nil); err != nil {
+			if err := tn.Detach(context.Background(), id, nsPath, "eth0", nil, nil); err != nil {
 				t.Fatalf("Detach: %v", err)
 			}
 			if _, err := os.Stat(tn.ipFile(ip)); !errors.Is(err, fs.ErrNotExist) {
@@ -247,7 +247,7 @@ func TestDetachNeverAttached(t *testing.T) {
 	tn := newTestNet(t, pluginDir)
 	id, nsPath := pinTestNet(t)
 	for _, p := range []string{nsPath, "", filepath.Join(t.TempDir(), "netns", id)} {
-		if err := tn.Detach(context.Background(), id, p, "", nil); err != nil {
+		if err := tn.Detach(context.Background(), id, p, "", nil, nil); err != nil {
 			t.Errorf("Detach(netns %q) of a sandbox never attached: %v", p, err)
 		}
 	}
@@ -265,7 +265,7 @@ func TestAttachTwoSandboxes(t *testing.T) {
 	if ip1 == ip2 {
 		t.Fatalf("both sandboxes got %s", ip1)
 	}
-	if err := tn.Detach(context.Background(), id1, ns1, "", nil); err != nil {
+	if err := tn.Detach(context.Background(), id1, ns1, "", nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := tn.allocations(t); !slices.Equal(got, []string{ip2}) {
@@ -281,7 +281,7 @@ func TestAttachWithoutPlugins(t *testing.T) {
 		t.Fatal(err)
 	}
 	id, nsPath := pinTestNet(t)
-	_, err = empty.Attach(context.Background(), id, nsPath, "", nil)
+	_, err = empty.Attach(context.Background(), id, nsPath, "", nil, nil)
 	if err == nil || !strings.Contains(err.Error(), `"bridge"`) {
 		t.Fatalf("Attach with no plugins = %v, want an error naming the missing plugin", err)
 	}
@@ -311,15 +311,15 @@ func TestAttachDetachInvalid(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := n.Attach(context.Background(), tc.id, tc.ns, tc.ifName, tc.args); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.errLike) {
+			if _, err := n.Attach(context.Background(), tc.id, tc.ns, tc.ifName, tc.args, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.errLike) {
 				t.Errorf("Attach = %v, want ErrInvalid about %s", err, tc.errLike)
 			}
-			if err := n.Detach(context.Background(), tc.id, tc.ns, tc.ifName, tc.args); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.errLike) {
+			if err := n.Detach(context.Background(), tc.id, tc.ns, tc.ifName, tc.args, nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), tc.errLike) {
 				t.Errorf("Detach = %v, want ErrInvalid about %s", err, tc.errLike)
 			}
 		})
 	}
-	if _, err := n.Attach(context.Background(), id, "", "", nil); !errors.Is(err, ErrInvalid) {
+	if _, err := n.Attach(context.Background(), id, "", "", nil, nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Attach without a network namespace = %v, want ErrInvalid", err)
 	}
 }
@@ -358,7 +358,7 @@ fi
 	res, err := n.Attach(context.Background(), id, nsPath, "", map[string]string{
 		"K8S_POD_NAME":      "web",
 		"K8S_POD_NAMESPACE": "default",
-	})
+	}, nil)
 	if err != nil {
 		t.Fatalf("Attach: %v", err)
 	}
@@ -381,7 +381,7 @@ fi
 
 	// DEL of a namespace that does not exist: CNI_NETNS is empty, and the
 	// arguments are the cached ones.
-	if err := n.Detach(context.Background(), id, nsPath, "", nil); err != nil {
+	if err := n.Detach(context.Background(), id, nsPath, "", nil, nil); err != nil {
 		t.Fatalf("Detach: %v", err)
 	}
 	env = readEnv(t, envFile+".DEL")

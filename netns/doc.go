@@ -65,10 +65,28 @@
 // a disposable thread that entered the namespace; [Forward] copies between that
 // connection and a client's stream. Nothing is pinned or journaled for it.
 //
+// # Host ports
+//
+// A sandbox's port mappings ([PortMapping]) go to CNI as the portMappings
+// capability argument (libcni's CapabilityArgs, handed to plugins that declare
+// it, such as portmap). The attach step records them with its arguments
+// ([ArgPortMappings]) so that DEL passes the same ones and portmap removes the
+// rules it made; records written before have none, and decode as such.
+//
+// # A pod's files
+//
+// What a pod's containers bind-mount from the sandbox (podfiles.go): its
+// resolv.conf ([ResolvConfStep]: the pod's [DNS] configuration, or a copy of the
+// host's), its hostname file ([HostnameStep]) and its /dev/shm, a tmpfs of
+// [ShmSize] ([ShmStep]), one directory per sandbox ([PodFilesDir]). They belong
+// here with the namespaces: they are the pod's network and UTS identity and its
+// IPC memory.
+//
 // # Journal steps
 //
 // steps.go names this package's step kinds ([StepPin], [StepPause],
-// [StepAttach]) and registers their undos with the journal's registry.
+// [StepAttach]; podfiles.go: [StepResolvConf], [StepHostname], [StepShm]) and
+// registers their undos with the journal's registry.
 //
 // # Conventions
 //

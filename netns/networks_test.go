@@ -52,15 +52,15 @@ func TestDetachStepAfterNetworkChange(t *testing.T) {
 			tn := newTestNet(t, pluginDir)
 			id, path := pinTestNet(t)
 			cniArgs := Attachment{SandboxID: id, Pod: Pod{Name: "pod", Namespace: "default", UID: "uid"}}.cniArgs()
-			if _, err := tn.Attach(context.Background(), id, path, "", cniArgs); err != nil {
+			if _, err := tn.Attach(context.Background(), id, path, "", cniArgs, nil); err != nil {
 				t.Fatalf("Attach: %v", err)
 			}
 			t.Cleanup(func() {
-				if err := tn.Detach(context.Background(), id, path, "", cniArgs); err != nil {
+				if err := tn.Detach(context.Background(), id, path, "", cniArgs, nil); err != nil {
 					t.Errorf("cleanup: %v", err)
 				}
 			})
-			args := AttachStep(tn.Network, id, path, DefaultIfName, Pod{Name: "pod", Namespace: "default", UID: "uid"}).Args
+			args := AttachStep(tn.Network, id, path, DefaultIfName, Pod{Name: "pod", Namespace: "default", UID: "uid"}, nil).Args
 			if len(args[ArgConfig]) == 0 {
 				t.Fatal("AttachStep recorded no configuration")
 			}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -50,6 +51,10 @@ const (
 	// written before it existed lack it; DEL then finds the configuration elsewhere (see
 	// Networks.Attached).
 	ArgConfig = "config"
+	// ArgPortMappings are the sandbox's port mappings as ADD passed them to CNI (the
+	// portMappings capability; JSON), so that DEL passes the same ones. Absent when
+	// there are none, and in records written before they were recorded.
+	ArgPortMappings = "port_mappings"
 )
 
 // PinStep returns the step that pins the namespaces of the given kinds for a sandbox
@@ -94,6 +99,47 @@ type Attachment struct {
 	// compacted to one line), so that DEL reaches the same network after the
 	// configuration changed; empty in records written before it was recorded.
 	Config string
+	// PortMappings are passed to CNI as the portMappings capability (the portmap
+	// plugin's host ports), at ADD and at DEL.
+	PortMappings []PortMapping
+}
+
+// PortMapping is one host port of a sandbox, as CNI's portMappings capability has it.
+type PortMapping struct {
+	HostPort      int32  `json:"hostPort"`
+	ContainerPort int32  `json:"containerPort"`
+	Protocol      string `json:"protocol"`         // "tcp", "udp" or "sctp"
+	HostIP        string `json:"hostIP,omitempty"` // "" for every address of the host
+}
+
+// ValidatePortMappings returns an error wrapping ErrInvalid unless every mapping has a
+// host and a container port in 1-65535, a protocol tcp, udp or sctp, and a host IP that is
+// empty or an IP address.
+func ValidatePortMappings(mappings []PortMapping) error {
+	for _, m := range mappings {
+		switch {
+		case m.HostPort < 1 || m.HostPort > 65535:
+			return fmt.Errorf("port mapping %+v: %w: host port out of range 1-65535", m, ErrInvalid)
+		case m.ContainerPort < 1 || m.ContainerPort > 65535:
+			return fmt.Errorf("port mapping %+v: %w: container port out of range 1-65535", m, ErrInvalid)
+		case m.Protocol != "tcp" && m.Protocol != "udp" && m.Protocol != "sctp":
+			return fmt.Errorf("port mapping %+v: %w: protocol is not tcp, udp or sctp", m, ErrInvalid)
+		}
+		if m.HostIP != "" {
+			if _, err := netip.ParseAddr(m.HostIP); err != nil {
+				return fmt.Errorf("port mapping %+v: %w: host IP is not an IP address", m, ErrInvalid)
+			}
+		}
+	}
+	return nil
+}
+
+// capabilityArgs returns the CNI capability arguments of the attachment (nil for none).
+func (a Attachment) capabilityArgs() map[string]any {
+	if len(a.PortMappings) == 0 {
+		return nil
+	}
+	return map[string]any{"portMappings": a.PortMappings}
 }
 
 // Pod names the pod a sandbox belongs to, for the K8S_* CNI arguments.
@@ -102,17 +148,32 @@ type Pod struct {
 }
 
 func (a Attachment) args() map[string]string {
-	return map[string]string{
+	args := map[string]string{
 		ArgNetwork: a.Network, ArgConfig: a.Config, ArgSandboxID: a.SandboxID, ArgNetNS: a.NetNS, ArgIfName: a.IfName,
 		ArgPodName: a.Pod.Name, ArgPodNS: a.Pod.Namespace, ArgPodUID: a.Pod.UID,
 	}
+	if len(a.PortMappings) > 0 {
+		b, err := json.Marshal(a.PortMappings)
+		if err != nil {
+			panic(fmt.Sprintf("encode port mappings: %v", err)) // plain ints and strings
+		}
+		args[ArgPortMappings] = string(b)
+	}
+	return args
 }
 
-func attachmentOf(args map[string]string) Attachment {
-	return Attachment{
+// attachmentOf reads an attachment back from its step's arguments.
+func attachmentOf(args map[string]string) (Attachment, error) {
+	a := Attachment{
 		Network: args[ArgNetwork], SandboxID: args[ArgSandboxID], NetNS: args[ArgNetNS], IfName: args[ArgIfName],
 		Pod: Pod{Name: args[ArgPodName], Namespace: args[ArgPodNS], UID: args[ArgPodUID]}, Config: args[ArgConfig],
 	}
+	if pm := args[ArgPortMappings]; pm != "" {
+		if err := json.Unmarshal([]byte(pm), &a.PortMappings); err != nil {
+			return a, fmt.Errorf("attachment of %s: recorded port mappings %q: %w", a.SandboxID, pm, err)
+		}
+	}
+	return a, nil
 }
 
 // cniArgs returns the K8S_* CNI arguments of the attachment.
@@ -124,14 +185,18 @@ func (a Attachment) cniArgs() map[string]string {
 }
 
 // AttachStep returns the step that attaches a sandbox to network n (CNI ADD, see
-// Network.Attach) through interface ifName of the namespace at netnsPath. Its result is
-// the attachment's Result.
-func AttachStep(n *Network, sandboxID, netnsPath, ifName string, pod Pod) journal.Action[*Result] {
+// Network.Attach) through interface ifName of the namespace at netnsPath, with the
+// given host ports (the portMappings capability; none for nil). Its result is the
+// attachment's Result.
+func AttachStep(n *Network, sandboxID, netnsPath, ifName string, pod Pod, ports []PortMapping) journal.Action[*Result] {
 	a := Attachment{Network: n.Name(), SandboxID: sandboxID, NetNS: netnsPath, IfName: ifName, Pod: pod,
-		Config: compactConfig(n.Config())}
+		Config: compactConfig(n.Config()), PortMappings: ports}
 	return journal.Action[*Result]{Kind: StepAttach, Stage: StageAttach, Args: a.args(),
 		Run: func(ctx context.Context) (*Result, error) {
-			return n.Attach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs())
+			if err := ValidatePortMappings(a.PortMappings); err != nil {
+				return nil, err
+			}
+			return n.Attach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs(), a.capabilityArgs())
 		}}
 }
 
@@ -162,6 +227,7 @@ func RegisterUndos(reg *journal.Registry, networks *Networks) {
 	reg.Register(StepAttach, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		return DetachStep(ctx, networks, step.Args)
 	})
+	registerPodFileUndos(reg)
 }
 
 // DetachStep runs the CNI DEL described by a StepAttach's arguments, on the network the
@@ -169,7 +235,10 @@ func RegisterUndos(reg *journal.Registry, networks *Networks) {
 // configuration first, then the configuration the step recorded (see Networks.Attached).
 // Plugins still working for the sandbox (an interrupted ADD's IPAM plugin) are killed first.
 func DetachStep(ctx context.Context, networks *Networks, args map[string]string) error {
-	a := attachmentOf(args)
+	a, err := attachmentOf(args)
+	if err != nil {
+		return err
+	}
 	if _, err := KillPlugins(ctx, a.SandboxID); err != nil {
 		return err
 	}
@@ -177,5 +246,5 @@ func DetachStep(ctx context.Context, networks *Networks, args map[string]string)
 	if err != nil {
 		return fmt.Errorf("cni detach of %s: %w", a.SandboxID, err)
 	}
-	return n.Detach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs())
+	return n.Detach(ctx, a.SandboxID, a.NetNS, a.IfName, a.cniArgs(), a.capabilityArgs())
 }

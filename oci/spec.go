@@ -79,6 +79,8 @@ type SpecInput struct {
 	// ResolvConf, Hosts and ShmPath are optional bind sources for /etc/resolv.conf,
 	// /etc/hosts and /dev/shm.
 	ResolvConf, Hosts, ShmPath string
+	// HostnameFile is an optional bind source for /etc/hostname.
+	HostnameFile string
 	// NoSeccomp says the node has no seccomp support (the configuration's
 	// seccomp_unavailable): a container that asks for a seccomp profile is refused.
 	NoSeccomp bool
@@ -545,7 +547,7 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 	if readonlyRootfs {
 		fileOpt = "ro"
 	}
-	for _, f := range []struct{ dst, src string }{{"/etc/resolv.conf", in.ResolvConf}, {"/etc/hosts", in.Hosts}} {
+	for _, f := range []struct{ dst, src string }{{"/etc/resolv.conf", in.ResolvConf}, {"/etc/hosts", in.Hosts}, {"/etc/hostname", in.HostnameFile}} {
 		if f.src == "" {
 			continue
 		}

@@ -280,6 +280,12 @@ func TestSpecMounts(t *testing.T) {
 			in.ResolvConf = filepath.Join(hostDir, "resolv.conf")
 			sc(in).ReadonlyRootfs = true
 		}, dst: "/etc/resolv.conf", want: &specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(hostDir, "resolv.conf"), Options: []string{"rbind", "rprivate", "ro"}}},
+		{name: "sandbox hostname file", edit: func(in *SpecInput) { in.HostnameFile = filepath.Join(hostDir, "hostname") },
+			dst: "/etc/hostname", want: &specs.Mount{Destination: "/etc/hostname", Type: "bind", Source: filepath.Join(hostDir, "hostname"), Options: []string{"rbind", "rprivate", "rw"}}},
+		{name: "a CRI mount replaces the sandbox's /etc/hosts", edit: func(in *SpecInput) {
+			in.Hosts = "/etc/hosts"
+			mount(&runtimeapi.Mount{ContainerPath: "/etc/hosts", HostPath: hostDir})(in)
+		}, dst: "/etc/hosts", want: &specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "rw"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := baseInput(t)

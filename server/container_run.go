@@ -115,6 +115,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		ID: id, Container: cfg, Sandbox: sb.config, Rootfs: obj.Rootfs, Namespaces: sb.obj.Namespaces,
 		TargetPidNamespace: targetPid,
 		Hostname:           sandboxHostname(sb.config),
+		ResolvConf:         sb.obj.ResolvConf, HostnameFile: sb.obj.HostnameFile, ShmPath: sb.obj.Shm, Hosts: sandboxHosts(sb),
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
 		NoSeccomp: s.cfg.SeccompUnavailable,

@@ -13,7 +13,7 @@ import (
 // Reconcile brings a created or cached record in line with the world at startup. A
 // container that exited while the daemon was down gets its exit recorded (from conmon's
 // exit file, or as unknown when the runtime lost it in a reboot). A sandbox whose
-// namespace pins are gone (a reboot empties /run), or whose shared pid namespace lost its
+// namespace pins or files are gone (a reboot empties /run), or whose shared pid namespace lost its
 // pause process (a service manager killing the whole control group), can never be ready
 // again. A created one gets CNI DEL anyway, so host-local frees its addresses, and is
 // marked stopped (also when the DEL fails: the removal runs it again); its record stays
@@ -76,7 +76,7 @@ func (sb sandbox) lost() string {
 	if _, gone := sb.rec.Marker(markerPauseExited); gone {
 		return "pause process (marked exited)"
 	}
-	return ""
+	return sb.podFilesLost()
 }
 
 func (s *Server) reconcileContainer(ctx context.Context, rec journal.Record) (bool, error) {

@@ -32,6 +32,11 @@ type sandboxObject struct {
 	Namespaces     map[string]string `json:"namespaces,omitempty"` // kind -> pinned path
 	IPs            []string          `json:"ips,omitempty"`
 	CreatedAt      time.Time         `json:"created_at"`
+	// The pod's files its containers bind-mount (see podfiles.go); empty in records
+	// written before they were made, whose containers get none.
+	ResolvConf   string `json:"resolv_conf,omitempty"`
+	HostnameFile string `json:"hostname_file,omitempty"`
+	Shm          string `json:"shm,omitempty"` // the pod's tmpfs, or netns.HostShm for ipc NODE
 }
 
 func mustMarshal(m proto.Message) []byte {
@@ -148,10 +153,11 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		}
 	}
 	if _, stopped := sb.rec.Marker(markerStopped); !stopped {
-		// CNI DEL (the undo of the attach step) and both markers in one commit.
+		// CNI DEL (the undo of the attach step), the pod's /dev/shm unmounted (as CRI-O
+		// does at stop: no container of the pod runs again), and both markers in one commit.
 		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 		at := nowMarker()
-		err := s.journal.UndoSteps(nctx, sb.rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach)
+		err := s.journal.UndoSteps(nctx, sb.rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach, netns.StepShm)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
@@ -168,7 +174,7 @@ func nowMarker() *string {
 }
 
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
-// DEL unless stopped, then the namespace pins), last first, and deletes the record. The
+// DEL unless stopped, the pod's files, the pause process, then the namespace pins), last first, and deletes the record. The
 // record is marked removing before anything is undone, so a crash part way is finished at
 // the next start. An unknown ID is success, per the CRI. Teardowns of one sandbox run one
 // at a time.

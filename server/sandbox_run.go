@@ -25,8 +25,9 @@ const flowSandboxCreate = "sandbox-create"
 const namespaceTimeout = 30 * time.Second
 
 // RunPodSandbox creates a pod sandbox: pinned namespaces, a pause process holding a
-// shared pid namespace when the pod asks for one (pid POD), and, unless the pod uses the
-// host's network, a CNI attachment. Each step is journaled before it acts.
+// shared pid namespace when the pod asks for one (pid POD), the pod's files (resolv.conf,
+// hostname, /dev/shm; see podfiles.go) and, unless the pod uses the host's network, a CNI
+// attachment with the pod's host ports. Each step is journaled before it acts.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
 	name, err := sandboxName(cfg)
@@ -40,8 +41,20 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	}
 	namespaces := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	hostNetwork := namespaces.GetNetwork() == runtimeapi.NamespaceMode_NODE
+	dns, err := podDNS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	hostname, err := podHostnameFile(cfg, hostNetwork)
+	if err != nil {
+		return nil, err
+	}
 	var network *netns.Network
+	var ports []netns.PortMapping
 	if !hostNetwork {
+		if ports, err = podPortMappings(cfg); err != nil {
+			return nil, err
+		}
 		if network, err = s.networks.Network(); err != nil {
 			return nil, newError(errWrongState, "cannot create pod network: %w", err)
 		}
@@ -84,11 +97,25 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		obj.Namespaces[string(netns.PID)] = pause.Path
 		s.log.Debug("pause process started", "id", id, "name", name, "pid", pause.PID, "pidns", pause.Path)
 	}
+	// The pod's files its containers bind-mount: resolv.conf, hostname, and its own
+	// /dev/shm unless it shares the host's IPC namespace.
+	if obj.ResolvConf, err = runStep(c, limit{d: namespaceTimeout}, netns.ResolvConfStep(s.podFilesDir(), id, dns, netns.HostResolvConf)); err != nil {
+		return nil, err
+	}
+	if obj.HostnameFile, err = runStep(c, limit{d: namespaceTimeout}, netns.HostnameStep(s.podFilesDir(), id, hostname)); err != nil {
+		return nil, err
+	}
+	obj.Shm = netns.HostShm
+	if namespaces.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		if obj.Shm, err = runStep(c, limit{d: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id)); err != nil {
+			return nil, err
+		}
+	}
 	// The network, which may take long: it is cut off by network_timeout only.
 	if !hostNetwork {
 		md := cfg.GetMetadata()
 		attached, err := runStep(c, limit{s.cfg.NetworkTimeout, "network_timeout"}, netns.AttachStep(network, id,
-			obj.Namespaces[string(netns.Net)], netns.DefaultIfName, netns.Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}))
+			obj.Namespaces[string(netns.Net)], netns.DefaultIfName, netns.Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}, ports))
 		if err != nil {
 			return nil, err
 		}

@@ -16,7 +16,8 @@ func TestStepKindsAreStable(t *testing.T) {
 		string(netns.StepPin): "netns-pin", string(netns.StepAttach): "cni-attach",
 		string(netns.StepPause): "pause-process", string(storage.StepContainerStorage): "storage-container",
 		string(oci.StepRuntimeContainer): "oci-container",
-		markerStopped:                    "stopped", markerNetworkStopped: "network_stopped", markerPauseExited: "pause_exited",
+		string(netns.StepResolvConf):     "pod-resolv-conf", string(netns.StepHostname): "pod-hostname", string(netns.StepShm): "pod-shm",
+		markerStopped: "stopped", markerNetworkStopped: "network_stopped", markerPauseExited: "pause_exited",
 		markerStartedAt: "started_at", markerFinishedAt: "finished_at", markerExitCode: "exit_code", markerReason: "reason",
 	} {
 		if got != want {

@@ -192,6 +192,10 @@ func (d *daemon) writeCNIConfig(t *testing.T) {
 				"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
 				"dataDir": d.ipamDir,
 			},
+		}, map[string]any{
+			// Host ports (see hostport_test.go); it does nothing for pods without any.
+			"type":         "portmap",
+			"capabilities": map[string]bool{"portMappings": true},
 		}},
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")

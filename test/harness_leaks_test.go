@@ -152,6 +152,18 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 		return nil
 	})
 
+	// The pods' files (resolv.conf, hostname, /dev/shm; their mounts are
+	// checked with the node's mounts).
+	podFiles, err := os.ReadDir(d.podFilesDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range podFiles {
+		if !kept(e.Name()) {
+			leaks = append(leaks, "pod files "+filepath.Join(d.podFilesDir(), e.Name()))
+		}
+	}
+
 	// Containers: runtime containers, conmons, storage containers, cgroups,
 	// conmon's state files, mounts (see container_test.go).
 	leaks = append(leaks, d.containerLeaks(t, kept)...)
@@ -169,6 +181,9 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 	slices.Sort(leaks)
 	return leaks
 }
+
+// podFilesDir is where the daemon keeps the sandboxes' files.
+func (d *daemon) podFilesDir() string { return filepath.Join(d.runRoot, "sandboxes") }
 
 // peerRE finds the peer's interface index in `ip -o link show eth0` inside a
 // namespace: "3: eth0@if12: <...".

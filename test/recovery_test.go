@@ -135,8 +135,8 @@ func TestRecoveryHangingCNI(t *testing.T) {
 
 // simulateReboot does to a stopped daemon's node what a reboot does: every
 // mount under the namespace directory goes and the directory with it (it is
-// on tmpfs: /var/run), so the pinned namespaces die; the veths of the pods
-// go too.
+// on tmpfs: /var/run), so the pinned namespaces die; so do the pods' files
+// in run_root; the veths of the pods go too.
 func (d *daemon) simulateReboot(t *testing.T) {
 	t.Helper()
 	if alive, _ := d.running(); alive {
@@ -148,6 +148,15 @@ func (d *daemon) simulateReboot(t *testing.T) {
 		}
 	}
 	if err := os.RemoveAll(d.nsDir); err != nil {
+		t.Fatalf("reboot: %v", err)
+	}
+	// The pods' files are in run_root, on tmpfs too: their /dev/shm mounts go.
+	for _, m := range mountsBelow(d.podFilesDir()) {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			t.Fatalf("reboot: unmount %s: %v", m, err)
+		}
+	}
+	if err := os.RemoveAll(d.podFilesDir()); err != nil {
 		t.Fatalf("reboot: %v", err)
 	}
 	// The veths die with their namespaces, asynchronously; delete what is

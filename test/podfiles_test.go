@@ -1,0 +1,192 @@
+package test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// A pod's files: the daemon writes each pod's resolv.conf (from its dns_config, or a
+// copy of the host's) and hostname file and mounts its own /dev/shm (a tmpfs of 64
+// MiB) under <run_root>/sandboxes/<id>/, and every container of the pod bind-mounts
+// them. Pods on the host's network also get the host's /etc/hosts; pods with ipc NODE
+// the host's /dev/shm. Removal leaves nothing.
+
+// filesPod writes a pod configuration like containerPod's, changed by edit.
+func (d *daemon) filesPod(t *testing.T, name string, edit func(cfg map[string]any)) string {
+	t.Helper()
+	uid := randomHex(t, 16)
+	logDir := filepath.Join(d.podLogDir, "e2e_"+name+"_"+uid)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 0},
+		"hostname":      "e2e",
+		"log_directory": logDir,
+		"labels":        map[string]string{"e2e": "crijournal"},
+		"linux": map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{
+			"namespace_options": map[string]any{"pid": nsModeContainer}}},
+	}
+	edit(cfg)
+	return writePodJSON(t, "pod-"+sanitize(name)+"-"+uid[:8], cfg)
+}
+
+// namespaceOptions returns the namespace options of a filesPod configuration, to edit.
+func namespaceOptions(cfg map[string]any) map[string]any {
+	return cfg["linux"].(map[string]any)["security_context"].(map[string]any)["namespace_options"].(map[string]any)
+}
+
+// TestPodFiles: a pod with a DNS configuration and a hostname; its two containers see
+// the resolv.conf rendered from it and the hostname, and share one /dev/shm, a tmpfs of
+// 64 MiB (a file written in one is read in the other). A container created after a
+// restart of the daemon gets the same files. The stop unmounts the pod's /dev/shm; the
+// removal leaves no file, directory or mount.
+func TestPodFiles(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.filesPod(t, "files", func(cfg map[string]any) {
+		cfg["hostname"] = "files-host"
+		cfg["dns_config"] = map[string]any{
+			"servers":  []string{"10.10.10.10", "fd00::53"},
+			"searches": []string{"svc.e2e.example", "e2e.example"},
+			"options":  []string{"ndots:5", "edns0"},
+		}
+	})
+	podID := d.mustRunp(t, pod)
+	dir := filepath.Join(d.podFilesDir(), podID)
+	if !isMountPoint(t, filepath.Join(dir, "shm")) {
+		t.Fatalf("the pod's /dev/shm %s is not mounted", filepath.Join(dir, "shm"))
+	}
+	one := d.run(t, podID, containerConfig(t, "one", 0, sleeper), pod)
+	two := d.run(t, podID, containerConfig(t, "two", 0, sleeper), pod)
+
+	const wantResolv = "search svc.e2e.example e2e.example\nnameserver 10.10.10.10\nnameserver fd00::53\noptions ndots:5 edns0"
+	for _, id := range []string{one, two} {
+		if got := d.execSync(t, id, "cat", "/etc/resolv.conf"); got != wantResolv {
+			t.Errorf("/etc/resolv.conf of container %s:\n%s\nwant:\n%s", id, got, wantResolv)
+		}
+		if got := d.execSync(t, id, "cat", "/etc/hostname"); got != "files-host" {
+			t.Errorf("/etc/hostname of container %s: %q, want the pod's hostname", id, got)
+		}
+		// /proc/mounts: "shm /dev/shm tmpfs rw,nosuid,nodev,noexec,relatime,size=65536k 0 0".
+		m := mountLine(d.execSync(t, id, "cat", "/proc/mounts"), "/dev/shm")
+		if f := strings.Fields(m); len(f) < 4 || f[2] != "tmpfs" || !strings.Contains(f[3], "size=65536k") ||
+			!strings.Contains(f[3], "nosuid") || !strings.Contains(f[3], "nodev") || !strings.Contains(f[3], "noexec") {
+			t.Errorf("/dev/shm of container %s: %q, want a tmpfs of 64 MiB, nosuid, nodev, noexec", id, m)
+		}
+	}
+	d.execSync(t, one, "sh", "-c", "echo shared-by-the-pod > /dev/shm/note")
+	if got := d.execSync(t, two, "cat", "/dev/shm/note"); got != "shared-by-the-pod" {
+		t.Errorf("container two read %q from /dev/shm/note written by container one: the pod's /dev/shm is not shared", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "shm", "note")); err != nil || strings.TrimSpace(string(b)) != "shared-by-the-pod" {
+		t.Errorf("the pod's shm on the node holds %q, %v", b, err)
+	}
+
+	// The files outlive a restart of the daemon: a new container gets them.
+	d.restart(t)
+	three := d.run(t, podID, containerConfig(t, "three", 0, sleeper), pod)
+	if got := d.execSync(t, three, "cat", "/etc/resolv.conf"); got != wantResolv {
+		t.Errorf("/etc/resolv.conf of a container created after a restart:\n%s", got)
+	}
+	if got := d.execSync(t, three, "cat", "/dev/shm/note"); got != "shared-by-the-pod" {
+		t.Errorf("a container created after a restart read %q from the pod's /dev/shm", got)
+	}
+
+	d.mustCrictl(t, "stopp", podID)
+	if isMountPoint(t, filepath.Join(dir, "shm")) {
+		t.Errorf("the pod's /dev/shm is still mounted after stopp")
+	}
+	d.mustCrictl(t, "rmp", podID)
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the pod's directory %s is left after rmp: %v", dir, err)
+	}
+	d.assertNoLeaks(t)
+	d.stopClean(t)
+}
+
+// TestPodFilesHost: a pod on the host's network with ipc NODE and no DNS
+// configuration gets a copy of the host's resolv.conf, the host's hostname (it names
+// none), the host's /etc/hosts and the host's /dev/shm; no tmpfs is mounted for it.
+func TestPodFilesHost(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.filesPod(t, "hostfiles", func(cfg map[string]any) {
+		delete(cfg, "hostname")
+		ns := namespaceOptions(cfg)
+		ns["network"] = int(runtimeapi.NamespaceMode_NODE)
+		ns["ipc"] = int(runtimeapi.NamespaceMode_NODE)
+	})
+	podID := d.mustRunp(t, pod)
+	if _, err := os.Stat(filepath.Join(d.podFilesDir(), podID, "shm")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a pod with ipc NODE got a shm of its own: %v", err)
+	}
+	id := d.run(t, podID, containerConfig(t, "c", 0, sleeper), pod)
+
+	for file, want := range map[string]string{"/etc/resolv.conf": hostFile(t, "/etc/resolv.conf"), "/etc/hosts": hostFile(t, "/etc/hosts")} {
+		if got := d.execSync(t, id, "cat", file); got != want {
+			t.Errorf("%s of a host-network container:\n%s\nwant the host's:\n%s", file, got, want)
+		}
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.execSync(t, id, "cat", "/etc/hostname"); got != host {
+		t.Errorf("/etc/hostname of a host-network container: %q, want the host's %q", got, host)
+	}
+	// A file of the test's own in the host's /dev/shm is seen by the container.
+	note := "cj-podfiles-" + randomHex(t, 8)
+	writeFile(t, filepath.Join("/dev/shm", note), "from-the-host\n", 0o644)
+	t.Cleanup(func() { _ = os.Remove(filepath.Join("/dev/shm", note)) })
+	if got := d.execSync(t, id, "cat", "/dev/shm/"+note); got != "from-the-host" {
+		t.Errorf("a container of a pod with ipc NODE read %q from the host's /dev/shm", got)
+	}
+
+	d.removePod(t, podID)
+	if _, err := os.Stat(filepath.Join(d.podFilesDir(), podID)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the pod's directory is left after rmp: %v", err)
+	}
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Errorf("the host's /dev/shm after the removal of a pod with ipc NODE: %v", err)
+	}
+	d.stopClean(t)
+}
+
+// hostFile returns a file of the host, without its trailing white space (as execSync
+// returns a container's).
+func hostFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// mountLine returns the line of a /proc/mounts text whose mount point is dir.
+func mountLine(mounts, dir string) string {
+	for line := range strings.Lines(mounts) {
+		if f := strings.Fields(line); len(f) > 1 && f[1] == dir {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
+}
+
+// isMountPoint reports whether path is a mount point in the test's mount namespace.
+func isMountPoint(t *testing.T, path string) bool {
+	t.Helper()
+	for _, m := range mountsBelow(path) {
+		if m == path {
+			return true
+		}
+	}
+	return false
+}
