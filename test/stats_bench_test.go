@@ -64,6 +64,7 @@ func benchContainers(b *testing.B) int {
 // harness's daemon is built for *testing.T.
 type benchNode struct {
 	base, socket, cgroupParent string
+	pid                        int // the daemon's
 	rt                         runtimeapi.RuntimeServiceClient
 	img                        runtimeapi.ImageServiceClient
 	podID                      string
@@ -141,6 +142,7 @@ func startBenchNode(b *testing.B) *benchNode {
 		b.Fatal(err)
 	}
 	trackDaemon(cmd.Process)
+	n.pid = cmd.Process.Pid
 	b.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
