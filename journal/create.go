@@ -315,6 +315,24 @@ func (j *Journal) List(keep func(*Record) bool) []Record {
 	return out
 }
 
+// Snapshot is List without the copies: the records it returns share their steps, markers
+// and object with the journal's published ones, which are never changed in place (a
+// change publishes a fresh copy). Read them; never change them. It is for the hot read
+// paths (the kubelet's relist every second), where copying every record would cost more
+// than the answer.
+func (j *Journal) Snapshot(keep func(*Record) bool) []Record {
+	var out []Record // not sized for every record: a filter may keep one
+	j.mu.Lock()
+	for _, e := range j.shown {
+		if keep == nil || keep(&e.shown) {
+			out = append(out, e.shown)
+		}
+	}
+	j.mu.Unlock()
+	sortRecords(out)
+	return out
+}
+
 // WatchAll is List plus a channel closed at the next change of any record, taken together
 // so that no change is missed between the look and the wait (inspect --watch).
 func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <-chan struct{}) {
@@ -322,11 +340,17 @@ func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <
 	out := make([]Record, 0, len(j.shown))
 	for _, e := range j.shown {
 		if keep == nil || keep(&e.shown) {
-			out = append(out, e.shown.Clone())
+			// A shallow copy under the lock: a published record's steps, markers and
+			// object are never changed in place (a change publishes a fresh copy, see
+			// change), so the deep copy can be made after the lock is released.
+			out = append(out, e.shown)
 		}
 	}
 	changed = j.wake
 	j.mu.Unlock()
+	for i := range out {
+		out[i] = out[i].Clone()
+	}
 	sortRecords(out)
 	return out, changed
 }
