@@ -184,10 +184,12 @@ func TestFullDiskDuringRemoval(t *testing.T) {
 	d.stopClean(t)
 }
 
-// TestFullDiskDuringRecovery: a pod finished (ready on disk) when the daemon was killed;
-// the disk is full when the daemon starts again, so recovery cannot cache it: the
-// daemon fail-stops before it serves. After the space is freed, the next start caches
-// it and the retry of the same request gets the same pod: nothing lost, nothing leaked.
+// TestFullDiskDuringRecovery: a pod had every step done but was not yet settled when the
+// daemon was killed (its object and answer are one commit, journal.Settle, so the file
+// holds it creating); the disk is full when the daemon starts again, so recovery cannot
+// commit its rollback: the daemon fail-stops before it serves, and the file still says
+// what it said. After the space is freed, the next start rolls it back and the retry of
+// the same request gets a pod: nothing leaked.
 func TestFullDiskDuringRecovery(t *testing.T) {
 	d, dir := fullDiskDaemon(t)
 	const point = "sandbox-create/before-answer"
@@ -209,23 +211,27 @@ func TestFullDiskDuringRecovery(t *testing.T) {
 	for _, r := range d.records(t) {
 		if r.Kind == journal.KindSandbox && strings.Contains(r.Name, "survivor") {
 			crashed = r.ID
-			if r.State != journal.StateReady {
-				t.Errorf("after the failed recovery the file holds the pod as %s, want %s", r.State, journal.StateReady)
+			if r.State != journal.StateCreating {
+				t.Errorf("after the failed recovery the file holds the pod as %s, want %s", r.State, journal.StateCreating)
 			}
 		}
 	}
 	if crashed == "" {
-		t.Fatal("the journal lost the pod that was ready when the daemon was killed")
+		t.Fatal("the journal lost the pod that was being created when the daemon was killed")
 	}
 
 	freeSpace(t, filler)
 	d.start(t, daemonBinary(t))
 	d.waitReady(t)
-	d.requirePods(t, "after recovery, the unanswered pod is cached, not listed")
-	if id := d.mustRunp(t, pod); id != crashed {
-		t.Errorf("the retry got pod %s, want the cached %s", id, crashed)
+	d.requirePods(t, "after recovery, the unsettled pod is rolled back, not listed")
+	for _, r := range d.records(t) {
+		if r.ID == crashed {
+			t.Errorf("after recovery the journal still holds the interrupted pod: %s", describeRecord(r))
+		}
 	}
-	d.requirePods(t, "the retry claimed the cached pod", crashed)
-	d.removePod(t, crashed)
+	id := d.mustRunp(t, pod)
+	d.requirePods(t, "the retry made the pod", id)
+	d.assertNoLeaks(t, id)
+	d.removePod(t, id)
 	d.stopClean(t)
 }
