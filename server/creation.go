@@ -57,10 +57,12 @@ func runStep[T any](c *creation, lim limit, a journal.Action[T]) (T, error) {
 	if err := failpoint.Inject(point + "after-intent"); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
+	started := time.Now()
 	result, err := runWithin(c.ctx, lim, a.Run)
 	if err != nil {
 		return none, c.fail(a.Stage, err)
 	}
+	c.s.log.Debug("step done", "kind", c.rec.Kind, "id", c.rec.ID, "step", a.Kind, "took", time.Since(started))
 	if err := failpoint.Inject(point + "after-action"); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
