@@ -135,6 +135,15 @@ type Config struct {
 	// Default: "", meaning no metrics endpoint.
 	MetricsAddress string `toml:"metrics_address" help:"host:port of the metrics endpoint (empty: off)"`
 
+	// PprofAddress is the host:port of a Go profiling endpoint (net/http/pprof
+	// under /debug/pprof/), for finding where the daemon's time and memory go.
+	// It must be a loopback address (127.0.0.1, [::1] or localhost): profiles
+	// and goroutine dumps show request contents, and a CPU profile costs the
+	// daemon while it runs. Port 0 picks a free port (the log says which). It
+	// serves plain HTTP and stops with the daemon.
+	// Default: "", meaning no profiling endpoint.
+	PprofAddress string `toml:"pprof_address" help:"loopback host:port of the Go pprof endpoint (empty: off)"`
+
 	// StorageDriver is the containers/storage graph driver: "overlay",
 	// "vfs", or "" to choose overlay when the kernel supports it and vfs
 	// otherwise. Default: "".
@@ -447,6 +456,20 @@ func (c Config) Validate() error {
 		}
 	}
 
+	if c.PprofAddress != "" {
+		host, port, err := net.SplitHostPort(c.PprofAddress)
+		switch {
+		case err != nil:
+			bad("pprof_address", "must be host:port or empty: %v", err)
+		case !loopbackHost(host):
+			bad("pprof_address", "must be a loopback address (127.0.0.1, [::1] or localhost), got host %q", host)
+		default:
+			if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+				bad("pprof_address", "has an invalid port %q", port)
+			}
+		}
+	}
+
 	oneOf("storage_driver", c.StorageDriver, storageDrivers)
 	absolute("storage_root", c.StorageRoot, false)
 	absolute("storage_run_root", c.StorageRunRoot, false)
@@ -651,4 +674,14 @@ func quoteList(values []string) string {
 		quoted[i] = strconv.Quote(v)
 	}
 	return strings.Join(quoted, ", ")
+}
+
+// loopbackHost reports whether host names a loopback address: "localhost" or a
+// loopback IP.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -180,6 +180,61 @@ func (j *Journal) Answer(id string, live bool) (Record, error) {
 	return rec, wait(p)
 }
 
+// Settle finishes a creation whose steps are all done in one durable commit: it stores
+// the finished object and makes the record created when the request that made it is
+// still live (the caller will hand it over), or cached with an expiry when it is not (the
+// retry claims it). The step marks queued before it ride on the same commit. It returns
+// the record as committed. It is Ready and Answer at once, one commit instead of two,
+// and as crash-safe:
+//
+//   - A crash before the commit leaves the record creating on disk (its last done mark,
+//     lazy, is not there either): recovery undoes every step, as it does for a crash
+//     during the last step. Nothing leaks; the kubelet's retry makes it anew.
+//   - A crash after the commit leaves it created or cached. A cached one is claimed by
+//     the retry. A created one whose reply was lost (the crash came before the reply
+//     left) is handed back to the retry by the fingerprint rule: the same request finds
+//     its name held by a created record with its fingerprint and gets that ID.
+//
+// The ready state therefore no longer appears on disk for a new creation; a record
+// written ready by an earlier version (all steps done, no answer) is still cached by
+// recovery (Cache).
+func (j *Journal) Settle(id string, object any, live bool) (Record, error) {
+	raw, err := json.Marshal(object)
+	if err != nil {
+		return Record{}, fmt.Errorf("settle %s: encode object: %w", id, err)
+	}
+	j.mu.Lock()
+	e, err := j.lookup(id)
+	switch {
+	case err != nil:
+	case e.rec.State != StateCreating:
+		err = fmt.Errorf("settle %s: state %s: %w", id, e.rec.State, ErrWrongState)
+	case !e.rec.AllDone():
+		err = fmt.Errorf("settle %s: not every step is done: %w", id, ErrWrongState)
+	}
+	if err != nil {
+		j.mu.Unlock()
+		return Record{}, err
+	}
+	p, err := j.change(e, true, func(r *Record) {
+		r.Stage = ""
+		r.Object = raw
+		if live {
+			r.State = StateCreated
+			r.Expiry = time.Time{}
+		} else {
+			r.State = StateCached
+			r.Expiry = j.opts.Now().Add(j.opts.CacheTTL)
+		}
+	})
+	rec := e.rec.Clone()
+	j.mu.Unlock()
+	if err != nil {
+		return Record{}, err
+	}
+	return rec, wait(p)
+}
+
 // Cache turns a ready record into a cached one with a fresh expiry, for recovery: its
 // request was never answered, so only a retry may have it.
 func (j *Journal) Cache(id string) (Record, error) {
@@ -315,6 +370,24 @@ func (j *Journal) List(keep func(*Record) bool) []Record {
 	return out
 }
 
+// Snapshot is List without the copies: the records it returns share their steps, markers
+// and object with the journal's published ones, which are never changed in place (a
+// change publishes a fresh copy). Read them; never change them. It is for the hot read
+// paths (the kubelet's relist every second), where copying every record would cost more
+// than the answer.
+func (j *Journal) Snapshot(keep func(*Record) bool) []Record {
+	var out []Record // not sized for every record: a filter may keep one
+	j.mu.Lock()
+	for _, e := range j.shown {
+		if keep == nil || keep(&e.shown) {
+			out = append(out, e.shown)
+		}
+	}
+	j.mu.Unlock()
+	sortRecords(out)
+	return out
+}
+
 // WatchAll is List plus a channel closed at the next change of any record, taken together
 // so that no change is missed between the look and the wait (inspect --watch).
 func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <-chan struct{}) {
@@ -322,11 +395,17 @@ func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <
 	out := make([]Record, 0, len(j.shown))
 	for _, e := range j.shown {
 		if keep == nil || keep(&e.shown) {
-			out = append(out, e.shown.Clone())
+			// A shallow copy under the lock: a published record's steps, markers and
+			// object are never changed in place (a change publishes a fresh copy, see
+			// change), so the deep copy can be made after the lock is released.
+			out = append(out, e.shown)
 		}
 	}
 	changed = j.wake
 	j.mu.Unlock()
+	for i := range out {
+		out[i] = out[i].Clone()
+	}
 	sortRecords(out)
 	return out, changed
 }

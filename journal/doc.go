@@ -19,8 +19,10 @@
 //
 // # States
 //
-//	Begin ─> creating ─(Intent/Done)*─> Ready ─> ready ─Answer─┬─ request live ──> created
-//	                                                           └─ deadline passed ─> cached
+//	Begin ─> creating ─(Intent/Done)*─Settle─┬─ request live ──> created
+//	                                         └─ deadline passed ─> cached
+//	creating ─(Intent/Done)*─> Ready ─> ready ─Answer─> created or cached (two commits;
+//	                                   recovery caches a ready record: Cache)
 //	creating|ready|cached ─Rollback─> undoing ─> (gone, name free)
 //	cached ─Claim (same name, same fingerprint)─> created
 //	created ─Remove─> removing ─> (gone)
@@ -31,8 +33,8 @@
 // is rebuilt from the file at Open. Every change is applied to the index under one mutex and
 // queued, in that same order, to a single committer goroutine that writes everything queued
 // so far in one bbolt transaction (group commit): it commits as soon as the previous commit
-// finishes, never waiting for more work. Calls that must be durable (Intent, Ready, Answer,
-// Claim, Remove, ...) wait for their commit; Done rides on the next commit, which is
+// finishes, never waiting for more work. Calls that must be durable (Intent, Settle, Ready,
+// Answer, Claim, Remove, ...) wait for their commit; Done rides on the next commit, which is
 // safe because every undo is idempotent; Begin rides too, since nothing exists outside the
 // journal before the first intent.
 // None of these calls takes a context: a change is applied to the index at once and its

@@ -1177,3 +1177,25 @@ func TestOpenMigratesSchema1(t *testing.T) {
 		t.Errorf("check after the migration: %v", problems)
 	}
 }
+
+// TestSnapshotListsWhatListLists: Snapshot returns the records List returns, in the same
+// order, without copying them.
+func TestSnapshotListsWhatListLists(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	for i := range 5 {
+		rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: fmt.Sprintf("pod-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := j.Intent(rec.ID, "s", kindA, map[string]string{"i": fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	odd := func(r *Record) bool { return r.Steps[0].Args["i"] != "0" }
+	if diff := cmp.Diff(j.List(odd), j.Snapshot(odd)); diff != "" {
+		t.Fatalf("Snapshot differs from List (-List +Snapshot):\n%s", diff)
+	}
+	if got := j.Snapshot(func(*Record) bool { return false }); len(got) != 0 {
+		t.Fatalf("Snapshot with a filter that keeps nothing: %d records", len(got))
+	}
+}

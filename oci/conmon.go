@@ -188,11 +188,32 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 			}
 			return 0, fmt.Errorf("create %s: %w", id, res.err)
 		}
+		// The pidfd answers Running from now on; the deferred Close closes a copy.
+		if kept, err := dupFile(conmonFd); err == nil {
+			r.conmons.keep(id, kept)
+		}
 		return res.pid, nil
 	case <-ctx.Done():
 		// The deferred kill ends conmon, which closes the pipe and ends the reader.
 		return 0, fmt.Errorf("create %s: waiting for conmon: %w", id, ctx.Err())
 	}
+}
+
+// dupFile returns a copy of f's descriptor (close-on-exec) as a file of its own.
+func dupFile(f *os.File) (*os.File, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var fd int
+	var derr error
+	if err := rc.Control(func(orig uintptr) { fd, derr = unix.FcntlInt(orig, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 // conmonArgs is conmon's command line for a container.

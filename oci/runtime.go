@@ -95,6 +95,7 @@ type Runtime struct {
 
 	locks    keyedMutex
 	cgroups  cgroupManagers // per container, for Stats
+	conmons  conmonWatch    // per container, for Running
 	features featuresCache
 }
 
@@ -427,6 +428,7 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
 	}
 	r.cgroups.forget(id)
+	r.conmons.forget(id, nil)
 	meta := r.readMeta(id)
 	if cg := cgroupsPathOf(meta); cg != "" {
 		if err := removeCgroup(cg); err != nil {

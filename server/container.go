@@ -145,6 +145,12 @@ const runtimeQueryTimeout = 30 * time.Second
 // runs it only records a start that the record lacks. Any other failure to learn the
 // container's state (the runtime binary missing or failing, a timeout) is returned and
 // changes nothing: it says nothing about the container.
+//
+// A started container whose conmon lives and has written no exit file is running
+// (oci.Runtime.Running): that is answered from a pidfd, without asking the runtime, so
+// that the kubelet's polling forks nothing. The runtime is asked only when that cannot
+// tell: a container never marked started, or one whose conmon is gone without an exit
+// file.
 func (s *Server) recordExit(ctx context.Context, c container) error {
 	if _, done := c.rec.Marker(markerFinishedAt); done {
 		return nil
@@ -152,6 +158,10 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	rt, err := s.runtimes.Runtime(c.obj.Handler)
 	if err != nil {
 		return err
+	}
+	_, started := c.rec.Marker(markerStartedAt)
+	if started && rt.Running(c.rec.ID) {
+		return nil
 	}
 	code, at, ok, err := rt.ExitStatus(c.rec.ID)
 	if err != nil {
@@ -161,7 +171,6 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	if !ok {
 		qctx, cancel := detached(ctx, runtimeQueryTimeout)
 		defer cancel()
-		_, started := c.rec.Marker(markerStartedAt)
 		st, serr := rt.State(qctx, c.rec.ID)
 		switch {
 		case errors.Is(serr, oci.ErrNotFound):

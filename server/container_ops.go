@@ -197,13 +197,16 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 // ListContainers lists created containers; cached and in-progress ones are hidden.
 func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	f := req.GetFilter()
-	recs := s.journal.List(func(r *journal.Record) bool {
+	recs := s.journal.Snapshot(func(r *journal.Record) bool {
 		return r.Kind == journal.KindContainer && r.State == journal.StateCreated && strings.HasPrefix(r.ID, f.GetId()) &&
 			(f.GetPodSandboxId() == "" || strings.HasPrefix(r.Parent, f.GetPodSandboxId()))
 	})
+	if f.GetId() == "" && f.GetPodSandboxId() == "" {
+		s.containerCache.keepOnly(recs)
+	}
 	resp := &runtimeapi.ListContainersResponse{}
 	for _, rec := range recs {
-		c, err := decodeContainer(rec)
+		c, err := s.listedContainer(rec)
 		if err != nil {
 			s.log.Warn("skipping undecodable container", "id", rec.ID, "name", rec.Name, "err", err)
 			continue

@@ -36,6 +36,7 @@ const (
 // before it acts; a creation that outlives its request is cached for the retry, exactly as
 // RunPodSandbox does.
 func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	started := time.Now()
 	if s.images == nil || s.runtimes == nil {
 		return nil, newError(errUnavailable, "containers are not available on this daemon (no storage or runtime)")
 	}
@@ -144,7 +145,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if _, err := c.finish(obj); err != nil {
 		return nil, err
 	}
-	s.log.Info("container created", "id", id, "name", name, "sandbox", sb.rec.ID, "image", obj.Image)
+	s.log.Info("container created", "id", id, "name", name, "sandbox", sb.rec.ID, "image", obj.Image, "took", time.Since(started))
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 

@@ -57,10 +57,12 @@ func runStep[T any](c *creation, lim limit, a journal.Action[T]) (T, error) {
 	if err := failpoint.Inject(point + "after-intent"); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
+	started := time.Now()
 	result, err := runWithin(c.ctx, lim, a.Run)
 	if err != nil {
 		return none, c.fail(a.Stage, err)
 	}
+	c.s.log.Debug("step done", "kind", c.rec.Kind, "id", c.rec.ID, "step", a.Kind, "took", time.Since(started))
 	if err := failpoint.Inject(point + "after-action"); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
@@ -86,21 +88,19 @@ func runWithin[T any](ctx context.Context, lim limit, run func(context.Context) 
 	return result, err
 }
 
-// finish settles a creation whose steps are all done: ready (durable), then created if
-// the request is still live, or cached if not, in which case the request fails with
+// finish settles a creation whose steps are all done, in one durable commit
+// (journal.Settle, whose comment says why that is as crash-safe as two): created if the
+// request is still live, or cached if not, in which case the request fails with
 // DeadlineExceeded. It returns the settled record. Its failure points are
-// "<flow>/before-answer" (between ready and the answer) and "<flow>/after-answer".
+// "<flow>/before-answer" (every step done, nothing settled yet) and
+// "<flow>/after-answer" (settled, not yet answered).
 func (c *creation) finish(object any) (journal.Record, error) {
 	s := c.s
-	if err := s.journal.Ready(c.rec.ID, object); err != nil {
-		return journal.Record{}, err
-	}
 	if err := failpoint.Inject(c.flow + "/before-answer"); err != nil {
-		rec, _ := s.journal.Get(c.rec.ID)
-		return rec, c.fail("answer", err)
+		return c.rec, c.fail("answer", err)
 	}
 	live := c.ctx.Err() == nil
-	rec, err := s.journal.Answer(c.rec.ID, live)
+	rec, err := s.journal.Settle(c.rec.ID, object, live)
 	if err != nil {
 		return rec, err
 	}

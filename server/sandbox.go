@@ -88,9 +88,17 @@ func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error
 	if id == "" {
 		return journal.Record{}, invalidf("%s ID is required", kind)
 	}
-	matches := s.journal.List(func(r *journal.Record) bool {
-		return r.Kind == kind && r.HoldsName && strings.HasPrefix(r.ID, id)
-	})
+	var matches []journal.Record
+	if journal.ValidID(id) {
+		// A whole ID: one look-up, not a scan of every record.
+		if r, err := s.journal.Get(id); err == nil && r.Kind == kind && r.HoldsName {
+			matches = []journal.Record{r}
+		}
+	} else {
+		matches = s.journal.List(func(r *journal.Record) bool {
+			return r.Kind == kind && r.HoldsName && strings.HasPrefix(r.ID, id)
+		})
+	}
 	for _, m := range matches {
 		if m.ID == id {
 			matches = []journal.Record{m}
@@ -268,13 +276,16 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 // ListPodSandbox lists created sandboxes; cached and in-progress ones are hidden.
 func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	f := req.GetFilter()
-	recs := s.journal.List(func(r *journal.Record) bool {
+	recs := s.journal.Snapshot(func(r *journal.Record) bool {
 		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated &&
 			strings.HasPrefix(r.ID, f.GetId())
 	})
+	if f.GetId() == "" {
+		s.sandboxCache.keepOnly(recs)
+	}
 	resp := &runtimeapi.ListPodSandboxResponse{}
 	for _, rec := range recs {
-		sb, err := decodeSandbox(rec)
+		sb, err := s.listedSandbox(rec)
 		if err != nil {
 			s.log.Warn("skipping undecodable sandbox", "id", rec.ID, "name", rec.Name, "err", err)
 			continue

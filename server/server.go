@@ -58,6 +58,11 @@ type Server struct {
 	cdi       *oci.CDI   // CDI devices, from cdi_spec_dirs
 
 	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
+	// sandboxCache and containerCache keep decoded objects for the List calls: what
+	// they hand out is shared, read only (see decodeCache). The record in it is stale:
+	// listedSandbox and listedContainer put the current one in.
+	sandboxCache   decodeCache[sandbox]
+	containerCache decodeCache[container]
 	// pauseBinary is the program a pause process runs: this daemon's own binary.
 	pauseBinary string
 	// lifetime is the context of the work the server starts by itself (the watches of

@@ -64,6 +64,7 @@ func benchContainers(b *testing.B) int {
 // harness's daemon is built for *testing.T.
 type benchNode struct {
 	base, socket, cgroupParent string
+	pid                        int // the daemon's
 	rt                         runtimeapi.RuntimeServiceClient
 	img                        runtimeapi.ImageServiceClient
 	podID                      string
@@ -112,7 +113,7 @@ func startBenchNode(b *testing.B) *benchNode {
 		"namespace_dir = " + q(filepath.Join(base, "ns")),
 		"cni_conf_dir = " + q(filepath.Join(base, "net.d")),
 		`storage_driver = "overlay"`,
-		`log_level = "warn"`,
+		"log_level = " + q(benchLogLevel()),
 		// The node's containers files are the benchmark's own, never /etc/containers.
 		"registries_conf = " + q(filepath.Join(base, "registries.conf")),
 		"registries_conf_dir = " + q(filepath.Join(base, "registries.conf.d")),
@@ -141,6 +142,7 @@ func startBenchNode(b *testing.B) *benchNode {
 		b.Fatal(err)
 	}
 	trackDaemon(cmd.Process)
+	n.pid = cmd.Process.Pid
 	b.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
@@ -199,6 +201,14 @@ func startBenchNode(b *testing.B) *benchNode {
 		}
 	})
 	return n
+}
+
+// benchLogLevel is the benchmark daemon's log level: warn, or CRIJOURNAL_BENCH_LOG_LEVEL.
+func benchLogLevel() string {
+	if v := os.Getenv("CRIJOURNAL_BENCH_LOG_LEVEL"); v != "" {
+		return v
+	}
+	return "warn"
 }
 
 // runContainers creates and starts count sleeping containers in the node's

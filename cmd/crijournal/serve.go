@@ -20,6 +20,7 @@ import (
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/profiling"
 	"github.com/crijournal/crijournal/recovery"
 	"github.com/crijournal/crijournal/server"
 	"github.com/crijournal/crijournal/storage"
@@ -134,6 +135,15 @@ func runServe(cmd *cobra.Command, args []string) error {
 		if tlsFiles == nil && !isLoopback(addr) {
 			log.Warn("metrics are served in plain HTTP on a node address; set metrics_cert and metrics_key for HTTPS", "address", addr)
 		}
+	}
+
+	if cfg.PprofAddress != "" {
+		prof, err := profiling.Serve(ctx, cfg.PprofAddress)
+		if err != nil {
+			return err
+		}
+		defer prof.Close()
+		log.Info("profiles served", "address", "http://"+prof.Addr()+"/debug/pprof/")
 	}
 
 	for _, rt := range runtimes.all() {
