@@ -25,9 +25,13 @@
 //     replace a standard mount at the same place and are ordered parents first. A
 //     CRI mount is a recursive bind with its propagation (PRIVATE rprivate,
 //     HOST_TO_CONTAINER rslave, BIDIRECTIONAL rshared, which also sets the root
-//     filesystem's propagation) and ro or rw. Refused: a container path that is
+//     filesystem's propagation) and ro or rw, plus "rro" for recursive_read_only
+//     (only read-only and PRIVATE, and only when SpecInput.RecursiveReadOnly says the
+//     runtime knows rro). An image volume binds SpecInput.ImageVolumes' mounted image
+//     (or its image_sub_path, resolved inside the image with securejoin, which must
+//     exist); see ImageVolumes for its checks. Refused: a container path that is
 //     relative or has a ".." segment, a host path that does not exist (a link is
-//     followed), image volumes, ID-mapped and recursive read-only mounts.
+//     followed; CreateHostPaths makes missing ones first) and ID-mapped mounts.
 //   - Namespaces: a new mount namespace; the sandbox's net, ipc and uts namespaces
 //     by path (absent: the host's); the sandbox's pid namespace (held by its pause
 //     process) when the container's pid option is POD and the sandbox has one, the

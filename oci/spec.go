@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -84,6 +83,13 @@ type SpecInput struct {
 	// NoSeccomp says the node has no seccomp support (the configuration's
 	// seccomp_unavailable): a container that asks for a seccomp profile is refused.
 	NoSeccomp bool
+	// RecursiveReadOnly says that the handler's runtime knows the "rro" mount option
+	// (Features.RecursiveReadOnlyMounts); without it a recursive read-only mount is
+	// refused.
+	RecursiveReadOnly bool
+	// ImageVolumes holds the mounted root of each image volume (see ImageVolumes) by
+	// its container path.
+	ImageVolumes map[string]string
 }
 
 // Spec builds the OCI runtime spec of a CRI container. See the package documentation
@@ -561,7 +567,7 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 	var own []specs.Mount
 	propagation := ""
 	for _, m := range in.Container.GetMounts() {
-		om, prop, err := criMount(m)
+		om, prop, err := criMount(m, in)
 		if err != nil {
 			return nil, "", err
 		}
@@ -584,8 +590,9 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 	return append(mounts, own...), propagation, nil
 }
 
-// criMount checks one requested mount and turns it into a bind mount.
-func criMount(m *runtimeapi.Mount) (specs.Mount, string, error) {
+// criMount checks one requested mount and turns it into a bind mount: of its host path,
+// or of its image's mounted root (in.ImageVolumes) for an image volume.
+func criMount(m *runtimeapi.Mount, in SpecInput) (specs.Mount, string, error) {
 	dst := m.GetContainerPath()
 	if !path.IsAbs(dst) {
 		return specs.Mount{}, "", invalid("mount container path %q is not absolute", dst)
@@ -595,24 +602,18 @@ func criMount(m *runtimeapi.Mount) (specs.Mount, string, error) {
 	}
 	dst = path.Clean(dst)
 	switch {
-	case m.GetImage() != nil:
-		return specs.Mount{}, "", invalid("mount %s: image volumes are not supported", dst)
 	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
 		return specs.Mount{}, "", invalid("mount %s: ID-mapped mounts are not supported", dst)
-	case m.GetRecursiveReadOnly():
-		return specs.Mount{}, "", invalid("mount %s: recursive read-only mounts are not supported by runc 1.1", dst)
 	}
-	src := m.GetHostPath()
-	if !filepath.IsAbs(src) {
-		return specs.Mount{}, "", invalid("mount %s: host path %q is not absolute", dst, src)
+	var real string
+	var err error
+	if m.GetImage() != nil {
+		real, err = imageVolumeSource(m, dst, in.ImageVolumes)
+	} else {
+		real, err = bindSource(m, dst)
 	}
-	// A symbolic link is followed: the container gets what it points to.
-	real, err := filepath.EvalSymlinks(src)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return specs.Mount{}, "", invalid("mount %s: host path %q does not exist", dst, src)
-		}
-		return specs.Mount{}, "", fmt.Errorf("mount %s: host path %q: %w", dst, src, err)
+		return specs.Mount{}, "", err
 	}
 	var prop string
 	switch m.GetPropagation() {
@@ -630,6 +631,12 @@ func criMount(m *runtimeapi.Mount) (specs.Mount, string, error) {
 		opts = append(opts, "ro")
 	} else {
 		opts = append(opts, "rw")
+	}
+	if m.GetRecursiveReadOnly() {
+		if err := recursiveReadOnly(m, dst, prop, in.RecursiveReadOnly); err != nil {
+			return specs.Mount{}, "", err
+		}
+		opts = append(opts, "rro")
 	}
 	for _, o := range m.GetMountOptions() {
 		if !slices.Contains(allowedMountOptions, o) {

@@ -41,6 +41,8 @@ type containerObject struct {
 	// LinuxContainerResources (protobuf) last set by UpdateContainerResources.
 	User      *specs.User `json:"user,omitempty"`
 	Resources []byte      `json:"resources,omitempty"`
+	// ImageVolumes holds the image ID of each image volume by its container path.
+	ImageVolumes map[string]string `json:"image_volumes,omitempty"`
 }
 
 // container is a created container as the server sees it.

@@ -176,7 +176,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 		FinishedAt: markerTime(c.rec, markerFinishedAt),
 		Image:      c.config.GetImage(), ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID,
 		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
-		Mounts: c.config.GetMounts(), LogPath: c.obj.LogPath,
+		Mounts: c.mounts(), LogPath: c.obj.LogPath,
 		User: c.user(), Resources: c.resources(), StopSignal: criSignal(c.stopSignal()),
 	}
 	if v, ok := c.rec.Marker(markerExitCode); ok {

@@ -73,6 +73,10 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err != nil {
 		return nil, err
 	}
+	volumes, err := s.findImageVolumes(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
 	handler := sb.obj.RuntimeHandler
 	if handler == "" {
 		handler = s.cfg.DefaultRuntime
@@ -112,6 +116,18 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 	obj.Rootfs, obj.Bundle = files.Rootfs, files.Dir
 
+	// The image volumes: each image mounted read-only, a step each.
+	volumeRoots, err := s.mountImageVolumes(c, id, volumes)
+	if err != nil {
+		return nil, err
+	}
+	obj.ImageVolumes = imageVolumeIDs(volumes)
+	// Missing host paths of bind mounts become directories; not a step (see
+	// oci.CreateHostPaths).
+	if err := s.createHostPaths(cfg, name); err != nil {
+		return nil, c.fail(stageContainerSpec, err)
+	}
+
 	spec, err := oci.Spec(oci.SpecInput{
 		ID: id, Container: cfg, Sandbox: sb.config, Rootfs: obj.Rootfs, Namespaces: sb.obj.Namespaces,
 		TargetPidNamespace: targetPid,
@@ -119,7 +135,8 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		ResolvConf:         sb.obj.ResolvConf, HostnameFile: sb.obj.HostnameFile, ShmPath: sb.obj.Shm, Hosts: sandboxHosts(sb),
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
-		NoSeccomp: s.cfg.SeccompUnavailable,
+		NoSeccomp:         s.cfg.SeccompUnavailable,
+		RecursiveReadOnly: s.supportsRecursiveReadOnly(ctx, handler), ImageVolumes: volumeRoots,
 	})
 	if err == nil {
 		err = s.injectCDI(spec, cfg) // may add groups: before the user is recorded

@@ -2,7 +2,9 @@ package server
 
 import (
 	"errors"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -106,6 +108,8 @@ func FuzzCreateContainerConfig(f *testing.F) {
 		{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
 			Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
 				RunAsUsername: "nobody", Capabilities: &runtimeapi.Capability{AddCapabilities: []string{"ALL", "CAP_BOGUS"}}}}},
+		{Metadata: &runtimeapi.ContainerMetadata{Name: "c"}, Image: &runtimeapi.ImageSpec{Image: "busybox"},
+			Mounts: []*runtimeapi.Mount{{ContainerPath: "/vol", Readonly: true, Image: &runtimeapi.ImageSpec{Image: "busybox"}, ImageSubPath: "etc/../x"}}},
 		{},
 	} {
 		f.Add(sandbox, mustProto(f, c))
@@ -138,6 +142,17 @@ func FuzzCreateContainerConfig(f *testing.F) {
 			Hostname: sandboxHostname(sandbox)})
 		if err != nil && !errors.Is(err, oci.ErrInvalidSpec) {
 			t.Fatalf("oci.Spec refused the config with %v, which is not ErrInvalidSpec (it would reach the client as Unknown)", err)
+		}
+		vols, err := oci.ImageVolumes(cfg)
+		if err != nil {
+			requireInvalidArgument(t, "oci.ImageVolumes", err)
+			return
+		}
+		for _, v := range vols {
+			if path.IsAbs(v.SubPath) || v.SubPath != "" && path.Clean(v.SubPath) != v.SubPath ||
+				slices.Contains(strings.Split(v.SubPath, "/"), "..") || !path.IsAbs(v.Destination) {
+				t.Fatalf("oci.ImageVolumes accepted %+v: the sub path may leave the image", v)
+			}
 		}
 	})
 }

@@ -17,7 +17,7 @@ import (
 // handler reports a feature only when both its runtime binary and crijournal support it.
 // Flip these when recursive read-only mounts and user namespaces are built.
 const (
-	implementsRecursiveReadOnly = false
+	implementsRecursiveReadOnly = true
 	implementsUserNamespaces    = false
 )
 

@@ -62,7 +62,10 @@
 // # Journal steps
 //
 // StepContainerStorage (see steps.go) records the creation of a storage container; its undo,
-// registered by RegisterUndos, deletes the container.
+// registered by RegisterUndos, deletes the container. StepImageVolume (see volume.go) records
+// the creation of one image volume of a CRI container: a storage container of its own
+// (ImageVolumeID, "<container ID>-imagevolume-<n>") from the volume's image, mounted
+// read-only; its undo deletes it the same way. volume.go says why it is not MountImage.
 //
 // # Caveats
 //

@@ -66,4 +66,16 @@ func RegisterUndos(reg *journal.Registry, stores func() (*Store, error)) {
 		}
 		return s.DeleteContainer(ctx, id)
 	})
+	// An image volume's storage container goes the way a root filesystem does.
+	reg.Register(StepImageVolume, func(ctx context.Context, rec journal.Record, step journal.Step) error {
+		id := step.Args[ArgID]
+		if !validImageVolumeID(id) {
+			return fmt.Errorf("undo %s of %s: %q argument %q is not an image volume ID", step.Kind, rec.ID, ArgID, id)
+		}
+		s, err := stores()
+		if err != nil {
+			return fmt.Errorf("undo %s of %s: %w", step.Kind, rec.ID, err)
+		}
+		return s.DeleteContainer(ctx, id)
+	})
 }

@@ -156,33 +156,49 @@ var (
 		variant:    "container",
 		containers: true,
 		provoke: func(t *testing.T, d *daemon, pod string) string {
-			t.Helper()
-			d.pull(t, testImage)
-			podID := d.mustRunp(t, pod)
-			id := d.run(t, podID, crashContainerConfig(t, pod), pod)
-			d.requireCtrState(t, id, "CONTAINER_RUNNING")
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if _, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err == nil {
-				t.Fatalf("RemoveContainer of %s succeeded: the daemon did not crash at the armed point (a misspelt point name?)", id)
-			} else {
-				t.Logf("RemoveContainer of %s: %v (the daemon crashed)", id, err)
-			}
-			return id
+			return removeCrashingContainerWith(t, d, pod, crashContainerConfig)
 		},
 		settle:  settleContainer,
 		allowed: []crashOutcome{outcomeGone},
 	}
 )
 
+// removeCrashingContainerWith pulls the test image, runs the pod, runs the
+// container of config(t, pod) in it and removes it (crictl rm refuses a
+// running container without -f, and -f stops it first, so the RPC is called
+// directly), a request that must not succeed: the daemon crashes at the
+// armed point on the way. It returns the container's ID.
+func removeCrashingContainerWith(t *testing.T, d *daemon, pod string, config func(*testing.T, string) string) string {
+	t.Helper()
+	d.pull(t, testImage)
+	podID := d.mustRunp(t, pod)
+	id := d.run(t, podID, config(t, pod), pod)
+	d.requireCtrState(t, id, "CONTAINER_RUNNING")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err == nil {
+		t.Fatalf("RemoveContainer of %s succeeded: the daemon did not crash at the armed point (a misspelt point name?)", id)
+	} else {
+		t.Logf("RemoveContainer of %s: %v (the daemon crashed)", id, err)
+	}
+	return id
+}
+
 // createCrashingContainer pulls the test image, runs the pod and creates a
 // container in it, a request that must not succeed: the daemon crashes at
 // the armed point on the way.
 func createCrashingContainer(t *testing.T, d *daemon, pod string) string {
 	t.Helper()
+	return createCrashingContainerWith(t, d, pod, crashContainerConfig)
+}
+
+// createCrashingContainerWith is createCrashingContainer for the container
+// of config(t, pod).
+func createCrashingContainerWith(t *testing.T, d *daemon, pod string, config func(*testing.T, string) string) string {
+	t.Helper()
 	d.pull(t, testImage)
 	podID := d.mustRunp(t, pod)
-	if id, _, err := d.create(t, nil, podID, crashContainerConfig(t, pod), pod); err == nil {
+	if id, _, err := d.create(t, nil, podID, config(t, pod), pod); err == nil {
 		t.Fatalf("crictl create returned container %s: the daemon did not crash at the armed point (a misspelt point name?)", id)
 	}
 	return ""
@@ -218,13 +234,19 @@ func crashContainerConfig(t *testing.T, pod string) string {
 // the node is clean.
 func settleContainer(t *testing.T, d *daemon, pod, crashed string) crashOutcome {
 	t.Helper()
+	return settleContainerWith(t, d, pod, crashed, crashContainerConfig)
+}
+
+// settleContainerWith is settleContainer for the container of config(t, pod).
+func settleContainerWith(t *testing.T, d *daemon, pod, crashed string, config func(*testing.T, string) string) crashOutcome {
+	t.Helper()
 	pods := d.pods(t)
 	if len(pods) != 1 {
 		t.Fatalf("after the restart crictl pods lists %v, want the one pod", pods)
 	}
 	podID := pods[0]
 	d.requireWholeSandbox(t, podID)
-	ctr := crashContainerConfig(t, pod)
+	ctr := config(t, pod)
 	listed := d.ps(t, true)
 	left := d.leaks(t, podID) // the daemon runs: no journal part
 	calls := d.conmonCalls(t)

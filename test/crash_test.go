@@ -237,18 +237,26 @@ var crashMatrix = []crashCase{
 	{"container-create", "container-create/before-answer", createContainerTrigger},
 	{"container-create", "container-create/after-answer", createContainerTrigger},
 	{"container-create", "container-create/after-answer", timedOutContainerTrigger},
+	{"container-create", "container-create/storage-image-volume/before-intent", createImageVolumeTrigger},
+	{"container-create", "container-create/storage-image-volume/after-intent", createImageVolumeTrigger},
+	{"container-create", "container-create/storage-image-volume/after-action", createImageVolumeTrigger},
+	{"container-create", "container-create/oci-container/after-action", createImageVolumeTrigger},
 
 	{"container-rollback", "journal/rollback/oci-container/before-undo", rollbackContainerTrigger},
 	{"container-rollback", "journal/rollback/oci-container/after-undo", rollbackContainerTrigger},
 	{"container-rollback", "journal/rollback/storage-container/before-undo", rollbackContainerTrigger},
 	{"container-rollback", "journal/rollback/storage-container/after-undo", rollbackContainerTrigger},
 	{"container-rollback", "journal/rollback/before-forget", rollbackContainerTrigger},
+	{"container-rollback", "journal/rollback/storage-image-volume/before-undo", rollbackImageVolumeTrigger},
+	{"container-rollback", "journal/rollback/storage-image-volume/after-undo", rollbackImageVolumeTrigger},
 
 	{"container-remove", "journal/remove/oci-container/before-undo", removeContainerTrigger},
 	{"container-remove", "journal/remove/oci-container/after-undo", removeContainerTrigger},
 	{"container-remove", "journal/remove/storage-container/before-undo", removeContainerTrigger},
 	{"container-remove", "journal/remove/storage-container/after-undo", removeContainerTrigger},
 	{"container-remove", "journal/remove/before-forget", removeContainerTrigger},
+	{"container-remove", "journal/remove/storage-image-volume/before-undo", removeImageVolumeTrigger},
+	{"container-remove", "journal/remove/storage-image-volume/after-undo", removeImageVolumeTrigger},
 }
 
 // TestCrashMatrix kills the daemon at every failure point of the table (each

@@ -42,12 +42,29 @@ func TestRuntimeInfo(t *testing.T) {
 	}
 	var handlers []handler
 	mustDecode(t, "runtimeHandlers", info["runtimeHandlers"], &handlers)
+	// What runc says it supports is shown as it says it.
+	out, err := exec.Command(runc, "features").Output()
+	if err != nil {
+		t.Fatalf("runc features: %v", err)
+	}
+	var runcFeatures struct {
+		MountOptions []string `json:"mountOptions"`
+	}
+	mustDecode(t, "runc features", out, &runcFeatures)
+	runcRRO := slices.Contains(runcFeatures.MountOptions, "rro")
 	var names []string
 	for _, h := range handlers {
 		names = append(names, h.Name)
 		for f, on := range h.Features {
-			if on {
-				t.Errorf("handler %q reports feature %s, which crijournal does not implement yet", h.Name, f)
+			switch f {
+			case "recursive_read_only_mounts", "recursiveReadOnlyMounts":
+				if on != runcRRO {
+					t.Errorf("handler %q reports recursive read-only mounts %v, runc features lists rro: %v", h.Name, on, runcRRO)
+				}
+			default:
+				if on {
+					t.Errorf("handler %q reports feature %s, which crijournal does not implement yet", h.Name, f)
+				}
 			}
 		}
 	}
@@ -59,18 +76,9 @@ func TestRuntimeInfo(t *testing.T) {
 	if !features["supplemental_groups_policy"] && !features["supplementalGroupsPolicy"] {
 		t.Errorf("crictl info features %v, want the supplemental groups policy", features)
 	}
-	// What runc says it supports is shown as it says it.
-	out, err := exec.Command(runc, "features").Output()
-	if err != nil {
-		t.Fatalf("runc features: %v", err)
-	}
-	var runcFeatures struct {
-		MountOptions []string `json:"mountOptions"`
-	}
-	mustDecode(t, "runc features", out, &runcFeatures)
 	var reported map[string]map[string]bool
 	mustDecode(t, "runtimeFeatures", info["runtimeFeatures"], &reported)
-	if got, want := reported["runc"]["recursiveReadOnlyMounts"], slices.Contains(runcFeatures.MountOptions, "rro"); got != want {
+	if got, want := reported["runc"]["recursiveReadOnlyMounts"], runcRRO; got != want {
 		t.Errorf("crictl info runtimeFeatures.runc.recursiveReadOnlyMounts = %v, runc features says %v", got, want)
 	}
 

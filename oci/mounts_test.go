@@ -1,0 +1,251 @@
+package oci
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// mountAt returns the one mount of s at dst.
+func mountAt(t *testing.T, s *specs.Spec, dst string) specs.Mount {
+	t.Helper()
+	var found []specs.Mount
+	for _, m := range s.Mounts {
+		if m.Destination == dst {
+			found = append(found, m)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d mounts at %s, want 1: %+v", len(found), dst, s.Mounts)
+	}
+	return found[0]
+}
+
+// specRefused builds in's spec and requires ErrInvalidSpec with an error that contains
+// want.
+func specRefused(t *testing.T, in SpecInput, want string) {
+	t.Helper()
+	_, err := buildSpec(in, testHost())
+	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want ErrInvalidSpec saying %q", err, want)
+	}
+}
+
+func TestSpecRecursiveReadOnly(t *testing.T) {
+	hostDir := t.TempDir()
+	for _, tc := range []struct {
+		name      string
+		mount     *runtimeapi.Mount
+		supported bool   // the runtime lists "rro"
+		refused   string // "" when the spec is made; else what the error says
+	}{
+		{name: "supported", supported: true,
+			mount: &runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir, Readonly: true, RecursiveReadOnly: true}},
+		{name: "runtime without rro", supported: false, refused: `do not list the "rro" mount option`,
+			mount: &runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir, Readonly: true, RecursiveReadOnly: true}},
+		{name: "not read-only", supported: true, refused: "must set readonly",
+			mount: &runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir, RecursiveReadOnly: true}},
+		{name: "host to container", supported: true, refused: "must have propagation PRIVATE",
+			mount: &runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir, Readonly: true, RecursiveReadOnly: true,
+				Propagation: runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER}},
+		{name: "bidirectional", supported: true, refused: "must have propagation PRIVATE",
+			mount: &runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir, Readonly: true, RecursiveReadOnly: true,
+				Propagation: runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			in.RecursiveReadOnly = tc.supported
+			in.Container.Mounts = []*runtimeapi.Mount{tc.mount}
+			if tc.refused != "" {
+				specRefused(t, in, tc.refused)
+				return
+			}
+			got := mountAt(t, mustSpec(t, in, testHost()), "/data")
+			want := specs.Mount{Destination: "/data", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "ro", "rro"}}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("mount (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// A plain read-only mount on a runtime with rro stays non-recursive.
+	in := baseInput(t)
+	in.RecursiveReadOnly = true
+	in.Container.Mounts = []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: hostDir, Readonly: true}}
+	if got := mountAt(t, mustSpec(t, in, testHost()), "/data"); !cmp.Equal(got.Options, []string{"rbind", "rprivate", "ro"}) {
+		t.Errorf("read-only mount options %v, want no rro", got.Options)
+	}
+}
+
+func TestImageVolumes(t *testing.T) {
+	img := &runtimeapi.ImageSpec{Image: "sha256:abc"}
+	for _, tc := range []struct {
+		name    string
+		mounts  []*runtimeapi.Mount
+		want    []ImageVolume
+		refused string
+	}{
+		{name: "none", mounts: []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/tmp"}}},
+		{name: "root and sub path", mounts: []*runtimeapi.Mount{
+			{ContainerPath: "/a/", Image: img, Readonly: true},
+			{ContainerPath: "/data", HostPath: "/tmp"},
+			{ContainerPath: "/b", Image: &runtimeapi.ImageSpec{Image: "other"}, Readonly: true, ImageSubPath: "etc/ssl/"},
+			{ContainerPath: "/c", Image: img, Readonly: true, ImageSubPath: "./"},
+		}, want: []ImageVolume{{"/a", "sha256:abc", ""}, {"/b", "other", "etc/ssl"}, {"/c", "sha256:abc", ""}}},
+		{name: "a later mount at the same path wins", mounts: []*runtimeapi.Mount{
+			{ContainerPath: "/a", Image: img, Readonly: true},
+			{ContainerPath: "/a/", HostPath: "/tmp"},
+		}},
+		{name: "read-write", mounts: []*runtimeapi.Mount{{ContainerPath: "/a", Image: img}}, refused: "must set readonly"},
+		{name: "host path too", mounts: []*runtimeapi.Mount{{ContainerPath: "/a", Image: img, Readonly: true, HostPath: "/tmp"}},
+			refused: "mutually exclusive"},
+		{name: "no image", mounts: []*runtimeapi.Mount{{ContainerPath: "/a", Image: &runtimeapi.ImageSpec{}, Readonly: true}},
+			refused: "no image"},
+		{name: "relative container path", mounts: []*runtimeapi.Mount{{ContainerPath: "a", Image: img, Readonly: true}},
+			refused: "must be absolute"},
+		{name: "escaping sub path", mounts: []*runtimeapi.Mount{{ContainerPath: "/a", Image: img, Readonly: true, ImageSubPath: "etc/../../x"}},
+			refused: `image sub path "etc/../../x" must be relative without ".."`},
+		{name: "absolute sub path", mounts: []*runtimeapi.Mount{{ContainerPath: "/a", Image: img, Readonly: true, ImageSubPath: "/etc"}},
+			refused: "must be relative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ImageVolumes(&runtimeapi.ContainerConfig{Mounts: tc.mounts})
+			if tc.refused != "" {
+				if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("err = %v, want ErrInvalidSpec saying %q", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ImageVolumes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSpecImageVolume(t *testing.T) {
+	// A mounted image: /etc/passwd, /bin/sh, a link inside it and links that point out.
+	root := t.TempDir()
+	writeFile(t, filepath.Join(root, "etc/passwd"), "root:x:0:0::/root:/bin/sh\n")
+	writeFile(t, filepath.Join(root, "bin/sh"), "")
+	outside := t.TempDir()
+	writeFile(t, filepath.Join(outside, "secret"), "x")
+	for name, target := range map[string]string{"conf": "etc", "abs": outside, "up": "../../../../../../" + outside, "etclink": "/etc"} {
+		if err := os.Symlink(target, filepath.Join(root, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := &runtimeapi.ImageSpec{Image: "sha256:abc"}
+	for _, tc := range []struct {
+		name    string
+		mount   *runtimeapi.Mount
+		roots   map[string]string
+		source  string // want; "" when refused
+		refused string
+	}{
+		{name: "root", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true}, source: root},
+		{name: "sub path", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true, ImageSubPath: "etc"},
+			source: filepath.Join(root, "etc")},
+		{name: "a link inside the image", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true, ImageSubPath: "conf/passwd"},
+			source: filepath.Join(root, "etc/passwd")},
+		{name: "an absolute link resolves in the image", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true, ImageSubPath: "etclink"},
+			source: filepath.Join(root, "etc")},
+		{name: "a link out of the image stays in it", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true, ImageSubPath: "abs/secret"},
+			refused: "does not exist in image"},
+		{name: "a relative link up stays in it", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true, ImageSubPath: "up/secret"},
+			refused: "does not exist in image"},
+		{name: "missing sub path", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true, ImageSubPath: "not-existing"},
+			refused: `image sub path "not-existing" does not exist`},
+		{name: "dotdot sub path", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true, ImageSubPath: "../etc"},
+			refused: "must be relative without"},
+		{name: "not mounted", mount: &runtimeapi.Mount{ContainerPath: "/vol", Image: img, Readonly: true}, roots: map[string]string{},
+			refused: "is not mounted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			in.Container.Mounts = []*runtimeapi.Mount{tc.mount}
+			in.ImageVolumes = map[string]string{"/vol": root}
+			if tc.roots != nil {
+				in.ImageVolumes = tc.roots
+			}
+			if tc.refused != "" {
+				specRefused(t, in, tc.refused)
+				return
+			}
+			got := mountAt(t, mustSpec(t, in, testHost()), "/vol")
+			want := specs.Mount{Destination: "/vol", Type: "bind", Source: tc.source, Options: []string{"rbind", "rprivate", "ro"}}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("mount (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCreateHostPaths(t *testing.T) {
+	dir := t.TempDir()
+	existing := filepath.Join(dir, "existing")
+	if err := os.Mkdir(existing, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dangling := filepath.Join(dir, "dangling")
+	if err := os.Symlink(filepath.Join(dir, "nowhere"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "a", "b")
+	for _, tc := range []struct {
+		name    string
+		mounts  []*runtimeapi.Mount
+		created []string
+		refused string
+	}{
+		{name: "missing, with its parent", mounts: []*runtimeapi.Mount{
+			{ContainerPath: "/x", HostPath: existing},
+			{ContainerPath: "/y", HostPath: missing},
+			{ContainerPath: "/z", Image: &runtimeapi.ImageSpec{Image: "i"}, Readonly: true},
+		}, created: []string{missing}},
+		{name: "a dangling link is not followed", mounts: []*runtimeapi.Mount{{ContainerPath: "/x", HostPath: dangling}}},
+		{name: "relative", mounts: []*runtimeapi.Mount{{ContainerPath: "/x", HostPath: "rel/dir"}}, refused: "not absolute and clean"},
+		{name: "dotdot", mounts: []*runtimeapi.Mount{{ContainerPath: "/x", HostPath: dir + "/c/../d"}}, refused: "not absolute and clean"},
+		{name: "trailing slash", mounts: []*runtimeapi.Mount{{ContainerPath: "/x", HostPath: dir + "/e/"}}, refused: "not absolute and clean"},
+		{name: "under a file (not a missing path: left to Spec)", mounts: []*runtimeapi.Mount{{ContainerPath: "/x", HostPath: filepath.Join(dir, "file", "sub")}}},
+		{name: "missing under an unwritable place", mounts: []*runtimeapi.Mount{{ContainerPath: "/x", HostPath: "/proc/crijournal-test"}},
+			refused: "creating missing host path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			writeFile(t, filepath.Join(dir, "file"), "")
+			created, err := CreateHostPaths(&runtimeapi.ContainerConfig{Mounts: tc.mounts})
+			if tc.refused != "" {
+				if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.refused) {
+					t.Fatalf("err = %v, want ErrInvalidSpec saying %q", err, tc.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.created, created); diff != "" {
+				t.Errorf("created (-want +got):\n%s", diff)
+			}
+			for _, p := range tc.created {
+				st, err := os.Stat(p)
+				if err != nil || !st.IsDir() || st.Mode().Perm()&^HostPathMode != 0 || st.Mode().Perm()&0o700 != 0o700 {
+					t.Errorf("%s: %v, %v; want a directory with mode %o", p, st.Mode(), err, HostPathMode)
+				}
+			}
+		})
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "nowhere")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dangling link's target was created: %v", err)
+	}
+	if st, _ := os.Stat(existing); st.Mode().Perm() != 0o700 {
+		t.Errorf("an existing host path changed mode: %v", st.Mode())
+	}
+}
