@@ -206,7 +206,7 @@ func runcList(root string) ([]string, error) {
 	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	out, err := exec.Command("runc", "--root", root, "list", "-q").CombinedOutput()
+	out, err := runcCmd("--root", root, "list", "-q").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("runc --root %s list: %v: %s", root, err, out)
 	}
@@ -395,7 +395,7 @@ func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupP
 	}
 	ids, _ := runcList(runcRoot)
 	for _, id := range ids {
-		out, err := exec.Command("runc", "--root", runcRoot, "delete", "--force", id).CombinedOutput()
+		out, err := runcCmd("--root", runcRoot, "delete", "--force", id).CombinedOutput()
 		logf("cleanup: runc delete --force %s: %v %s", id, err, out)
 	}
 	if strings.HasPrefix(cgroupParent, "/cje2e-") {

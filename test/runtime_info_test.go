@@ -17,7 +17,7 @@ import (
 // taken and shown); and that the daemon refuses cgroup_manager = "systemd".
 func TestRuntimeInfo(t *testing.T) {
 	t.Parallel()
-	runc, err := exec.LookPath("runc")
+	runc, err := nodeRunc()
 	if err != nil {
 		testenv.Need(t, "TestRuntimeInfo needs runc in PATH: %v", err)
 	}
