@@ -39,6 +39,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		}
 	}
 	namespaces := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	if _, err := s.podUserns(ctx, namespaces, req.GetRuntimeHandler()); err != nil {
+		return nil, err
+	}
 	hostNetwork := namespaces.GetNetwork() == runtimeapi.NamespaceMode_NODE
 	var network *netns.Network
 	if !hostNetwork {
