@@ -24,37 +24,51 @@ type IDMap struct {
 }
 
 // PinUser creates a user namespace with the given uid and gid maps and, owned
-// by it, new namespaces of the given kinds (net, ipc, uts), and pins each,
-// the user namespace at PinPath(dir, User, sandboxID). Namespaces owned by
-// the pod's user namespace are what lets its containers' root mount sysfs
-// and mqueue, and set sysctls of their own network. hostname and lo are set
-// as Pin sets them.
+// by it, new namespaces of the given kinds (net, ipc, uts and optionally pid),
+// and pins each, the user namespace at PinPath(dir, User, sandboxID).
+// Namespaces owned by the pod's user namespace are what lets its containers'
+// root mount sysfs, mqueue and proc, and set sysctls of their own network.
+// hostname and lo are set as Pin sets them.
 //
 // The namespaces are made by one child process, binary run as a pause
-// process ("<binary> pause <sandboxID>"), cloned into all of them at once;
-// the child is killed once they are pinned. A pin that already exists is an
+// process ("<binary> pause <sandboxID>", see RunPause), cloned into all of
+// them at once and always into a new pid namespace, as its init. With PID
+// among kinds the child stays, as the pause process of the pod's shared pid
+// namespace (as StartPause's does), and its PID is returned; otherwise it is
+// killed once the namespaces are pinned and the PID returned is 0. Either way
+// a child left by a crash is found by StopPause (PID 1 of another pid
+// namespace running "pause <sandboxID>"). A pin that already exists is an
 // error (wrapping fs.ErrExist). If PinUser fails part way it removes what it
-// made itself. The undo of a pinned set is Unpin of every path.
-func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, binary string) (Paths, error) {
+// made itself. The undo of a pinned set is StopPause of PinPath(dir, PID,
+// sandboxID), then Unpin of every path (see UserPinStep).
+func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, binary string) (Paths, int, error) {
 	if err := validateID(sandboxID); err != nil {
-		return nil, fmt.Errorf("pin user namespace: %w", err)
+		return nil, 0, fmt.Errorf("pin user namespace: %w", err)
 	}
 	if !filepath.IsAbs(dir) || !filepath.IsAbs(binary) {
-		return nil, fmt.Errorf("pin user namespace of %s: directory %q, program %q: %w: not absolute paths", sandboxID, dir, binary, ErrInvalid)
+		return nil, 0, fmt.Errorf("pin user namespace of %s: directory %q, program %q: %w: not absolute paths", sandboxID, dir, binary, ErrInvalid)
 	}
 	if len(uids) == 0 || len(gids) == 0 {
-		return nil, fmt.Errorf("pin user namespace of %s: %w: a uid and a gid map are needed", sandboxID, ErrInvalid)
+		return nil, 0, fmt.Errorf("pin user namespace of %s: %w: a uid and a gid map are needed", sandboxID, ErrInvalid)
 	}
-	flags := unix.CLONE_NEWUSER
+	flags := unix.CLONE_NEWUSER | unix.CLONE_NEWPID
 	all := []Kind{User}
+	keep := false
 	for _, k := range kinds {
 		switch k {
 		case Net, IPC, UTS:
+		case PID:
+			if keep {
+				return nil, 0, fmt.Errorf("pin user namespace of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
+			}
+			keep = true
+			all = append(all, k)
+			continue
 		default:
-			return nil, fmt.Errorf("pin user namespace of %s: kind %q: %w: only net, ipc and uts", sandboxID, k, ErrInvalid)
+			return nil, 0, fmt.Errorf("pin user namespace of %s: kind %q: %w: only net, ipc, uts and pid", sandboxID, k, ErrInvalid)
 		}
 		if flags&k.cloneFlag() != 0 {
-			return nil, fmt.Errorf("pin user namespace of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
+			return nil, 0, fmt.Errorf("pin user namespace of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
 		}
 		flags |= k.cloneFlag()
 		all = append(all, k)
@@ -63,19 +77,19 @@ func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname 
 		hostname = ""
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)
+		return nil, 0, fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)
 	}
 	paths := make(Paths, len(all))
 	for _, k := range all {
 		paths[k] = PinPath(dir, k, sandboxID)
 		if err := os.MkdirAll(filepath.Dir(paths[k]), 0o755); err != nil {
-			return nil, fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)
+			return nil, 0, fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)
 		}
 	}
 
-	created, err := pinUser(flags, all, paths, hostname, uids, gids, binary, sandboxID)
+	created, pid, err := pinUser(flags, all, paths, hostname, uids, gids, binary, sandboxID, keep)
 	if err == nil {
-		return paths, nil
+		return paths, pid, nil
 	}
 	errs := []error{fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)}
 	undoCtx := context.WithoutCancel(ctx)
@@ -84,7 +98,7 @@ func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname 
 			errs = append(errs, fmt.Errorf("undo: %w", err))
 		}
 	}
-	return nil, errors.Join(errs...)
+	return nil, 0, errors.Join(errs...)
 }
 
 func sysProcIDMap(maps []IDMap) []syscall.SysProcIDMap {
@@ -96,12 +110,13 @@ func sysProcIDMap(maps []IDMap) []syscall.SysProcIDMap {
 }
 
 // pinUser starts the child that makes the namespaces, pins them from its
-// /proc/<pid>/ns, sets the host name and lo, and kills the child. It returns
-// the pin files it created.
-func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids []IDMap, binary, sandboxID string) ([]string, error) {
+// /proc/<pid>/ns and sets the host name and lo. It kills the child unless keep
+// is set and all went well; a kept child is reaped when it exits (see
+// reapWhenExited). It returns the pin files it created and the kept child's PID.
+func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids []IDMap, binary, sandboxID string, keep bool) (created []string, pid int, err error) {
 	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer devNull.Close()
 	// The child runs as the namespace's root, a host ID that may not reach binary
@@ -125,14 +140,33 @@ func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids [
 	}
 	primeForkChecks()
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s in new namespaces: %w", binary, err)
+		return nil, 0, fmt.Errorf("start %s in new namespaces: %w", binary, err)
 	}
 	defer func() {
+		if keep && err == nil {
+			pid = cmd.Process.Pid
+			reapWhenExited(cmd)
+			return
+		}
+		// The init of its pid namespace: SIGKILL from here ends it (and the namespace).
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
+	created, err = pinFrom(cmd.Process.Pid, kinds, paths)
+	if err != nil || (hostname == "" && flags&unix.CLONE_NEWNET == 0) {
+		return created, 0, err
+	}
+	// The host name and lo are set from a thread that joins the new UTS and network
+	// namespaces (the daemon's root may: they belong to a child of its user namespace).
+	onDisposableThread(func() { err = setupPinned(paths, hostname) })
+	return created, 0, err
+}
+
+// pinFrom pins the namespaces of the given kinds of process pid at paths, and
+// returns the pin files it created.
+func pinFrom(pid int, kinds []Kind, paths Paths) ([]string, error) {
 	var created []string
-	nsDir := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/ns/"
+	nsDir := "/proc/" + strconv.Itoa(pid) + "/ns/"
 	for _, k := range kinds {
 		p := paths[k]
 		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
@@ -147,14 +181,7 @@ func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids [
 			return created, fmt.Errorf("bind mount %s on %s: %w", nsDir+string(k), p, err)
 		}
 	}
-	if hostname == "" && flags&unix.CLONE_NEWNET == 0 {
-		return created, nil
-	}
-	// The host name and lo are set from a thread that joins the new UTS and network
-	// namespaces (the daemon's root may: they belong to a child of its user namespace).
-	var setupErr error
-	onDisposableThread(func() { setupErr = setupPinned(paths, hostname) })
-	return created, setupErr
+	return created, nil
 }
 
 // setupPinned joins the pinned UTS and network namespaces on the calling

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPinUser pins a user namespace with a mapping and net, ipc and uts
@@ -18,9 +20,12 @@ func TestPinUser(t *testing.T) {
 	requireNsenter(t)
 	dir, id := t.TempDir(), newSandboxID(t)
 	maps := []IDMap{{ContainerID: 0, HostID: 200000, Size: 65536}}
-	paths, err := PinUser(context.Background(), dir, id, []Kind{Net, IPC, UTS}, "pod-userns", maps, maps, testBinary(t))
+	paths, pid, err := PinUser(context.Background(), dir, id, []Kind{Net, IPC, UTS}, "pod-userns", maps, maps, testBinary(t))
 	if err != nil {
 		t.Fatalf("PinUser: %v", err)
+	}
+	if pid != 0 {
+		t.Errorf("PinUser without a pid namespace kept process %d", pid)
 	}
 	unpinAll(t, paths)
 	for _, k := range []Kind{User, Net, IPC, UTS} {
@@ -60,6 +65,54 @@ func TestPinUser(t *testing.T) {
 	}
 }
 
+// TestPinUserPause pins a user namespace with a shared pid namespace: the child
+// that made them stays as the pause process, PID 1 of the pinned pid namespace,
+// which the pod's user namespace owns (so that its root may mount /proc); the
+// step's undo (StopPause, then Unpin) leaves no process and no pin.
+func TestPinUserPause(t *testing.T) {
+	requirePlugins(t)
+	requireNsenter(t)
+	dir, id := t.TempDir(), newSandboxID(t)
+	maps := []IDMap{{ContainerID: 0, HostID: 200000, Size: 65536}}
+	step := UserPinStep(dir, id, []Kind{Net, IPC, UTS, PID}, "pod-userns", maps, maps, testBinary(t))
+	pins, err := step.Run(context.Background())
+	if err != nil {
+		t.Fatalf("PinUser: %v", err)
+	}
+	undo := func() {
+		if err := undoUserPin(context.Background(), step.Args); err != nil {
+			t.Errorf("undo: %v", err)
+		}
+	}
+	t.Cleanup(undo)
+	if pins.PID == 0 || !PauseAlive(pins.Paths[PID]) {
+		t.Fatalf("pause process %d, alive in %s: %v", pins.PID, pins.Paths[PID], PauseAlive(pins.Paths[PID]))
+	}
+	if got := pauseProcessesOf(t, id); len(got) != 1 || got[0] != strconv.Itoa(pins.PID) {
+		t.Errorf("pause processes %v, want [%d]", got, pins.PID)
+	}
+	if inode(t, "/proc/"+strconv.Itoa(pins.PID)+"/ns/user") != inode(t, pins.Paths[User]) {
+		t.Errorf("the pause process is not in the pinned user namespace")
+	}
+	// Root of the pod's user namespace mounts a proc of the pinned pid namespace.
+	run(t, "nsenter", "--user="+pins.Paths[User], "--pid="+pins.Paths[PID], "--",
+		"unshare", "--mount", "--fork", "sh", "-c", "mount -t proc proc /proc && test -e /proc/1/status")
+	// The process is found again after its PID was forgotten (a daemon restart).
+	time.Sleep(100 * time.Millisecond)
+	if !PauseAlive(pins.Paths[PID]) {
+		t.Fatal("the pause process died")
+	}
+	undo()
+	if procs := pauseProcessesOf(t, id); len(procs) > 0 {
+		t.Errorf("pause process still runs after the undo: %v", procs)
+	}
+	for k, p := range step.Args {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s pin %s after the undo: %v, want it gone", k, p, err)
+		}
+	}
+}
+
 func TestPinUserInvalid(t *testing.T) {
 	maps := []IDMap{{ContainerID: 0, HostID: 200000, Size: 65536}}
 	dir, id := t.TempDir(), newSandboxID(t)
@@ -68,13 +121,13 @@ func TestPinUserInvalid(t *testing.T) {
 		kinds []Kind
 		maps  []IDMap
 	}{
-		{"pid is StartPause's", []Kind{PID}, maps},
+		{"pid twice", []Kind{PID, PID}, maps},
 		{"user twice", []Kind{User}, maps},
 		{"net twice", []Kind{Net, Net}, maps},
 		{"no maps", []Kind{Net}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := PinUser(context.Background(), dir, id, tc.kinds, "", tc.maps, tc.maps, testBinary(t)); !errors.Is(err, ErrInvalid) {
+			if _, _, err := PinUser(context.Background(), dir, id, tc.kinds, "", tc.maps, tc.maps, testBinary(t)); !errors.Is(err, ErrInvalid) {
 				t.Errorf("PinUser = %v, want ErrInvalid", err)
 			}
 		})

@@ -58,7 +58,8 @@ type SpecInput struct {
 	// Rootfs is the mounted root filesystem (absolute).
 	Rootfs string
 	// Namespaces holds the pinned namespace paths of the sandbox, by kind: "net",
-	// "ipc", "uts" and optionally "pid". A kind that is absent means the host's
+	// "ipc", "uts" and optionally "pid" and "user" (the pod's own user namespace,
+	// which the container then joins, whatever its own option says). A kind that is absent means the host's
 	// namespace for net, ipc and uts. The container joins the "pid" one only when
 	// its own namespace option pid is POD; otherwise (CONTAINER, or no "pid"
 	// path) it gets a new pid namespace, and the host's for pid NODE. The
@@ -416,7 +417,7 @@ func capabilities(sc *runtimeapi.LinuxContainerSecurityContext, bounding []strin
 func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]specs.LinuxNamespace, bool, error) {
 	for k, p := range paths {
 		switch k {
-		case "net", "ipc", "uts", "pid":
+		case "net", "ipc", "uts", "pid", "user":
 		default:
 			return nil, false, invalid("unknown namespace kind %q", k)
 		}
@@ -424,10 +425,16 @@ func namespaces(paths map[string]string, opts *runtimeapi.NamespaceOption) ([]sp
 			return nil, false, invalid("%s namespace path %q is not absolute", k, p)
 		}
 	}
-	if u := opts.GetUsernsOptions(); u != nil && u.GetMode() != runtimeapi.NamespaceMode_NODE {
-		return nil, false, invalid("user namespaces are not supported")
+	if u := opts.GetUsernsOptions(); u != nil && u.GetMode() != runtimeapi.NamespaceMode_NODE && paths["user"] == "" {
+		return nil, false, invalid("user namespace mode %s: the pod has no user namespace of its own", u.GetMode())
 	}
 	nss := []specs.LinuxNamespace{{Type: specs.MountNamespace}}
+	if p := paths["user"]; p != "" {
+		// The pod's user namespace, whatever the container's own option says: the
+		// pod's other namespaces belong to it. No uid or gid mappings: runc reads
+		// them from the namespace it joins (and warns when both are given).
+		nss = append(nss, specs.LinuxNamespace{Type: specs.UserNamespace, Path: p})
+	}
 	switch {
 	case opts.GetPid() == runtimeapi.NamespaceMode_NODE:
 	case opts.GetPid() == runtimeapi.NamespaceMode_POD && paths["pid"] != "":

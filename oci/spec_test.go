@@ -569,7 +569,16 @@ func TestSpecNamespaces(t *testing.T) {
 
 	sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
 	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
-		t.Fatalf("user namespace: %v", err)
+		t.Fatalf("user namespace mode POD in a pod without one: %v", err)
+	}
+	// The pod's user namespace is joined by path, without mappings (runc reads them).
+	in.Namespaces = map[string]string{"user": "/ns/userns/x", "net": "/ns/netns/x"}
+	spec := mustSpec(t, in, testHost())
+	if got, ok := nsTypes(spec)[specs.UserNamespace]; !ok || got != "/ns/userns/x" {
+		t.Errorf("user namespace %q (present %v), want /ns/userns/x", got, ok)
+	}
+	if len(spec.Linux.UIDMappings) > 0 || len(spec.Linux.GIDMappings) > 0 {
+		t.Errorf("mappings %v %v given with a joined user namespace", spec.Linux.UIDMappings, spec.Linux.GIDMappings)
 	}
 	in = baseInput(t)
 	in.Namespaces = map[string]string{"mnt": "/x"}

@@ -18,7 +18,7 @@ import (
 // Flip these when recursive read-only mounts and user namespaces are built.
 const (
 	implementsRecursiveReadOnly = false
-	implementsUserNamespaces    = false
+	implementsUserNamespaces    = true
 )
 
 // featuresTimeout bounds `runc features`, run once per handler.

@@ -15,8 +15,8 @@ func TestStepKindsAreStable(t *testing.T) {
 	for got, want := range map[string]string{
 		string(netns.StepPin): "netns-pin", string(netns.StepAttach): "cni-attach",
 		string(netns.StepPause): "pause-process", string(storage.StepContainerStorage): "storage-container",
-		string(oci.StepRuntimeContainer): "oci-container",
-		markerStopped:                    "stopped", markerNetworkStopped: "network_stopped", markerPauseExited: "pause_exited",
+		string(oci.StepRuntimeContainer): "oci-container", string(netns.StepUserPin): "userns-pin",
+		markerStopped: "stopped", markerNetworkStopped: "network_stopped", markerPauseExited: "pause_exited",
 		markerStartedAt: "started_at", markerFinishedAt: "finished_at", markerExitCode: "exit_code", markerReason: "reason",
 	} {
 		if got != want {

@@ -5,6 +5,9 @@ import (
 	"math"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/storage"
 )
 
 // podUserns checks the user namespace a pod asks for (namespace_options.userns_options)
@@ -12,6 +15,7 @@ import (
 // own (mode POD). No options, or mode NODE, is the host's user namespace.
 //
 // Refusals:
+//   - mode POD with the node's network, ipc or pid namespace (the kubelet never asks);
 //   - modes CONTAINER and TARGET, which the CRI does not define for user namespaces, and
 //     mappings that are not exactly one uid and one gid range starting at container ID 0
 //     with a length that fits: InvalidArgument (the request itself is wrong, wherever
@@ -36,6 +40,16 @@ func (s *Server) podUserns(ctx context.Context, opts *runtimeapi.NamespaceOption
 	default:
 		return false, invalidf("user namespace mode %s is not supported (only POD and NODE are)", u.GetMode())
 	}
+	for _, n := range []struct {
+		kind string
+		mode runtimeapi.NamespaceMode
+	}{{"network", opts.GetNetwork()}, {"ipc", opts.GetIpc()}, {"pid", opts.GetPid()}} {
+		if n.mode == runtimeapi.NamespaceMode_NODE {
+			// The kubelet refuses hostUsers: false with any of them: the node's
+			// namespaces belong to the node's user namespace.
+			return false, invalidf("user namespace mode POD cannot be combined with the node's %s namespace", n.kind)
+		}
+	}
 	for _, m := range []struct {
 		kind string
 		maps []*runtimeapi.IDMapping
@@ -51,6 +65,25 @@ func (s *Server) podUserns(ctx context.Context, opts *runtimeapi.NamespaceOption
 		return false, newError(errWrongState, "runtime handler %q does not support user namespaces (its runtime needs user namespaces and idmapped mounts, runc 1.2 or later; see the handler's features in Status)", handler)
 	}
 	return true, nil
+}
+
+// idMaps returns the single mapping of a checked user namespace option (see
+// checkIDMappings) as netns takes it.
+func idMaps(maps []*runtimeapi.IDMapping) []netns.IDMap {
+	out := make([]netns.IDMap, len(maps))
+	for i, m := range maps {
+		out[i] = netns.IDMap{ContainerID: m.GetContainerId(), HostID: m.GetHostId(), Size: m.GetLength()}
+	}
+	return out
+}
+
+// storageMaps returns a checked user namespace option's mapping as storage takes it.
+func storageMaps(maps []*runtimeapi.IDMapping) []storage.IDMap {
+	out := make([]storage.IDMap, len(maps))
+	for i, m := range maps {
+		out[i] = storage.IDMap{ContainerID: m.GetContainerId(), HostID: m.GetHostId(), Size: m.GetLength()}
+	}
+	return out
 }
 
 // checkIDMappings accepts exactly one mapping that maps container ID 0 and stays within

@@ -42,11 +42,19 @@ func TestRuntimeInfo(t *testing.T) {
 	}
 	var handlers []handler
 	mustDecode(t, "runtimeHandlers", info["runtimeHandlers"], &handlers)
+	var reported map[string]map[string]bool
+	mustDecode(t, "runtimeFeatures", info["runtimeFeatures"], &reported)
 	var names []string
 	for _, h := range handlers {
 		names = append(names, h.Name)
 		for f, on := range h.Features {
-			if on {
+			switch {
+			case f == "user_namespaces" || f == "userNamespaces":
+				// Implemented: reported as the handler's runtime (runc) says.
+				if want := reported["runc"]["userNamespaces"]; on != want {
+					t.Errorf("handler %q reports user namespaces %v, runtimeFeatures.runc says %v", h.Name, on, want)
+				}
+			case on:
 				t.Errorf("handler %q reports feature %s, which crijournal does not implement yet", h.Name, f)
 			}
 		}
@@ -68,8 +76,6 @@ func TestRuntimeInfo(t *testing.T) {
 		MountOptions []string `json:"mountOptions"`
 	}
 	mustDecode(t, "runc features", out, &runcFeatures)
-	var reported map[string]map[string]bool
-	mustDecode(t, "runtimeFeatures", info["runtimeFeatures"], &reported)
 	if got, want := reported["runc"]["recursiveReadOnlyMounts"], slices.Contains(runcFeatures.MountOptions, "rro"); got != want {
 		t.Errorf("crictl info runtimeFeatures.runc.recursiveReadOnlyMounts = %v, runc features says %v", got, want)
 	}

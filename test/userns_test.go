@@ -1,8 +1,12 @@
 package test
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -34,10 +38,9 @@ func idMapping(container, host, length int) []map[string]any {
 // sandbox refuses before anything is made: modes CONTAINER and TARGET, and
 // mappings that are not one range from container ID 0, are InvalidArgument on
 // every handler; mode POD on a handler that does not support user namespaces
-// (Debian's runc 1.1, without idmapped mounts, as a second handler; and, while
-// crijournal does not implement them, every handler) is FailedPrecondition
-// naming the handler. Status tells which handlers support them, and what each
-// runtime says it can do (runtimeFeatures) follows `runc features`. Nothing is
+// (Debian's runc 1.1, without idmapped mounts, as a second handler) is
+// FailedPrecondition naming the handler. Status tells which handlers support
+// them: those whose runtime says it can (runtimeFeatures, from `runc features`). Nothing is
 // left behind.
 func TestUsernsRefused(t *testing.T) {
 	t.Parallel()
@@ -103,8 +106,126 @@ func TestUsernsRefused(t *testing.T) {
 	var handlers []handler
 	mustDecode(t, "runtimeHandlers", info["runtimeHandlers"], &handlers)
 	for _, h := range handlers {
-		if h.Features["userNamespaces"] || h.Features["user_namespaces"] {
-			t.Errorf("handler %q reports user namespaces, which crijournal does not implement yet", h.Name)
+		got := h.Features["userNamespaces"] || h.Features["user_namespaces"]
+		name := h.Name
+		if name == "" {
+			name = "runc" // the default handler
+		}
+		if want := reported[name]["userNamespaces"]; got != want {
+			t.Errorf("handler %q reports user namespaces %v, its runtime %v", h.Name, got, want)
+		}
+	}
+	d.stopClean(t)
+}
+
+// usernsHostID is the first host ID the e2e pods' user namespaces map to.
+const usernsHostID = 200000
+
+// usernsContainerPod writes a pod configuration like containerPod's, with its
+// own user namespace (0 -> usernsHostID, 65536 IDs) and the given pid mode.
+func (d *daemon) usernsContainerPod(t *testing.T, name string, pid runtimeapi.NamespaceMode) string {
+	t.Helper()
+	uid := randomHex(t, 16)
+	logDir := filepath.Join(d.podLogDir, "e2e_"+name+"_"+uid)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := map[string]any{
+		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 0},
+		"hostname":      "e2e",
+		"log_directory": logDir,
+		"labels":        map[string]string{"e2e": "crijournal"},
+		"linux": map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{
+			"namespace_options": usernsOptions(pid)}},
+	}
+	return writePodJSON(t, "pod-"+sanitize(name)+"-"+uid[:8], cfg)
+}
+
+func usernsOptions(pid runtimeapi.NamespaceMode) map[string]any {
+	return map[string]any{"pid": int(pid), "userns_options": map[string]any{"mode": int(runtimeapi.NamespaceMode_POD),
+		"uids": idMapping(0, usernsHostID, 65536), "gids": idMapping(0, usernsHostID, 65536)}}
+}
+
+// withUserns gives a container the namespace options of a usernsContainerPod, as
+// the kubelet copies the pod's into each container's.
+func withUserns(pid runtimeapi.NamespaceMode) ctrOption {
+	return func(cfg map[string]any) {
+		cfg["linux"] = map[string]any{"security_context": map[string]any{"namespace_options": usernsOptions(pid)}}
+	}
+}
+
+// usernsScript is what the user namespace tests' containers run: it prints the
+// uid map, writes the root filesystem as root, checks /proc is the pod's (PID 1 is
+// the pause process with a shared pid namespace, the script itself without) and
+// that sysfs is mounted, then sleeps.
+const usernsScript = `set -e
+echo "uid_map: $(cat /proc/self/uid_map)"
+echo written >/rootfs-write && echo "rootfs-write: $(ls -n /rootfs-write | awk '{print $3":"$4}')"
+echo "pid1: $(tr '\0' ' ' </proc/1/cmdline)"
+test -d /sys/class/net && echo sysfs-ok
+echo ready; sleep 3600`
+
+// TestUsernsPod runs, through crictl, pods with their own user namespace (mode POD,
+// 0 -> 200000 for 65536 IDs), sharing their pid namespace (pid POD, held by the pause
+// process that made the pod's namespaces) and not (pid CONTAINER): the container sees
+// the mapping in /proc/self/uid_map, writes its root filesystem as its root (owned by
+// 0:0 inside), has /proc and sysfs mounted, and the pod gets an IP. The handler reports
+// user namespaces in Status. Removal leaves no pin and no pause process.
+func TestUsernsPod(t *testing.T) {
+	t.Parallel()
+	reaper := newPauseReaper(t)
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	for _, tc := range []struct {
+		name string
+		pid  runtimeapi.NamespaceMode
+		pid1 string // what /proc/1/cmdline shows ("pause <pod ID>" for the pause process)
+	}{
+		{"shared-pid", runtimeapi.NamespaceMode_POD, "pause "},
+		{"own-pid", runtimeapi.NamespaceMode_CONTAINER, "pid1: sh -c"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := d.usernsContainerPod(t, "userns-"+tc.name, tc.pid)
+			podID := d.mustRunp(t, pod)
+			reaper.add(podID)
+			if tc.pid == runtimeapi.NamespaceMode_POD {
+				d.requirePause(t, podID)
+			} else if pids := pauseProcesses(podID); len(pids) > 0 {
+				t.Errorf("pause processes %v in a pod without a shared pid namespace", pids)
+			}
+			if ip := d.inspectp(t, podID).Status.Network.IP; ip == "" {
+				t.Errorf("the pod has no IP")
+			}
+			ctr := d.run(t, podID, containerConfig(t, "c", 0, []string{"sh", "-c", usernsScript}, withUserns(tc.pid)), pod)
+			d.waitLog(t, ctr, "ready", 30*time.Second)
+			logs := d.mustCrictl(t, "logs", ctr)
+			pid1 := tc.pid1
+			if tc.pid == runtimeapi.NamespaceMode_POD {
+				pid1 += podID
+			}
+			for _, want := range []string{
+				"uid_map: " + fmt.Sprintf("%10d %10d %10d", 0, usernsHostID, 65536),
+				"rootfs-write: 0:0", pid1, "sysfs-ok",
+			} {
+				if !strings.Contains(logs, want) {
+					t.Errorf("container log lacks %q:\n%s", want, logs)
+				}
+			}
+			d.removeCtr(t, ctr)
+			d.mustCrictl(t, "stopp", podID)
+			d.mustCrictl(t, "rmp", podID)
+			if pids := pauseProcesses(podID); len(pids) > 0 {
+				t.Errorf("pause processes %v after rmp", pids)
+			}
+		})
+	}
+	var handlers []struct {
+		Name     string          `json:"name"`
+		Features map[string]bool `json:"features"`
+	}
+	mustDecode(t, "runtimeHandlers", d.info(t)["runtimeHandlers"], &handlers)
+	for _, h := range handlers {
+		if h.Name == "runc" && !h.Features["userNamespaces"] && !h.Features["user_namespaces"] {
+			t.Errorf("handler runc does not report user namespaces: %v", h.Features)
 		}
 	}
 	d.stopClean(t)
