@@ -517,7 +517,7 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 	var own []specs.Mount
 	propagation := ""
 	for _, m := range in.Container.GetMounts() {
-		om, prop, err := criMount(m)
+		om, prop, err := criMount(m, in.Namespaces["user"] != "")
 		if err != nil {
 			return nil, "", err
 		}
@@ -540,8 +540,12 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 	return append(mounts, own...), propagation, nil
 }
 
-// criMount checks one requested mount and turns it into a bind mount.
-func criMount(m *runtimeapi.Mount) (specs.Mount, string, error) {
+// criMount checks one requested mount and turns it into a bind mount. In a pod with a
+// user namespace of its own (userns) the mount is idmapped: with the mount's own
+// uid/gid mappings when it has them, otherwise through the container's user namespace
+// (runc 1.2's "idmap" without mappings), so that files keep their host IDs on disk and
+// the container's root owns what the host's root owns, as containerd and CRI-O do.
+func criMount(m *runtimeapi.Mount, userns bool) (specs.Mount, string, error) {
 	dst := m.GetContainerPath()
 	if !path.IsAbs(dst) {
 		return specs.Mount{}, "", invalid("mount container path %q is not absolute", dst)
@@ -553,8 +557,10 @@ func criMount(m *runtimeapi.Mount) (specs.Mount, string, error) {
 	switch {
 	case m.GetImage() != nil:
 		return specs.Mount{}, "", invalid("mount %s: image volumes are not supported", dst)
-	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
-		return specs.Mount{}, "", invalid("mount %s: ID-mapped mounts are not supported", dst)
+	case !userns && (len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0):
+		return specs.Mount{}, "", invalid("mount %s: ID-mapped mounts need a pod with its own user namespace", dst)
+	case (len(m.GetUidMappings()) > 0) != (len(m.GetGidMappings()) > 0):
+		return specs.Mount{}, "", invalid("mount %s: an ID-mapped mount needs both uid and gid mappings", dst)
 	case m.GetRecursiveReadOnly():
 		return specs.Mount{}, "", invalid("mount %s: recursive read-only mounts are not supported by runc 1.1", dst)
 	}
@@ -593,7 +599,20 @@ func criMount(m *runtimeapi.Mount) (specs.Mount, string, error) {
 		}
 		opts = append(opts, o)
 	}
-	return specs.Mount{Destination: dst, Type: "bind", Source: real, Options: opts}, prop, nil
+	om := specs.Mount{Destination: dst, Type: "bind", Source: real, Options: opts}
+	if userns {
+		om.Options = append(om.Options, "idmap")
+		om.UIDMappings, om.GIDMappings = linuxIDMaps(m.GetUidMappings()), linuxIDMaps(m.GetGidMappings())
+	}
+	return om, prop, nil
+}
+
+func linuxIDMaps(maps []*runtimeapi.IDMapping) []specs.LinuxIDMapping {
+	var out []specs.LinuxIDMapping
+	for _, m := range maps {
+		out = append(out, specs.LinuxIDMapping{ContainerID: m.GetContainerId(), HostID: m.GetHostId(), Size: m.GetLength()})
+	}
+	return out
 }
 
 // Resources.

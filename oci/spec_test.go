@@ -246,6 +246,15 @@ func TestSpecMounts(t *testing.T) {
 	mount := func(m *runtimeapi.Mount) func(*SpecInput) {
 		return func(in *SpecInput) { in.Container.Mounts = append(in.Container.Mounts, m) }
 	}
+	inUserns := func(edit func(*SpecInput)) func(*SpecInput) {
+		return func(in *SpecInput) {
+			in.Namespaces = map[string]string{"user": "/ns/userns/x"}
+			edit(in)
+		}
+	}
+	idm := func(container, host, size uint32) []*runtimeapi.IDMapping {
+		return []*runtimeapi.IDMapping{{ContainerId: container, HostId: host, Length: size}}
+	}
 	for _, tc := range []struct {
 		name      string
 		edit      func(*SpecInput)
@@ -269,6 +278,16 @@ func TestSpecMounts(t *testing.T) {
 		{name: "bidirectional", edit: mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL}),
 			dst: "/data", want: &specs.Mount{Destination: "/data", Type: "bind", Source: hostDir, Options: []string{"rbind", "rshared", "rw"}}, propagate: "rshared"},
+		{name: "ID-mapped without a user namespace", edit: mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
+			UidMappings: idm(0, 1000, 10), GidMappings: idm(0, 1000, 10)}), invalid: true},
+		{name: "in a user namespace: idmapped through it", edit: inUserns(mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir})),
+			dst: "/data", want: &specs.Mount{Destination: "/data", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "rw", "idmap"}}},
+		{name: "in a user namespace: own mappings", edit: inUserns(mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
+			UidMappings: idm(0, 1000, 10), GidMappings: idm(0, 2000, 10)})),
+			dst: "/data", want: &specs.Mount{Destination: "/data", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "rw", "idmap"},
+				UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1000, Size: 10}}, GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 2000, Size: 10}}}},
+		{name: "in a user namespace: only uid mappings", edit: inUserns(mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
+			UidMappings: idm(0, 1000, 10)})), invalid: true},
 		{name: "replaces /dev/shm", edit: mount(&runtimeapi.Mount{ContainerPath: "/dev/shm", HostPath: hostDir}),
 			dst: "/dev/shm", want: &specs.Mount{Destination: "/dev/shm", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "rw"}}},
 		{name: "sandbox shm", edit: func(in *SpecInput) { in.ShmPath = hostDir },

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,5 +229,49 @@ func TestUsernsPod(t *testing.T) {
 			t.Errorf("handler runc does not report user namespaces: %v", h.Features)
 		}
 	}
+	d.stopClean(t)
+}
+
+// TestUsernsIdmapMount bind-mounts a host directory (owned by the host's root,
+// 0755) into a container of a pod with its own user namespace: the mount is
+// idmapped through the pod's user namespace, so the container's root sees the
+// host root's files as its own (0:0), may write the directory, and what it writes
+// is owned by the host's root (0:0 on disk), not by the host ID it runs as
+// (usernsHostID), as a kubelet volume expects.
+func TestUsernsIdmapMount(t *testing.T) {
+	t.Parallel()
+	reaper := newPauseReaper(t)
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "host-file"), "from the host\n", 0o644)
+	pod := d.usernsContainerPod(t, "userns-idmap", runtimeapi.NamespaceMode_POD)
+	podID := d.mustRunp(t, pod)
+	reaper.add(podID)
+	rw := func(cfg map[string]any) {
+		cfg["mounts"] = []any{map[string]any{"container_path": "/data", "host_path": dir}}
+	}
+	script := `set -e; echo "host-file: $(ls -n /data/host-file | awk '{print $3":"$4}')"
+echo hi >/data/from-ctr && echo wrote; echo ready; sleep 3600`
+	ctr := d.run(t, podID, containerConfig(t, "c", 0, []string{"sh", "-c", script}, withUserns(runtimeapi.NamespaceMode_POD), rw), pod)
+	d.waitLog(t, ctr, "ready", 30*time.Second)
+	logs := d.mustCrictl(t, "logs", ctr)
+	for _, want := range []string{"host-file: 0:0", "wrote"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("container log lacks %q:\n%s", want, logs)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dir, "from-ctr"), &st); err != nil {
+		t.Fatalf("the file the container wrote: %v", err)
+	}
+	if st.Uid != 0 || st.Gid != 0 {
+		t.Errorf("the file the container's root wrote is owned by %d:%d on the host, want 0:0 (idmapped)", st.Uid, st.Gid)
+	}
+	d.removeCtr(t, ctr)
+	d.mustCrictl(t, "stopp", podID)
+	d.mustCrictl(t, "rmp", podID)
 	d.stopClean(t)
 }
