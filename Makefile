@@ -25,8 +25,15 @@ BIN := bin/crijournal
 export CRIJOURNAL_BIN := $(abspath $(BIN))
 
 # Debian packages the daemon and its tests run (gcc and libc6-dev for cgo and -race).
-DEB_PACKAGES := runc conmon containernetworking-plugins iproute2 util-linux iptables gcc libc6-dev busybox-static
+# (libseccomp-dev and pkg-config build the project's runc.)
+DEB_PACKAGES := runc conmon containernetworking-plugins iproute2 util-linux iptables gcc libc6-dev busybox-static \
+	libseccomp-dev pkg-config
 CRICTL_VERSION := v1.37.0
+# The project's runc: built by deps from its Go module (Debian's runc 1.1 has no idmapped
+# mounts, which user namespaces need). The daemon's handlers without a path use it when it
+# is there (config: runtimes.<handler>.path); RUNC_PATH must match config.BundledRunc.
+RUNC_VERSION := v1.3.7
+RUNC_PATH := /usr/local/libexec/crijournal/runc
 STATICCHECK_VERSION := v0.8.2
 
 CNI_CONF_DIR := /etc/cni/net.d
@@ -56,7 +63,7 @@ FUZZTIME ?= 3s
 .PHONY: help deps build test fuzz run lint bench clean install uninstall
 
 help:
-	@echo 'make deps   install the Debian packages and crictl the daemon and tests need'
+	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
 	@echo 'make build  build $(BIN)'
 	@echo 'make test   deps, build, go vet, then every test with -race (as root)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
@@ -86,6 +93,17 @@ deps:
 		if [ "$$(command -v crictl)" != "$(TOOLS_BIN)/crictl" ]; then \
 			echo "deps: warning: $$(command -v crictl) comes first in PATH, not $(TOOLS_BIN)/crictl"; \
 		fi; \
+	fi
+
+	@have="$$($(RUNC_PATH) --version 2>/dev/null | head -n 1 || true)"; \
+	if [ "$$have" != "runc version $(RUNC_VERSION:v%=%)" ]; then \
+		echo "deps: building runc $(RUNC_VERSION) into $(RUNC_PATH) (found: $${have:-none})"; \
+		tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+		GOBIN="$$tmp" go install -trimpath -tags seccomp -ldflags "-X main.gitCommit=$(RUNC_VERSION)" \
+			github.com/opencontainers/runc@$(RUNC_VERSION); \
+		install -d -m 0755 $(dir $(RUNC_PATH)); \
+		install -m 0755 "$$tmp/runc" $(RUNC_PATH).new; \
+		mv -f $(RUNC_PATH).new $(RUNC_PATH); \
 	fi
 
 build:

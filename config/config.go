@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -274,8 +275,9 @@ type Registry struct {
 
 // Runtime is one OCI runtime handler.
 type Runtime struct {
-	// Path is the runtime binary (runc, crun, ...). Default: "", meaning the
-	// handler's name looked up in PATH.
+	// Path is the runtime binary (runc, crun, ...). Default: "", meaning
+	// BundledRunc when it is installed (`make deps` builds it), else runc
+	// looked up in PATH; see Config.RuntimePath.
 	Path string `toml:"path"`
 	// Root is the runtime's state directory (its --root). Default: "",
 	// meaning <run_root>/<handler>; see Config.RuntimeRoot.
@@ -356,6 +358,28 @@ func (c Config) RuntimeRoot(handler string) string {
 		return r
 	}
 	return filepath.Join(c.RunRoot, handler)
+}
+
+// BundledRunc is where `make deps` installs the project's runc (a release
+// newer than Debian's, with idmapped mounts for user namespaces). Handlers
+// without a path run it when it is there.
+const BundledRunc = "/usr/local/libexec/crijournal/runc"
+
+// RuntimePath returns the runtime binary of the handler: its Path; or
+// BundledRunc when that is empty and BundledRunc is an executable file; or
+// "", meaning runc looked up in PATH. The handler need not exist.
+func (c Config) RuntimePath(handler string) string {
+	return runtimePath(c.Runtimes[handler].Path, BundledRunc)
+}
+
+func runtimePath(path, bundled string) string {
+	if path != "" {
+		return path
+	}
+	if fi, err := os.Stat(bundled); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+		return bundled
+	}
+	return ""
 }
 
 // SlogLevel returns LogLevel as a slog.Level; a LogLevel that Validate

@@ -526,3 +526,30 @@ location = "mirror.example.com/hub"
 		}
 	}
 }
+
+func TestRuntimePath(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "runc")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, bundled, want string
+	}{
+		{"configured path wins", "/usr/sbin/runc", exe, "/usr/sbin/runc"},
+		{"bundled runc when installed", "", exe, exe},
+		{"PATH when the bundled runc is missing", "", filepath.Join(dir, "missing"), ""},
+		{"PATH when the bundled runc is not executable", "", plain, ""},
+		{"PATH when the bundled runc is a directory", "", dir, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := runtimePath(tc.path, tc.bundled); got != tc.want {
+				t.Errorf("runtimePath(%q, %q) = %q, want %q", tc.path, tc.bundled, got, tc.want)
+			}
+		})
+	}
+}

@@ -31,6 +31,6 @@
 //
 // Empty values of a few path keys stand for a path derived from another key;
 // use the methods (JournalFile, StorageRootDir, StorageRunRootDir,
-// RuntimeRoot) instead of reading those fields directly. ImageCacheDir is
+// RuntimeRoot, RuntimePath) instead of reading those fields directly. ImageCacheDir is
 // derived from root alone.
 package config

@@ -85,8 +85,10 @@
 // # Journal steps
 //
 // steps.go names this package's step kinds ([StepPin], [StepPause],
-// [StepAttach]; podfiles.go: [StepResolvConf], [StepHostname], [StepShm]) and
-// registers their undos with the journal's registry.
+// [StepUserPin], [StepAttach]; podfiles.go: [StepResolvConf], [StepHostname], [StepShm])
+// and registers their undos with the journal's registry. A pod with its own user
+// namespace gets one [StepUserPin] (see [PinUser]: the user namespace, the namespaces it
+// owns and the pause process, made by one child) instead of [StepPin] and [StepPause].
 //
 // # Conventions
 //

@@ -45,6 +45,8 @@ func (k Kind) cloneFlag() int {
 		return unix.CLONE_NEWUTS
 	case PID:
 		return unix.CLONE_NEWPID
+	case User:
+		return unix.CLONE_NEWUSER
 	}
 	return 0
 }
@@ -110,6 +112,10 @@ func Pin(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname stri
 			// unshare(CLONE_NEWPID) does not move the caller: /proc/thread-self/ns/pid
 			// would pin the host's namespace. StartPause pins it with its init.
 			return nil, fmt.Errorf("pin namespaces of %s: kind %q: %w: a pid namespace is pinned by StartPause", sandboxID, k, ErrInvalid)
+		}
+		if k == User {
+			// A multi-threaded process cannot unshare a user namespace.
+			return nil, fmt.Errorf("pin namespaces of %s: kind %q: %w: a user namespace is pinned by PinUser", sandboxID, k, ErrInvalid)
 		}
 		if flags&f != 0 {
 			return nil, fmt.Errorf("pin namespaces of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
@@ -246,7 +252,7 @@ const maxStackedMounts = 8
 // namespace still in use by a process stays alive for that process only) and
 // removes the file. It is idempotent: a path that is not a mount point, or
 // does not exist, is success. path must look like a pin (an absolute, clean
-// path <dir>/{net,ipc,uts,pid}ns/<sandboxID>); anything else is refused with
+// path <dir>/{net,ipc,uts,pid,user}ns/<sandboxID>); anything else is refused with
 // ErrInvalid, so a corrupted undo record cannot remove arbitrary files.
 func Unpin(ctx context.Context, path string) error {
 	if err := checkPinPath(path); err != nil {
@@ -280,9 +286,9 @@ func checkPinPath(path string) error {
 		return fmt.Errorf("pin path %q: %w: not an absolute clean path", path, ErrInvalid)
 	}
 	switch filepath.Base(filepath.Dir(path)) {
-	case string(Net) + "ns", string(IPC) + "ns", string(UTS) + "ns", string(PID) + "ns":
+	case string(Net) + "ns", string(IPC) + "ns", string(UTS) + "ns", string(PID) + "ns", string(User) + "ns":
 	default:
-		return fmt.Errorf("pin path %q: %w: not in a netns, ipcns, utsns or pidns directory", path, ErrInvalid)
+		return fmt.Errorf("pin path %q: %w: not in a netns, ipcns, utsns, pidns or userns directory", path, ErrInvalid)
 	}
 	if err := validateID(filepath.Base(path)); err != nil {
 		return fmt.Errorf("pin path %q: %w", path, err)

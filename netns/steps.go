@@ -22,14 +22,22 @@ const (
 	// StepPause starts a sandbox's pause process in a new, pinned pid namespace.
 	// Args: ArgPath. Made by PauseStep.
 	StepPause journal.StepKind = "pause-process"
+	// StepUserPin pins a sandbox's own user namespace with the namespaces it owns
+	// (net, ipc, uts) and, for a shared pid namespace, keeps the pause process that
+	// made them (see PinUser). Args: one path per kind ("user", "net", "ipc", "uts",
+	// and always "pid": the pause process is looked for even when the pod has no
+	// shared pid namespace, since PinUser's child may outlive a crash). Made by
+	// UserPinStep; it replaces StepPin and StepPause for such a sandbox.
+	StepUserPin journal.StepKind = "userns-pin"
 )
 
 // Stages of this package's steps, as inspect, logs and waiting requests show them (and the
 // stalled-requests metric counts them by).
 const (
-	StagePin    = "sandbox namespaces pinning"
-	StagePause  = "sandbox pid namespace (pause process)"
-	StageAttach = "sandbox network creation"
+	StagePin     = "sandbox namespaces pinning"
+	StageUserPin = "sandbox user namespace pinning"
+	StagePause   = "sandbox pid namespace (pause process)"
+	StageAttach  = "sandbox network creation"
 )
 
 // ArgPath is the key of StepPause's argument: the pin of the pid namespace. The pause
@@ -67,6 +75,27 @@ func PinStep(dir, sandboxID string, kinds []Kind, hostname string) journal.Actio
 	return journal.Action[Paths]{Kind: StepPin, Stage: StagePin, Args: args,
 		Run: func(ctx context.Context) (Paths, error) {
 			return Pin(ctx, dir, sandboxID, kinds, hostname)
+		}}
+}
+
+// UserPins is the result of a UserPinStep.
+type UserPins struct {
+	Paths Paths // the pins, by kind ("pid" only with a shared pid namespace)
+	PID   int   // the pause process (0 without a shared pid namespace)
+}
+
+// UserPinStep returns the step that creates and pins a sandbox's user namespace with
+// the given maps and, owned by it, namespaces of the given kinds (net, ipc, uts, and
+// pid for a shared pid namespace held by the pause process binary; see PinUser).
+func UserPinStep(dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, binary string) journal.Action[UserPins] {
+	args := map[string]string{string(User): PinPath(dir, User, sandboxID), string(PID): PinPath(dir, PID, sandboxID)}
+	for _, k := range kinds {
+		args[string(k)] = PinPath(dir, k, sandboxID)
+	}
+	return journal.Action[UserPins]{Kind: StepUserPin, Stage: StageUserPin, Args: args,
+		Run: func(ctx context.Context) (UserPins, error) {
+			paths, pid, err := PinUser(ctx, dir, sandboxID, kinds, hostname, uids, gids, binary)
+			return UserPins{Paths: paths, PID: pid}, err
 		}}
 }
 
@@ -224,10 +253,33 @@ func RegisterUndos(reg *journal.Registry, networks *Networks) {
 	reg.Register(StepPause, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		return StopPause(ctx, step.Args[ArgPath], 0)
 	})
+	reg.Register(StepUserPin, func(ctx context.Context, rec journal.Record, step journal.Step) error {
+		return undoUserPin(ctx, step.Args)
+	})
 	reg.Register(StepAttach, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		return DetachStep(ctx, networks, step.Args)
 	})
 	registerPodFileUndos(reg)
+}
+
+// undoUserPin undoes a StepUserPin: the pause process first (while it lives, its
+// namespaces do too), then every pin.
+func undoUserPin(ctx context.Context, args map[string]string) error {
+	if p := args[string(PID)]; p != "" {
+		if err := StopPause(ctx, p, 0); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for k, path := range args {
+		if k == string(PID) {
+			continue
+		}
+		if err := Unpin(ctx, path); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // DetachStep runs the CNI DEL described by a StepAttach's arguments, on the network the

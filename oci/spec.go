@@ -57,7 +57,8 @@ type SpecInput struct {
 	// Rootfs is the mounted root filesystem (absolute).
 	Rootfs string
 	// Namespaces holds the pinned namespace paths of the sandbox, by kind: "net",
-	// "ipc", "uts" and optionally "pid". A kind that is absent means the host's
+	// "ipc", "uts" and optionally "pid" and "user" (the pod's own user namespace,
+	// which the container then joins, whatever its own option says). A kind that is absent means the host's
 	// namespace for net, ipc and uts. The container joins the "pid" one only when
 	// its own namespace option pid is POD; otherwise (CONTAINER, or no "pid"
 	// path) it gets a new pid namespace, and the host's for pid NODE. The
@@ -453,7 +454,7 @@ func capabilities(sc *runtimeapi.LinuxContainerSecurityContext, bounding []strin
 func namespaces(paths map[string]string, target string, opts *runtimeapi.NamespaceOption) ([]specs.LinuxNamespace, bool, error) {
 	for k, p := range paths {
 		switch k {
-		case "net", "ipc", "uts", "pid":
+		case "net", "ipc", "uts", "pid", "user":
 		default:
 			return nil, false, invalid("unknown namespace kind %q", k)
 		}
@@ -461,10 +462,16 @@ func namespaces(paths map[string]string, target string, opts *runtimeapi.Namespa
 			return nil, false, invalid("%s namespace path %q is not absolute", k, p)
 		}
 	}
-	if u := opts.GetUsernsOptions(); u != nil && u.GetMode() != runtimeapi.NamespaceMode_NODE {
-		return nil, false, invalid("user namespaces are not supported")
+	if u := opts.GetUsernsOptions(); u != nil && u.GetMode() != runtimeapi.NamespaceMode_NODE && paths["user"] == "" {
+		return nil, false, invalid("user namespace mode %s: the pod has no user namespace of its own", u.GetMode())
 	}
 	nss := []specs.LinuxNamespace{{Type: specs.MountNamespace}}
+	if p := paths["user"]; p != "" {
+		// The pod's user namespace, whatever the container's own option says: the
+		// pod's other namespaces belong to it. No uid or gid mappings: runc reads
+		// them from the namespace it joins (and warns when both are given).
+		nss = append(nss, specs.LinuxNamespace{Type: specs.UserNamespace, Path: p})
+	}
 	pid, ok, err := pidNamespace(paths["pid"], target, opts)
 	if err != nil {
 		return nil, false, err
@@ -591,8 +598,13 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 }
 
 // criMount checks one requested mount and turns it into a bind mount: of its host path,
-// or of its image's mounted root (in.ImageVolumes) for an image volume.
+// or of its image's mounted root (in.ImageVolumes) for an image volume. In a pod with a
+// user namespace of its own (in.Namespaces["user"]) the mount is idmapped: with the
+// mount's own uid/gid mappings when it has them, otherwise through the container's user
+// namespace (runc 1.2's "idmap" without mappings), so that files keep their host IDs on
+// disk and the container's root owns what the host's root owns, as containerd and CRI-O do.
 func criMount(m *runtimeapi.Mount, in SpecInput) (specs.Mount, string, error) {
+	userns := in.Namespaces["user"] != ""
 	dst := m.GetContainerPath()
 	if !path.IsAbs(dst) {
 		return specs.Mount{}, "", invalid("mount container path %q is not absolute", dst)
@@ -602,8 +614,10 @@ func criMount(m *runtimeapi.Mount, in SpecInput) (specs.Mount, string, error) {
 	}
 	dst = path.Clean(dst)
 	switch {
-	case len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0:
-		return specs.Mount{}, "", invalid("mount %s: ID-mapped mounts are not supported", dst)
+	case !userns && (len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0):
+		return specs.Mount{}, "", invalid("mount %s: ID-mapped mounts need a pod with its own user namespace", dst)
+	case (len(m.GetUidMappings()) > 0) != (len(m.GetGidMappings()) > 0):
+		return specs.Mount{}, "", invalid("mount %s: an ID-mapped mount needs both uid and gid mappings", dst)
 	}
 	var real string
 	var err error
@@ -644,7 +658,20 @@ func criMount(m *runtimeapi.Mount, in SpecInput) (specs.Mount, string, error) {
 		}
 		opts = append(opts, o)
 	}
-	return specs.Mount{Destination: dst, Type: "bind", Source: real, Options: opts}, prop, nil
+	om := specs.Mount{Destination: dst, Type: "bind", Source: real, Options: opts}
+	if userns {
+		om.Options = append(om.Options, "idmap")
+		om.UIDMappings, om.GIDMappings = linuxIDMaps(m.GetUidMappings()), linuxIDMaps(m.GetGidMappings())
+	}
+	return om, prop, nil
+}
+
+func linuxIDMaps(maps []*runtimeapi.IDMapping) []specs.LinuxIDMapping {
+	var out []specs.LinuxIDMapping
+	for _, m := range maps {
+		out = append(out, specs.LinuxIDMapping{ContainerID: m.GetContainerId(), HostID: m.GetHostId(), Size: m.GetLength()})
+	}
+	return out
 }
 
 // Resources.

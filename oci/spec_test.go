@@ -247,6 +247,15 @@ func TestSpecMounts(t *testing.T) {
 	mount := func(m *runtimeapi.Mount) func(*SpecInput) {
 		return func(in *SpecInput) { in.Container.Mounts = append(in.Container.Mounts, m) }
 	}
+	inUserns := func(edit func(*SpecInput)) func(*SpecInput) {
+		return func(in *SpecInput) {
+			in.Namespaces = map[string]string{"user": "/ns/userns/x"}
+			edit(in)
+		}
+	}
+	idm := func(container, host, size uint32) []*runtimeapi.IDMapping {
+		return []*runtimeapi.IDMapping{{ContainerId: container, HostId: host, Length: size}}
+	}
 	for _, tc := range []struct {
 		name      string
 		edit      func(*SpecInput)
@@ -270,6 +279,16 @@ func TestSpecMounts(t *testing.T) {
 		{name: "bidirectional", edit: mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
 			Propagation: runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL}),
 			dst: "/data", want: &specs.Mount{Destination: "/data", Type: "bind", Source: hostDir, Options: []string{"rbind", "rshared", "rw"}}, propagate: "rshared"},
+		{name: "ID-mapped without a user namespace", edit: mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
+			UidMappings: idm(0, 1000, 10), GidMappings: idm(0, 1000, 10)}), invalid: true},
+		{name: "in a user namespace: idmapped through it", edit: inUserns(mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir})),
+			dst: "/data", want: &specs.Mount{Destination: "/data", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "rw", "idmap"}}},
+		{name: "in a user namespace: own mappings", edit: inUserns(mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
+			UidMappings: idm(0, 1000, 10), GidMappings: idm(0, 2000, 10)})),
+			dst: "/data", want: &specs.Mount{Destination: "/data", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "rw", "idmap"},
+				UIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 1000, Size: 10}}, GIDMappings: []specs.LinuxIDMapping{{ContainerID: 0, HostID: 2000, Size: 10}}}},
+		{name: "in a user namespace: only uid mappings", edit: inUserns(mount(&runtimeapi.Mount{ContainerPath: "/data", HostPath: hostDir,
+			UidMappings: idm(0, 1000, 10)})), invalid: true},
 		{name: "replaces /dev/shm", edit: mount(&runtimeapi.Mount{ContainerPath: "/dev/shm", HostPath: hostDir}),
 			dst: "/dev/shm", want: &specs.Mount{Destination: "/dev/shm", Type: "bind", Source: hostDir, Options: []string{"rbind", "rprivate", "rw"}}},
 		{name: "sandbox shm", edit: func(in *SpecInput) { in.ShmPath = hostDir },
@@ -596,7 +615,16 @@ func TestSpecNamespaces(t *testing.T) {
 
 	sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
 	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
-		t.Fatalf("user namespace: %v", err)
+		t.Fatalf("user namespace mode POD in a pod without one: %v", err)
+	}
+	// The pod's user namespace is joined by path, without mappings (runc reads them).
+	in.Namespaces = map[string]string{"user": "/ns/userns/x", "net": "/ns/netns/x"}
+	spec := mustSpec(t, in, testHost())
+	if got, ok := nsTypes(spec)[specs.UserNamespace]; !ok || got != "/ns/userns/x" {
+		t.Errorf("user namespace %q (present %v), want /ns/userns/x", got, ok)
+	}
+	if len(spec.Linux.UIDMappings) > 0 || len(spec.Linux.GIDMappings) > 0 {
+		t.Errorf("mappings %v %v given with a joined user namespace", spec.Linux.UIDMappings, spec.Linux.GIDMappings)
 	}
 	in = baseInput(t)
 	in.Namespaces = map[string]string{"mnt": "/x"}

@@ -109,8 +109,12 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 
 	// The root filesystem: a storage container from the image, mounted.
-	files, err := runStep(c, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, storage.ContainerRequest{
-		ID: id, Name: name, ImageID: img.ID, Labels: map[string]string{"io.crijournal.sandbox": sb.rec.ID}}))
+	// In a pod with its own user namespace, owned by the IDs its root and users map to.
+	fsReq := storage.ContainerRequest{ID: id, Name: name, ImageID: img.ID, Labels: map[string]string{"io.crijournal.sandbox": sb.rec.ID}}
+	if u := sb.config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions(); u.GetMode() == runtimeapi.NamespaceMode_POD {
+		fsReq.UIDMap, fsReq.GIDMap = storageMaps(u.GetUids()), storageMaps(u.GetGids())
+	}
+	files, err := runStep(c, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, fsReq))
 	if err != nil {
 		return nil, err
 	}

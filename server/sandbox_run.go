@@ -40,6 +40,10 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		}
 	}
 	namespaces := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	ownUserns, err := s.podUserns(ctx, namespaces, req.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
 	hostNetwork := namespaces.GetNetwork() == runtimeapi.NamespaceMode_NODE
 	dns, err := podDNS(cfg)
 	if err != nil {
@@ -77,25 +81,29 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		CreatedAt:      time.Now(),
 	}
 
-	// The namespaces the pod does not share with the host, pinned.
-	if kinds := podNamespaces(namespaces); len(kinds) > 0 {
-		paths, err := runStep(c, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)))
+	switch {
+	case ownUserns:
+		// Its own user namespace, owning its net, ipc and uts namespaces and, when
+		// shared, its pid namespace, whose pause process is the child that made them
+		// all (see netns.PinUser). With pid CONTAINER that child is gone at once.
+		kinds := podNamespaces(namespaces)
+		if namespaces.GetPid() == runtimeapi.NamespaceMode_POD {
+			kinds = append(kinds, netns.PID)
+		}
+		u := namespaces.GetUsernsOptions()
+		pins, err := runStep(c, limit{d: namespaceTimeout}, netns.UserPinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg),
+			idMaps(u.GetUids()), idMaps(u.GetGids()), s.pauseBinary))
 		if err != nil {
 			return nil, err
 		}
-		for k, p := range paths {
+		for k, p := range pins.Paths {
 			obj.Namespaces[string(k)] = p
 		}
-	}
-	// A shared pid namespace, held by a pause process (this very binary) as its init. It
-	// stays until the sandbox is removed, as CRI-O's infra container does.
-	if namespaces.GetPid() == runtimeapi.NamespaceMode_POD {
-		pause, err := runStep(c, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, s.pauseBinary))
-		if err != nil {
+		s.log.Debug("user namespace pinned, pause process started", "id", id, "name", name, "pid", pins.PID, "userns", pins.Paths[netns.User])
+	default:
+		if err := s.pinHostUserNamespaces(c, id, cfg, namespaces, &obj); err != nil {
 			return nil, err
 		}
-		obj.Namespaces[string(netns.PID)] = pause.Path
-		s.log.Debug("pause process started", "id", id, "name", name, "pid", pause.PID, "pidns", pause.Path)
 	}
 	// The pod's files its containers bind-mount: resolv.conf, hostname, and its own
 	// /dev/shm unless it shares the host's IPC namespace.
@@ -131,6 +139,31 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	}
 	s.log.Info("pod sandbox created", "id", id, "name", name, "ips", obj.IPs)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// pinHostUserNamespaces pins the namespaces of a pod in the node's user namespace: those it
+// does not share with the node, and a shared pid namespace held by a pause process (this
+// very binary) as its init, which stays until the sandbox is removed, as CRI-O's infra
+// container does.
+func (s *Server) pinHostUserNamespaces(c *creation, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) error {
+	if kinds := podNamespaces(namespaces); len(kinds) > 0 {
+		paths, err := runStep(c, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)))
+		if err != nil {
+			return err
+		}
+		for k, p := range paths {
+			obj.Namespaces[string(k)] = p
+		}
+	}
+	if namespaces.GetPid() == runtimeapi.NamespaceMode_POD {
+		pause, err := runStep(c, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, s.pauseBinary))
+		if err != nil {
+			return err
+		}
+		obj.Namespaces[string(netns.PID)] = pause.Path
+		s.log.Debug("pause process started", "id", id, "pid", pause.PID, "pidns", pause.Path)
+	}
+	return nil
 }
 
 // answerSandbox answers a RunPodSandbox settled by its reservation: the sandbox that

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	cstorage "go.podman.io/storage"
+	"go.podman.io/storage/pkg/idtools"
+	"go.podman.io/storage/types"
 )
 
 // ContainerInfo describes a storage container: the root filesystem of one CRI container.
@@ -28,6 +32,15 @@ type containerMetadata struct {
 // so that a retried creation step finds the first attempt's work. ErrImageNotFound when the
 // image is not in the store.
 func (s *Store) CreateContainer(ctx context.Context, id, name, imageID string, labels map[string]string) (ContainerInfo, error) {
+	return s.createContainer(ctx, ContainerRequest{ID: id, Name: name, ImageID: imageID, Labels: labels})
+}
+
+// createContainer is CreateContainer of a request, whose ID mappings, when set, are
+// the user namespace the container runs in: its files are then owned by the IDs
+// that are root (and so on) in that namespace, by idmapped mounts where the driver
+// can (overlay on a kernel with idmapped overlay layers), else by a chowned copy.
+func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (ContainerInfo, error) {
+	id, name, imageID := req.ID, req.Name, req.ImageID
 	if err := ctx.Err(); err != nil {
 		return ContainerInfo{}, fmt.Errorf("create storage container %s: %w", id, err)
 	}
@@ -44,7 +57,7 @@ func (s *Store) CreateContainer(ctx context.Context, id, name, imageID string, l
 	if info, ok, err := s.existing(id, img.ID); ok || err != nil {
 		return info, err
 	}
-	meta, err := json.Marshal(containerMetadata{Name: name, Labels: labels})
+	meta, err := json.Marshal(containerMetadata{Name: name, Labels: req.Labels})
 	if err != nil {
 		return ContainerInfo{}, fmt.Errorf("create storage container %s: %w", id, err)
 	}
@@ -52,7 +65,12 @@ func (s *Store) CreateContainer(ctx context.Context, id, name, imageID string, l
 	if name != "" {
 		names = []string{name}
 	}
-	c, err := s.st.CreateContainer(id, names, img.ID, "", string(meta), nil)
+	var opts *cstorage.ContainerOptions
+	if len(req.UIDMap) > 0 || len(req.GIDMap) > 0 {
+		opts = &cstorage.ContainerOptions{IDMappingOptions: types.IDMappingOptions{
+			UIDMap: idtoolsMaps(req.UIDMap), GIDMap: idtoolsMaps(req.GIDMap)}}
+	}
+	c, err := s.st.CreateContainer(id, names, img.ID, "", string(meta), opts)
 	if errors.Is(err, cstorage.ErrDuplicateID) {
 		// Created concurrently by another attempt.
 		if info, ok, err := s.existing(id, img.ID); ok || err != nil {
@@ -92,6 +110,35 @@ func (s *Store) existing(id, imageID string) (info ContainerInfo, ok bool, err e
 			id, c.ImageID, imageID, cstorage.ErrDuplicateID)
 	}
 	return infoOf(c), true, nil
+}
+
+// makeSearchable lets every user search (not list) the directories above rootfs, up to
+// /, as Podman does for containers in a user namespace: the runtime's init reaches the
+// root filesystem by path as the root of the container's user namespace, a host ID
+// that the store's 0700 directories would keep out.
+func makeSearchable(rootfs string) error {
+	for dir := filepath.Dir(rootfs); ; dir = filepath.Dir(dir) {
+		st, err := os.Stat(dir)
+		if err != nil {
+			return fmt.Errorf("make %s reachable: %w", rootfs, err)
+		}
+		if mode := st.Mode().Perm(); mode&0o111 != 0o111 {
+			if err := os.Chmod(dir, mode|0o111); err != nil {
+				return fmt.Errorf("make %s reachable: %w", rootfs, err)
+			}
+		}
+		if dir == "/" || dir == "." {
+			return nil
+		}
+	}
+}
+
+func idtoolsMaps(maps []IDMap) []idtools.IDMap {
+	out := make([]idtools.IDMap, len(maps))
+	for i, m := range maps {
+		out[i] = idtools.IDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
+	}
+	return out
 }
 
 func infoOf(c *cstorage.Container) ContainerInfo {

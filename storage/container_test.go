@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/crijournal/crijournal/journal"
@@ -280,5 +281,39 @@ func TestContainerStepArgsAreStable(t *testing.T) {
 	a := ContainerStep(nil, ContainerRequest{ID: "abc", Name: "n", ImageID: "img"})
 	if a.Kind != "storage-container" || len(a.Args) != 1 || a.Args["id"] != "abc" {
 		t.Errorf("step %s %v, want storage-container {id: abc}", a.Kind, a.Args)
+	}
+}
+
+// TestMappedContainer creates a container with the ID mappings of a user namespace:
+// its mounted root filesystem (and what the image put in it) is owned by the host IDs
+// that map to the container's, so that the container's root may write it.
+func TestMappedContainer(t *testing.T) {
+	for _, driver := range []string{"", DriverVFS} {
+		name := driver
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) {
+			s := openTestStore(t, driver)
+			ctx := context.Background()
+			img, _ := pullTestImage(t, s)
+			id := newID(t)
+			maps := []IDMap{{ContainerID: 0, HostID: 300000, Size: 65536}}
+			fs, err := ContainerStep(s.Store, ContainerRequest{ID: id, ImageID: img.ID, UIDMap: maps, GIDMap: maps}).Run(ctx)
+			if err != nil {
+				t.Fatalf("driver %s: %v", s.Driver(), err)
+			}
+			t.Cleanup(func() { _ = s.DeleteContainer(ctx, id) })
+			for _, p := range []string{fs.Rootfs, filepath.Join(fs.Rootfs, "bin")} {
+				st, err := os.Stat(p)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sys := st.Sys().(*syscall.Stat_t)
+				if sys.Uid != 300000 || sys.Gid != 300000 {
+					t.Errorf("driver %s: %s owned by %d:%d, want 300000:300000", s.Driver(), p, sys.Uid, sys.Gid)
+				}
+			}
+		})
 	}
 }

@@ -25,6 +25,15 @@ type ContainerRequest struct {
 	Name    string
 	ImageID string
 	Labels  map[string]string
+	// UIDMap and GIDMap are the user namespace the container runs in (its pod's), or
+	// none for the node's: the root filesystem is then owned by the mapped IDs.
+	UIDMap, GIDMap []IDMap
+}
+
+// IDMap is one range of a user namespace's uid or gid map: Size IDs from ContainerID
+// inside map to HostID outside.
+type IDMap struct {
+	ContainerID, HostID, Size uint32
 }
 
 // ContainerFS is the result of a ContainerStep: where the container's files are.
@@ -39,12 +48,17 @@ func ContainerStep(s *Store, req ContainerRequest) journal.Action[ContainerFS] {
 	return journal.Action[ContainerFS]{Kind: StepContainerStorage, Stage: StageContainer,
 		Args: map[string]string{ArgID: req.ID},
 		Run: func(ctx context.Context) (ContainerFS, error) {
-			if _, err := s.CreateContainer(ctx, req.ID, req.Name, req.ImageID, req.Labels); err != nil {
+			if _, err := s.createContainer(ctx, req); err != nil {
 				return ContainerFS{}, err
 			}
 			rootfs, err := s.Mount(ctx, req.ID)
 			if err != nil {
 				return ContainerFS{}, err
+			}
+			if len(req.UIDMap) > 0 || len(req.GIDMap) > 0 {
+				if err := makeSearchable(rootfs); err != nil {
+					return ContainerFS{}, fmt.Errorf("storage container %s: %w", req.ID, err)
+				}
 			}
 			dir, _, err := s.ContainerDirs(req.ID)
 			return ContainerFS{Rootfs: rootfs, Dir: dir}, err

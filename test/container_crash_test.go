@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -29,7 +28,7 @@ import (
 // and removed without leaks.
 func TestCrashDuringStart(t *testing.T) {
 	t.Parallel()
-	runc, err := exec.LookPath("runc")
+	runc, err := nodeRunc()
 	if err != nil {
 		t.Skip(err)
 	}
@@ -365,7 +364,7 @@ func TestContainerReboot(t *testing.T) {
 	created := d.mustCreate(t, podID, containerConfig(t, "created", 0, sleeper), pod)
 	var pids []int
 	for _, id := range []string{running, created} {
-		out, err := exec.Command("runc", "--root", d.runcRoot(), "state", id).CombinedOutput()
+		out, err := runcCmd("--root", d.runcRoot(), "state", id).CombinedOutput()
 		var st struct {
 			Pid int `json:"pid"`
 		}

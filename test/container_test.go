@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -394,7 +393,7 @@ func TestContainerDetails(t *testing.T) {
 	script := `trap 'echo got-usr1; exit 3' USR1; while true; do echo tick; sleep 0.2; done`
 	id := d.run(t, podID, containerConfig(t, "details", 0, []string{"sh", "-c", script},
 		withImage(usr1Image), withMount("/data", hostDir)), pod)
-	if out, err := exec.Command("runc", "--root", secondRoot, "state", id).CombinedOutput(); err != nil {
+	if out, err := runcCmd("--root", secondRoot, "state", id).CombinedOutput(); err != nil {
 		t.Errorf("the container is not in the second handler's runtime root %s: %v\n%s", secondRoot, err, out)
 	}
 	if got := d.execSync(t, id, "cat", "/data/greeting"); got != "hello" {

@@ -74,6 +74,9 @@ type crashTrigger struct {
 	// wrapper (conmonWrapper), the pod is a containerPod, and only
 	// container records are checked at the crash (the pod's is created).
 	containers bool
+	// pod writes the pod configuration of the flow; nil for podConfig's (or
+	// containerPod's, with containers).
+	pod func(t *testing.T, d *daemon) string
 }
 
 // crashCase is one row of the matrix: a failure point of a flow and the
@@ -174,6 +177,37 @@ var (
 	}
 )
 
+// usernsTrigger is trigger for a pod with its own user namespace (mode POD, a
+// shared pid namespace: one userns-pin step, whose pause process is the child that
+// made the pod's namespaces). Its settle also requires that a crashed request
+// that left nothing listed and nothing pinned left no pause process either (the
+// leak check does not look for processes), and that none is left at the end.
+func usernsTrigger(trigger *crashTrigger) *crashTrigger {
+	u := *trigger
+	u.variant = "userns"
+	u.how += " with its own user namespace"
+	u.pod = func(t *testing.T, d *daemon) string {
+		return usernsPod(t, "crash", map[string]any{"mode": int(runtimeapi.NamespaceMode_POD),
+			"uids": idMapping(0, usernsHostID, 65536), "gids": idMapping(0, usernsHostID, 65536)})
+	}
+	u.settle = func(t *testing.T, d *daemon, pod, crashed string) crashOutcome {
+		t.Helper()
+		if crashed != "" && len(d.pods(t)) == 0 && len(d.leaks(t)) == 0 {
+			if pids := pauseProcesses(crashed); len(pids) > 0 {
+				t.Errorf("after the restart nothing of %s is listed or pinned, yet its pause processes %v run", crashed, pids)
+			}
+		}
+		out := trigger.settle(t, d, pod, crashed)
+		if crashed != "" {
+			if pids := pauseProcesses(crashed); len(pids) > 0 {
+				t.Errorf("pause processes %v of %s run after its removal", pids, crashed)
+			}
+		}
+		return out
+	}
+	return &u
+}
+
 // crashMatrix lists every failure point the crash test covers. Add rows
 // here when a flow gains steps. The container flows' triggers are in
 // container_test.go.
@@ -227,6 +261,13 @@ var crashMatrix = []crashCase{
 	{"sandbox-rollback", "journal/rollback/netns-pin/before-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/netns-pin/after-undo", rollbackSandboxTrigger},
 	{"sandbox-rollback", "journal/rollback/before-forget", rollbackSandboxTrigger},
+
+	{"sandbox-create", "sandbox-create/userns-pin/before-intent", usernsTrigger(createSandboxTrigger)},
+	{"sandbox-create", "sandbox-create/userns-pin/after-intent", usernsTrigger(createSandboxTrigger)},
+	{"sandbox-create", "sandbox-create/userns-pin/after-action", usernsTrigger(createSandboxTrigger)},
+	{"sandbox-remove", "journal/remove/userns-pin/before-undo", usernsTrigger(removeSandboxTrigger)},
+	{"sandbox-remove", "journal/remove/userns-pin/after-undo", usernsTrigger(removeSandboxTrigger)},
+	{"sandbox-rollback", "journal/rollback/userns-pin/before-undo", usernsTrigger(rollbackSandboxTrigger)},
 
 	{"container-create", "container-create/storage-container/before-intent", createContainerTrigger},
 	{"container-create", "container-create/storage-container/after-intent", createContainerTrigger},
@@ -338,6 +379,9 @@ func runCrashCase(t *testing.T, c crashCase) crashOutcome {
 	pod := podConfig(t, "crash", "e2e", randomHex(t, 16), 0, false)
 	if c.trigger.containers {
 		pod = d.containerPod(t, "crash", false)
+	}
+	if c.trigger.pod != nil {
+		pod = c.trigger.pod(t, d)
 	}
 	t.Logf("%s: %s", c.name(), c.trigger.how)
 	known := c.trigger.provoke(t, d, pod)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,7 +23,7 @@ import (
 // process (from runc state and /proc/<pid>/cgroup).
 func (d *daemon) memoryCgroup(t *testing.T, id string) string {
 	t.Helper()
-	out, err := exec.Command("runc", "--root", d.runcRoot(), "state", id).CombinedOutput()
+	out, err := runcCmd("--root", d.runcRoot(), "state", id).CombinedOutput()
 	if err != nil {
 		t.Fatalf("runc state %s: %v\n%s", id, err, out)
 	}

@@ -63,6 +63,7 @@ type daemonOptions struct {
 	conmonPath     string           // conmon_path; default: conmon in PATH
 	runtimePath    string           // runtimes.runc.path; default: runc in PATH
 	secondHandler  string           // a second runtime handler (runc, root <run_root>/runc-<name>); default none
+	secondPath     string           // runtimes.<secondHandler>.path; default: as runc's
 	storageDriver  string           // storage_driver; default vfs
 	// nodeFiles are written in the node's directory before the daemon starts, by name:
 	// registries.conf, registries.conf.d/<name>, policy.json (default: accept anything)
@@ -311,6 +312,9 @@ func (d *daemon) writeConfig(t *testing.T) {
 	}
 	if h := d.opts.secondHandler; h != "" {
 		lines = append(lines, "", "[runtimes."+h+"]", "root = "+q(d.handlerRoot(h)))
+		if d.opts.secondPath != "" {
+			lines = append(lines, "path = "+q(d.opts.secondPath))
+		}
 	}
 	for _, r := range d.opts.registries {
 		lines = append(lines, "", "[[registries]]", "prefix = "+q(r.prefix), "location = "+q(r.location), fmt.Sprintf("insecure = %v", r.insecure))

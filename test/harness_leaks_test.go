@@ -87,7 +87,7 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 	var leaks []string
 
 	// Namespace pins (files, mounted or not).
-	for _, kind := range []string{"netns", "ipcns", "utsns", "pidns"} {
+	for _, kind := range []string{"netns", "ipcns", "utsns", "pidns", "userns"} {
 		dir := filepath.Join(d.nsDir, kind)
 		entries, err := os.ReadDir(dir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -105,7 +105,7 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 	// be mount points (a runtime may make them shared or private).
 	for _, m := range mountsBelow(d.nsDir) {
 		switch m {
-		case d.nsDir, filepath.Join(d.nsDir, "netns"), filepath.Join(d.nsDir, "ipcns"), filepath.Join(d.nsDir, "utsns"), filepath.Join(d.nsDir, "pidns"):
+		case d.nsDir, filepath.Join(d.nsDir, "netns"), filepath.Join(d.nsDir, "ipcns"), filepath.Join(d.nsDir, "utsns"), filepath.Join(d.nsDir, "pidns"), filepath.Join(d.nsDir, "userns"):
 			continue
 		}
 		if !kept(filepath.Base(m)) {
@@ -221,7 +221,7 @@ func runcList(root string) ([]string, error) {
 	if _, err := os.Stat(root); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	out, err := exec.Command("runc", "--root", root, "list", "-q").CombinedOutput()
+	out, err := runcCmd("--root", root, "list", "-q").CombinedOutput()
 	if err != nil {
 		return nil, fmt.Errorf("runc --root %s list: %v: %s", root, err, out)
 	}
@@ -410,7 +410,7 @@ func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupP
 	}
 	ids, _ := runcList(runcRoot)
 	for _, id := range ids {
-		out, err := exec.Command("runc", "--root", runcRoot, "delete", "--force", id).CombinedOutput()
+		out, err := runcCmd("--root", runcRoot, "delete", "--force", id).CombinedOutput()
 		logf("cleanup: runc delete --force %s: %v %s", id, err, out)
 	}
 	if strings.HasPrefix(cgroupParent, "/cje2e-") {

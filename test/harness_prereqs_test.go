@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/internal/testenv"
 )
 
@@ -143,4 +144,24 @@ func removeBuiltBinary() {
 	if builtDir != "" {
 		os.RemoveAll(builtDir)
 	}
+}
+
+// nodeRunc returns the runc the test daemons run when their handler names no path: the
+// project's runc (config.BundledRunc, which make deps builds) when it is installed, else
+// runc in PATH. Tests that look at the runtime's state use the same binary.
+func nodeRunc() (string, error) {
+	if p := (config.Config{}).RuntimePath("runc"); p != "" {
+		return p, nil
+	}
+	return exec.LookPath("runc")
+}
+
+// runcCmd is exec.Command of nodeRunc (runc, as named, when there is none: the command
+// then fails to start, and the caller reports it).
+func runcCmd(args ...string) *exec.Cmd {
+	p, err := nodeRunc()
+	if err != nil {
+		p = "runc"
+	}
+	return exec.Command(p, args...)
 }

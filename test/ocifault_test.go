@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -28,7 +27,7 @@ import (
 // sleeps before `state` for the duration in <dir>/runc-state-sleep. Its path is returned.
 func runcWrapper(t *testing.T, dir string) string {
 	t.Helper()
-	real, err := exec.LookPath("runc")
+	real, err := nodeRunc()
 	if err != nil {
 		t.Fatalf("the OCI fault tests need runc in PATH: %v", err)
 	}
@@ -54,7 +53,7 @@ exec ` + shellQuote(real) + ` "$@"
 // initPID returns the host PID of a container's init process, from runc itself.
 func (d *daemon) initPID(t *testing.T, id string) int {
 	t.Helper()
-	out, err := exec.Command("runc", "--root", d.runcRoot(), "state", id).Output()
+	out, err := runcCmd("--root", d.runcRoot(), "state", id).Output()
 	if err != nil {
 		t.Fatalf("runc state %s: %v", id, err)
 	}

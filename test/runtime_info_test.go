@@ -17,7 +17,7 @@ import (
 // taken and shown); and that the daemon refuses cgroup_manager = "systemd".
 func TestRuntimeInfo(t *testing.T) {
 	t.Parallel()
-	runc, err := exec.LookPath("runc")
+	runc, err := nodeRunc()
 	if err != nil {
 		testenv.Need(t, "TestRuntimeInfo needs runc in PATH: %v", err)
 	}
@@ -52,6 +52,8 @@ func TestRuntimeInfo(t *testing.T) {
 	}
 	mustDecode(t, "runc features", out, &runcFeatures)
 	runcRRO := slices.Contains(runcFeatures.MountOptions, "rro")
+	var reported map[string]map[string]bool
+	mustDecode(t, "runtimeFeatures", info["runtimeFeatures"], &reported)
 	var names []string
 	for _, h := range handlers {
 		names = append(names, h.Name)
@@ -60,6 +62,11 @@ func TestRuntimeInfo(t *testing.T) {
 			case "recursive_read_only_mounts", "recursiveReadOnlyMounts":
 				if on != runcRRO {
 					t.Errorf("handler %q reports recursive read-only mounts %v, runc features lists rro: %v", h.Name, on, runcRRO)
+				}
+			case "user_namespaces", "userNamespaces":
+				// Reported as the handler's runtime (runc) says.
+				if want := reported["runc"]["userNamespaces"]; on != want {
+					t.Errorf("handler %q reports user namespaces %v, runtimeFeatures.runc says %v", h.Name, on, want)
 				}
 			default:
 				if on {
@@ -76,8 +83,6 @@ func TestRuntimeInfo(t *testing.T) {
 	if !features["supplemental_groups_policy"] && !features["supplementalGroupsPolicy"] {
 		t.Errorf("crictl info features %v, want the supplemental groups policy", features)
 	}
-	var reported map[string]map[string]bool
-	mustDecode(t, "runtimeFeatures", info["runtimeFeatures"], &reported)
 	if got, want := reported["runc"]["recursiveReadOnlyMounts"], runcRRO; got != want {
 		t.Errorf("crictl info runtimeFeatures.runc.recursiveReadOnlyMounts = %v, runc features says %v", got, want)
 	}

@@ -3,7 +3,6 @@ package test
 import (
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -25,7 +24,7 @@ import (
 // stats call runs the OCI runtime (a wrapper counts its runs).
 func TestStats(t *testing.T) {
 	t.Parallel()
-	runc, err := exec.LookPath("runc")
+	runc, err := nodeRunc()
 	if err != nil {
 		testenv.Need(t, "TestStats needs runc in PATH: %v", err)
 	}

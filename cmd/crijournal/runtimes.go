@@ -30,13 +30,12 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 	if rt, ok := s.runtimes[handler]; ok {
 		return rt, nil
 	}
-	conf, ok := s.cfg.Runtimes[handler]
-	if !ok {
+	if _, ok := s.cfg.Runtimes[handler]; !ok {
 		return nil, fmt.Errorf("runtime handler %q is not configured", handler)
 	}
 	rt, err := oci.New(oci.Config{
 		Handler:    handler,
-		Path:       conf.Path,
+		Path:       s.cfg.RuntimePath(handler),
 		Root:       s.cfg.RuntimeRoot(handler),
 		ConmonPath: s.cfg.ConmonPath,
 		StateDir:   oci.StateDirFor(s.cfg.RunRoot, handler),

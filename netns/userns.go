@@ -1,0 +1,216 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// User is the kind of a pod's own user namespace, pinned by PinUser only (a
+// multi-threaded process cannot unshare or join a user namespace).
+const User Kind = "user"
+
+// IDMap is one range of a user namespace's uid or gid map: Size IDs from
+// ContainerID inside map to HostID outside.
+type IDMap struct {
+	ContainerID, HostID, Size uint32
+}
+
+// PinUser creates a user namespace with the given uid and gid maps and, owned
+// by it, new namespaces of the given kinds (net, ipc, uts and optionally pid),
+// and pins each, the user namespace at PinPath(dir, User, sandboxID).
+// Namespaces owned by the pod's user namespace are what lets its containers'
+// root mount sysfs, mqueue and proc, and set sysctls of their own network.
+// hostname and lo are set as Pin sets them.
+//
+// The namespaces are made by one child process, binary run as a pause
+// process ("<binary> pause <sandboxID>", see RunPause), cloned into all of
+// them at once and always into a new pid namespace, as its init. With PID
+// among kinds the child stays, as the pause process of the pod's shared pid
+// namespace (as StartPause's does), and its PID is returned; otherwise it is
+// killed once the namespaces are pinned and the PID returned is 0. Either way
+// a child left by a crash is found by StopPause (PID 1 of another pid
+// namespace running "pause <sandboxID>"). A pin that already exists is an
+// error (wrapping fs.ErrExist). If PinUser fails part way it removes what it
+// made itself. The undo of a pinned set is StopPause of PinPath(dir, PID,
+// sandboxID), then Unpin of every path (see UserPinStep).
+func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, binary string) (Paths, int, error) {
+	if err := validateID(sandboxID); err != nil {
+		return nil, 0, fmt.Errorf("pin user namespace: %w", err)
+	}
+	if !filepath.IsAbs(dir) || !filepath.IsAbs(binary) {
+		return nil, 0, fmt.Errorf("pin user namespace of %s: directory %q, program %q: %w: not absolute paths", sandboxID, dir, binary, ErrInvalid)
+	}
+	if len(uids) == 0 || len(gids) == 0 {
+		return nil, 0, fmt.Errorf("pin user namespace of %s: %w: a uid and a gid map are needed", sandboxID, ErrInvalid)
+	}
+	flags := unix.CLONE_NEWUSER | unix.CLONE_NEWPID
+	all := []Kind{User}
+	keep := false
+	for _, k := range kinds {
+		switch k {
+		case Net, IPC, UTS:
+		case PID:
+			if keep {
+				return nil, 0, fmt.Errorf("pin user namespace of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
+			}
+			keep = true
+			all = append(all, k)
+			continue
+		default:
+			return nil, 0, fmt.Errorf("pin user namespace of %s: kind %q: %w: only net, ipc, uts and pid", sandboxID, k, ErrInvalid)
+		}
+		if flags&k.cloneFlag() != 0 {
+			return nil, 0, fmt.Errorf("pin user namespace of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
+		}
+		flags |= k.cloneFlag()
+		all = append(all, k)
+	}
+	if flags&unix.CLONE_NEWUTS == 0 {
+		hostname = ""
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, 0, fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)
+	}
+	paths := make(Paths, len(all))
+	for _, k := range all {
+		paths[k] = PinPath(dir, k, sandboxID)
+		if err := os.MkdirAll(filepath.Dir(paths[k]), 0o755); err != nil {
+			return nil, 0, fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)
+		}
+	}
+
+	created, pid, err := pinUser(flags, all, paths, hostname, uids, gids, binary, sandboxID, keep)
+	if err == nil {
+		return paths, pid, nil
+	}
+	errs := []error{fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)}
+	undoCtx := context.WithoutCancel(ctx)
+	for i := len(created) - 1; i >= 0; i-- {
+		if err := Unpin(undoCtx, created[i]); err != nil {
+			errs = append(errs, fmt.Errorf("undo: %w", err))
+		}
+	}
+	return nil, 0, errors.Join(errs...)
+}
+
+func sysProcIDMap(maps []IDMap) []syscall.SysProcIDMap {
+	out := make([]syscall.SysProcIDMap, len(maps))
+	for i, m := range maps {
+		out[i] = syscall.SysProcIDMap{ContainerID: int(m.ContainerID), HostID: int(m.HostID), Size: int(m.Size)}
+	}
+	return out
+}
+
+// pinUser starts the child that makes the namespaces, pins them from its
+// /proc/<pid>/ns and sets the host name and lo. It kills the child unless keep
+// is set and all went well; a kept child is reaped when it exits (see
+// reapWhenExited). It returns the pin files it created and the kept child's PID.
+func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids []IDMap, binary, sandboxID string, keep bool) (created []string, pid int, err error) {
+	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer devNull.Close()
+	// The child runs as the namespace's root, a host ID that may not reach binary
+	// through directories only the host's root may enter: /proc/self/exe of the
+	// forked child is binary itself, reached without walking its directories, when
+	// binary is this process's own program (the daemon's pause binary is).
+	path := binary
+	if self, err := os.Executable(); err == nil && self == binary {
+		path = "/proc/self/exe"
+	}
+	cmd := &exec.Cmd{
+		Path: path, Args: []string{binary, pauseArg, sandboxID}, Env: []string{}, Dir: "/",
+		Stdin: devNull, Stdout: devNull, Stderr: devNull,
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 uintptr(flags),
+			UidMappings:                sysProcIDMap(uids),
+			GidMappings:                sysProcIDMap(gids),
+			GidMappingsEnableSetgroups: true,
+			Setsid:                     true,
+		},
+	}
+	primeForkChecks()
+	if err := cmd.Start(); err != nil {
+		return nil, 0, fmt.Errorf("start %s in new namespaces: %w", binary, err)
+	}
+	defer func() {
+		if keep && err == nil {
+			pid = cmd.Process.Pid
+			reapWhenExited(cmd)
+			return
+		}
+		// The init of its pid namespace: SIGKILL from here ends it (and the namespace).
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	created, err = pinFrom(cmd.Process.Pid, kinds, paths)
+	if err != nil || (hostname == "" && flags&unix.CLONE_NEWNET == 0) {
+		return created, 0, err
+	}
+	// The host name and lo are set from a thread that joins the new UTS and network
+	// namespaces (the daemon's root may: they belong to a child of its user namespace).
+	onDisposableThread(func() { err = setupPinned(paths, hostname) })
+	return created, 0, err
+}
+
+// pinFrom pins the namespaces of the given kinds of process pid at paths, and
+// returns the pin files it created.
+func pinFrom(pid int, kinds []Kind, paths Paths) ([]string, error) {
+	var created []string
+	nsDir := "/proc/" + strconv.Itoa(pid) + "/ns/"
+	for _, k := range kinds {
+		p := paths[k]
+		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+		if err != nil {
+			return created, fmt.Errorf("create pin file: %w", err)
+		}
+		created = append(created, p)
+		if err := f.Close(); err != nil {
+			return created, fmt.Errorf("create pin file: %w", err)
+		}
+		if err := unix.Mount(nsDir+string(k), p, "", unix.MS_BIND, ""); err != nil {
+			return created, fmt.Errorf("bind mount %s on %s: %w", nsDir+string(k), p, err)
+		}
+	}
+	return created, nil
+}
+
+// setupPinned joins the pinned UTS and network namespaces on the calling
+// (disposable) thread to set the host name and bring lo up.
+func setupPinned(paths Paths, hostname string) error {
+	for _, s := range []struct {
+		kind Kind
+		flag int
+		do   func() error
+	}{
+		{UTS, unix.CLONE_NEWUTS, func() error { return unix.Sethostname([]byte(hostname)) }},
+		{Net, unix.CLONE_NEWNET, loopbackUp},
+	} {
+		p, ok := paths[s.kind]
+		if !ok || (s.kind == UTS && hostname == "") {
+			continue
+		}
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", p, err)
+		}
+		err = unix.Setns(fd, s.flag)
+		unix.Close(fd)
+		if err != nil {
+			return fmt.Errorf("join %s: %w", p, err)
+		}
+		if err := s.do(); err != nil {
+			return fmt.Errorf("in %s: %w", p, err)
+		}
+	}
+	return nil
+}
