@@ -44,18 +44,18 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err != nil {
 		return nil, err
 	}
-	// Through the pod's gate for the whole creation, then look again: a removal of
-	// the sb that finished between the two looks must not get a container after it.
+	// Through the pod's gate for the whole creation, then look again: a stop or removal
+	// of the sandbox that finished between the two looks must not get a container after it.
 	leave, ok := s.pods.enter(sb.rec.ID)
 	if !ok {
-		return nil, newError(errWrongState, "sb sandbox %s is being removed", sb.rec.ID)
+		return nil, newError(errWrongState, "sandbox %s is being stopped or removed", sb.rec.ID)
 	}
 	defer leave()
 	if sb, err = s.findSandbox(sb.rec.ID); err != nil {
 		return nil, err
 	}
 	if sb.state() != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return nil, newError(errWrongState, "sb sandbox %s is not ready (stopped)", sb.rec.ID)
+		return nil, newError(errWrongState, "sandbox %s is not ready (stopped)", sb.rec.ID)
 	}
 	cfg := req.GetConfig()
 	name, err := containerName(cfg, sb.config)

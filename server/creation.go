@@ -62,7 +62,7 @@ func runStep[T any](c *creation, lim limit, a journal.Action[T]) (T, error) {
 	if err != nil {
 		return none, c.fail(a.Stage, err)
 	}
-	c.s.log.Debug("step done", "kind", c.rec.Kind, "id", c.rec.ID, "step", a.Kind, "took", time.Since(started))
+	c.s.log.Debug("step done", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "step", a.Kind, "took", time.Since(started))
 	if err := failpoint.Inject(point + "after-action"); err != nil {
 		return none, c.fail(a.Stage, err)
 	}

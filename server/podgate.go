@@ -5,13 +5,15 @@ import (
 	"sync"
 )
 
-// podGates keeps a pod's container creations and its removal apart. A CreateContainer
-// passes the gate of its sandbox for as long as its creation runs (which may be past its
-// request's deadline); RemovePodSandbox closes the gate, waits until every creation
-// that passed it has finished, removes the pod's containers and the sandbox, and opens
-// it again. Without it, a container whose creation was still running when its pod was
-// removed would be finished after the removal had listed the pod's containers, and
-// leak: its root filesystem and runtime container would belong to no pod.
+// podGates keeps a pod's container creations and its stop or removal apart. A
+// CreateContainer passes the gate of its sandbox for as long as its creation runs (which
+// may be past its request's deadline); StopPodSandbox and RemovePodSandbox close the
+// gate, wait until every creation that passed it has finished, stop or remove the pod's
+// containers (and the sandbox), and open it again. Without it, a container whose creation
+// was still running when its pod was removed would be finished after the removal had
+// listed the pod's containers, and leak: its root filesystem and runtime container would
+// belong to no pod; and one finished after a stop would run in a stopped pod whose
+// /dev/shm is gone. A creation after the stop finds the sandbox stopped and is refused.
 //
 // The gates are in memory only: after a restart no creation is running (recovery
 // rolled the unfinished ones back), so there is nothing to keep apart.
@@ -22,7 +24,7 @@ type podGates struct {
 
 type podGate struct {
 	creations int           // creations that passed the gate and have not finished
-	removals  int           // removals waiting for the creations, or removing
+	teardowns int           // stops or removals waiting for the creations, or running
 	idle      chan struct{} // closed (and replaced) whenever creations falls to 0
 }
 
@@ -32,7 +34,7 @@ func (g *podGates) enter(podID string) (leave func(), ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	gate := g.gate(podID)
-	if gate.removals > 0 {
+	if gate.teardowns > 0 {
 		return nil, false
 	}
 	gate.creations++
@@ -50,16 +52,16 @@ func (g *podGates) enter(podID string) (leave func(), ok bool) {
 
 // close shuts the pod's gate to new creations and waits until the running ones have
 // finished. It returns the function that opens the gate again (to be called once the
-// removal is over, whether it succeeded or not); on ctx's end it reopens the gate
+// stop or removal is over, whether it succeeded or not); on ctx's end it reopens the gate
 // itself and returns ctx's error.
 func (g *podGates) close(ctx context.Context, podID string) (reopen func(), err error) {
 	g.mu.Lock()
 	gate := g.gate(podID)
-	gate.removals++
+	gate.teardowns++
 	reopen = func() {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		gate.removals--
+		gate.teardowns--
 		g.forget(podID, gate)
 	}
 	for gate.creations > 0 {
@@ -92,7 +94,7 @@ func (g *podGates) gate(podID string) *podGate {
 
 // forget drops a gate nobody uses any more. Called with mu held.
 func (g *podGates) forget(podID string, gate *podGate) {
-	if gate.creations == 0 && gate.removals == 0 && g.gates[podID] == gate {
+	if gate.creations == 0 && gate.teardowns == 0 && g.gates[podID] == gate {
 		delete(g.gates, podID)
 	}
 }

@@ -26,7 +26,7 @@ func TestPodGateRemovalWaitsForCreations(t *testing.T) {
 		closed <- reopen
 	}()
 	// The removal is waiting: no new creation gets in, and other pods are not concerned.
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.gates["pod"].removals == 1 })
+	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.gates["pod"].teardowns == 1 })
 	if _, ok := g.enter("pod"); ok {
 		t.Fatal("a creation got into a pod being removed")
 	}

@@ -149,6 +149,15 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 	} else if err != nil {
 		return nil, err
 	}
+	// No container creation may be running in the pod while it is stopped: one that
+	// finished afterwards would run in a stopped pod, with its /dev/shm unmounted under
+	// it. Those running now are waited for (and their containers stopped below); later
+	// ones find the sandbox stopped.
+	reopen, err := s.pods.close(ctx, sb.rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("stop sandbox %s: a container creation in it is still running; retry the stop once it has ended: %w", sb.rec.ID, err)
+	}
+	defer reopen()
 	// The pod's containers first, killed at once (as containerd does: the kubelet has
 	// already stopped them gracefully).
 	for _, rec := range s.containersOf(sb.rec.ID) {

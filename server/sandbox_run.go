@@ -161,7 +161,7 @@ func (s *Server) pinHostUserNamespaces(c *creation, id string, cfg *runtimeapi.P
 			return err
 		}
 		obj.Namespaces[string(netns.PID)] = pause.Path
-		s.log.Debug("pause process started", "id", id, "pid", pause.PID, "pidns", pause.Path)
+		s.log.Debug("pause process started", "id", id, "name", c.rec.Name, "pid", pause.PID, "pidns", pause.Path)
 	}
 	return nil
 }

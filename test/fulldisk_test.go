@@ -15,6 +15,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/internal/testenv"
+	"github.com/crijournal/crijournal/journal"
 )
 
 // The full-disk fault tests (issue 10): the journal lives on a small tmpfs of its own
@@ -31,8 +32,9 @@ import (
 // So each test makes the targeted commit write more than the file has free:
 //   - creation: the pod carries a 200 KiB annotation, so its Ready commit (the first to
 //     hold the pod's config) needs ~50 pages a small journal never had;
-//   - recovery: the same pod, killed after Ready: caching it at the next start rewrites
-//     that record, and the file has no free run of its size (Ready took fresh pages);
+//   - recovery: the same pod, cached (its request timed out) and expired while the daemon
+//     was down: its rollback at the next start first commits it undoing, which rewrites
+//     that record, and the file has no free run of its size (caching it took fresh pages);
 //   - removal: the pod's CNI DEL fails with a 64 KiB message, which the record keeps as
 //     the failed undo's error, so the removal's last commit grows the record by 16 pages.
 
@@ -215,6 +217,51 @@ func TestFullDiskDuringRecovery(t *testing.T) {
 	id := d.mustRunp(t, pod)
 	d.requirePods(t, "the retry made the pod", id)
 	d.assertNoLeaks(t, id)
+	d.removePod(t, id)
+	d.stopClean(t)
+}
+
+// TestFullDiskDuringRecoveryWrite: a recovery that must write. A pod's request timed out,
+// its creation finished and was cached, and the daemon stopped; the cached pod expires
+// while the daemon is down, and the disk is full when it starts again. Recovery rolls the
+// expired pod back, and a rollback of a cached record first commits it undoing (so that a
+// crash part way cannot hand a half-undone pod to a retry): that commit fails, and the
+// daemon fail-stops during recovery, before it serves, with the file unchanged. After the
+// space is freed, the next start rolls the pod back: nothing leaked, and the retry gets a
+// new pod.
+func TestFullDiskDuringRecoveryWrite(t *testing.T) {
+	requirePrereqs(t)
+	testenv.RequireRoot(t, "the full-disk tests mount a tmpfs for the journal")
+	dir := testenv.SmallFS(t, "", journalFSSize)
+	d := startDaemon(t, daemonOptions{journalDir: dir, cacheTTL: 8 * time.Second})
+	pod := bigPod(t, "expiring")
+	created := d.timeOut(t, pod)
+	d.waitNetworkDone(t, created, 2*slowADD)
+	d.stop(t)
+	recs := d.records(t)
+	if len(recs) != 1 || recs[0].ID != created || recs[0].State != journal.StateCached {
+		t.Fatalf("journal after the stop: %v, want one cached record %s", recs, created)
+	}
+
+	filler := testenv.FillFS(t, dir, "filler")
+	time.Sleep(time.Until(recs[0].Expiry) + 100*time.Millisecond)
+	d.start(t, daemonBinary(t))
+	d.requireFailStop(t, "during recovery", 2*time.Minute)
+	if after := d.records(t); len(after) != 1 || after[0].ID != created || after[0].State != journal.StateCached {
+		t.Errorf("after the failed recovery the file holds %v, want the cached %s as it was", after, created)
+	}
+
+	freeSpace(t, filler)
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	if left := d.liveRecords(t); len(left) != 0 {
+		t.Errorf("after recovery with space the journal still holds %s", describeSteps(left[0]))
+	}
+	d.assertNoLeaks(t)
+	id := d.mustRunp(t, pod)
+	if id == created {
+		t.Errorf("the retry got the expired pod %s", id)
+	}
 	d.removePod(t, id)
 	d.stopClean(t)
 }

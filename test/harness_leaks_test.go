@@ -152,8 +152,8 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 		return nil
 	})
 
-	// The pods' files (resolv.conf, hostname, /dev/shm; their mounts are
-	// checked with the node's mounts).
+	// The pods' files (resolv.conf, hostname, /dev/shm): a pod's directory,
+	// which a mount left there keeps too.
 	podFiles, err := os.ReadDir(d.podFilesDir())
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func cgroupDirs(parent string) []string {
 // containerLeaks lists what containers left on the node that kept does not
 // accept: runtime containers, conmons, storage containers, conmon's state
 // files, cgroups under the pods' cgroup parent, and mounts under the node's
-// directory (but the namespace pins, checked apart).
+// directory (but the namespace pins and the pods' files, checked apart).
 func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 	t.Helper()
 	var leaks []string
@@ -365,6 +365,9 @@ func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 	for _, m := range mountsBelow(d.base) {
 		if m == d.nsDir || strings.HasPrefix(m, d.nsDir+"/") {
 			continue // namespace pins: checked by leaks
+		}
+		if strings.HasPrefix(m, d.podFilesDir()+"/") {
+			continue // the pods' own files (their /dev/shm): leaks checks their directories
 		}
 		if m == filepath.Join(d.storageRoot(), "overlay") {
 			continue // the overlay driver's home, made private once and left mounted
