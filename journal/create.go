@@ -163,15 +163,7 @@ func (j *Journal) Answer(id string, live bool) (Record, error) {
 		j.mu.Unlock()
 		return Record{}, err
 	}
-	p, err := j.change(e, true, func(r *Record) {
-		if live {
-			r.State = StateCreated
-			r.Expiry = time.Time{}
-		} else {
-			r.State = StateCached
-			r.Expiry = j.opts.Now().Add(j.opts.CacheTTL)
-		}
-	})
+	p, err := j.change(e, true, func(r *Record) { j.answered(r, live) })
 	rec := e.rec.Clone()
 	j.mu.Unlock()
 	if err != nil {
@@ -219,13 +211,7 @@ func (j *Journal) Settle(id string, object any, live bool) (Record, error) {
 	p, err := j.change(e, true, func(r *Record) {
 		r.Stage = ""
 		r.Object = raw
-		if live {
-			r.State = StateCreated
-			r.Expiry = time.Time{}
-		} else {
-			r.State = StateCached
-			r.Expiry = j.opts.Now().Add(j.opts.CacheTTL)
-		}
+		j.answered(r, live)
 	})
 	rec := e.rec.Clone()
 	j.mu.Unlock()
@@ -233,6 +219,18 @@ func (j *Journal) Settle(id string, object any, live bool) (Record, error) {
 		return Record{}, err
 	}
 	return rec, wait(p)
+}
+
+// answered sets a finished record's state as its answer decides: created when the request
+// that made it is still live, cached with an expiry from now when it is not.
+func (j *Journal) answered(r *Record, live bool) {
+	if live {
+		r.State = StateCreated
+		r.Expiry = time.Time{}
+	} else {
+		r.State = StateCached
+		r.Expiry = j.opts.Now().Add(j.opts.CacheTTL)
+	}
 }
 
 // Cache turns a ready record into a cached one with a fresh expiry, for recovery: its
