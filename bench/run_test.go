@@ -190,7 +190,7 @@ func TestRun(t *testing.T) {
 func TestCompare(t *testing.T) {
 	slow, fast := &fakeRuntime{delay: 50 * time.Millisecond}, &fakeRuntime{}
 	o := Options{Endpoint: serveFake(t, slow), Pods: 3, Concurrency: 1, Prefix: "cmp"}
-	c, err := Compare(context.Background(), o, serveFake(t, fast), 3)
+	c, err := Compare(context.Background(), o, serveFake(t, fast), 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,322 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/vishvananda/netlink"
+
+	"github.com/crijournal/crijournal/netns"
+)
+
+// FloorOptions describe the floor: what runc and the CNI plugin cost by themselves on
+// this machine, measured directly, without any CRI runtime.
+type FloorOptions struct {
+	Runs int    // how many pods' worth of work (default 10)
+	Runc string // the OCI runtime binary (default runc from PATH)
+	// Command is the container's (default sleep 3600); its root file system is a
+	// directory with the static busybox of the host (Busybox, default busybox from PATH).
+	Command []string
+	Busybox string
+	// CNIPluginDirs are searched for the plugins (default /opt/cni/bin, /usr/lib/cni).
+	CNIPluginDirs []string
+	// CNIConfList is the network (a conflist); by default, the bridge plugin with
+	// host-local on a bridge and subnet of the floor's own, which it removes afterwards.
+	CNIConfList []byte
+}
+
+// Floor operations.
+const (
+	OpRuncCreate Op = "runc create"
+	OpRuncStart  Op = "runc start"
+	OpRuncDelete Op = "runc delete -f"
+	OpCNIAdd     Op = "CNI ADD"
+	OpCNIDel     Op = "CNI DEL"
+)
+
+// floorBridge and floorSubnet are the default network's.
+const (
+	floorBridge = "cjfloor0"
+	floorSubnet = "10.253.0.0/24"
+)
+
+// FloorReport is what the floor measured. Ops holds runc create, start and delete -f of
+// a busybox bundle and the CNI ADD and DEL of a fresh network namespace, and per run
+// their sums: PodUp (ADD + create + start, what a one-container pod's start needs at
+// least) and PodDown (DEL + delete -f).
+type FloorReport struct {
+	Runs int          `json:"runs"`
+	Ops  map[Op]Stats `json:"ops"`
+}
+
+// Floor measures the floor: o.Runs times, in a fresh network namespace, the CNI ADD, runc
+// create and runc start of a container that joins it, then the CNI DEL and runc delete
+// -f. Each step runs alone, so the figures are each one's own cost. It removes what it
+// made (bundle, containers, namespaces, the default network's bridge).
+func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
+	if o.Runs <= 0 {
+		o.Runs = 10
+	}
+	if o.Runc == "" {
+		o.Runc = "runc"
+	}
+	if len(o.Command) == 0 {
+		o.Command = []string{"sleep", "3600"}
+	}
+	if o.Busybox == "" {
+		o.Busybox = "busybox"
+	}
+	if len(o.CNIPluginDirs) == 0 {
+		o.CNIPluginDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+	}
+	runc, err := exec.LookPath(o.Runc)
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	// Under /run, so that the runc root and namespace pins are on a tmpfs like a
+	// runtime's.
+	dir, err := os.MkdirTemp("/run", "cjfloor-")
+	if err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	defer func() {
+		if rerr := os.RemoveAll(dir); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("floor: %w", rerr))
+		}
+	}()
+	bundle := filepath.Join(dir, "bundle")
+	if err := makeBusyboxBundle(ctx, runc, o.Busybox, bundle); err != nil {
+		return nil, fmt.Errorf("floor: %w", err)
+	}
+	conf := o.CNIConfList
+	if conf == nil {
+		conf = []byte(fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "cj-floor", "plugins": [{"type": "bridge", "bridge": %q,
+ "isGateway": true, "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}}]}`,
+			floorBridge, floorSubnet, filepath.Join(dir, "ipam")))
+		defer func() {
+			if l, lerr := netlink.LinkByName(floorBridge); lerr == nil {
+				if lerr := netlink.LinkDel(l); lerr != nil {
+					err = errors.Join(err, fmt.Errorf("floor: remove bridge %s: %w", floorBridge, lerr))
+				}
+			}
+		}()
+	}
+	list, err := libcni.ConfListFromBytes(conf)
+	if err != nil {
+		return nil, fmt.Errorf("floor: network: %w", err)
+	}
+	cni := libcni.NewCNIConfigWithCacheDir(o.CNIPluginDirs, filepath.Join(dir, "cni-cache"), nil)
+	root := filepath.Join(dir, "runc")
+	rep := &Report{samples: map[Op][]time.Duration{}}
+	for i := range o.Runs {
+		if err := floorRun(ctx, o, runc, root, bundle, dir, fmt.Sprintf("cjfloor-%d-%d", os.Getpid(), i), cni, list, rep); err != nil {
+			return nil, fmt.Errorf("floor: run %d: %w", i+1, err)
+		}
+	}
+	rep.finish()
+	return &FloorReport{Runs: o.Runs, Ops: rep.Ops}, nil
+}
+
+// floorRun is one run of Floor, as container id, with its own network namespace.
+func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id string, cni *libcni.CNIConfig, list *libcni.NetworkConfigList, rep *Report) (err error) {
+	pins, err := netns.Pin(ctx, filepath.Join(dir, "ns"), id, []netns.Kind{netns.Net}, "")
+	if err != nil {
+		return err
+	}
+	nsPath := pins[netns.Net]
+	cleanCtx := context.WithoutCancel(ctx)
+	defer func() {
+		if uerr := netns.Unpin(cleanCtx, nsPath); uerr != nil {
+			err = errors.Join(err, uerr)
+		}
+	}()
+	if err := writeBundleConfig(bundle, o.Command, nsPath); err != nil {
+		return err
+	}
+	logPath := filepath.Join(dir, "runc.log")
+	rtConf := &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: "eth0"}
+	runcCmd := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, runc, append([]string{"--root", root, "--log", logPath}, args...)...)
+		cmd.Dir = bundle
+		// The container inherits runc's stdio: a pipe would keep Wait waiting for as
+		// long as the container runs. Its streams are /dev/null, runc's messages go to
+		// its log file.
+		if err := cmd.Run(); err != nil {
+			msg, _ := os.ReadFile(logPath)
+			return fmt.Errorf("runc %s: %w: %s", args[0], err, lastLine(msg))
+		}
+		return nil
+	}
+	added, created := false, false
+	defer func() {
+		if created && err != nil {
+			_ = runcCmd("delete", "-f", id)
+		}
+		if added && err != nil {
+			_ = cni.DelNetworkList(cleanCtx, list, rtConf)
+		}
+	}()
+	timed := func(op Op, f func() error) (time.Duration, error) {
+		t := time.Now()
+		if err := f(); err != nil {
+			return 0, err
+		}
+		d := time.Since(t)
+		rep.add(op, d)
+		return d, nil
+	}
+	add, err := timed(OpCNIAdd, func() error { _, err := cni.AddNetworkList(ctx, list, rtConf); return err })
+	if err != nil {
+		return err
+	}
+	added = true
+	create, err := timed(OpRuncCreate, func() error { return runcCmd("create", "--bundle", bundle, id) })
+	if err != nil {
+		return err
+	}
+	created = true
+	start, err := timed(OpRuncStart, func() error { return runcCmd("start", id) })
+	if err != nil {
+		return err
+	}
+	rep.add(OpPodUp, add+create+start)
+	del, err := timed(OpCNIDel, func() error { return cni.DelNetworkList(ctx, list, rtConf) })
+	if err != nil {
+		return err
+	}
+	added = false
+	remove, err := timed(OpRuncDelete, func() error { return runcCmd("delete", "-f", id) })
+	if err != nil {
+		return err
+	}
+	created = false
+	rep.add(OpPodDown, del+remove)
+	return nil
+}
+
+// makeBusyboxBundle makes an OCI bundle at dir whose root file system holds the static
+// busybox binary and links to it, with the spec `runc spec` writes.
+func makeBusyboxBundle(ctx context.Context, runc, busybox, dir string) error {
+	bb, err := exec.LookPath(busybox)
+	if err != nil {
+		return err
+	}
+	bin := filepath.Join(dir, "rootfs", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return err
+	}
+	data, err := os.ReadFile(bb)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(bin, "busybox"), data, 0o755); err != nil {
+		return err
+	}
+	for _, name := range []string{"sh", "sleep", "true"} {
+		if err := os.Symlink("busybox", filepath.Join(bin, name)); err != nil {
+			return err
+		}
+	}
+	if out, err := exec.CommandContext(ctx, runc, "spec", "--bundle", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("runc spec: %w: %s", err, out)
+	}
+	return nil
+}
+
+// writeBundleConfig rewrites the bundle's config.json: no terminal, the command, and the
+// network namespace at nsPath (as a pod's container joins its sandbox's).
+func writeBundleConfig(bundle string, command []string, nsPath string) error {
+	path := filepath.Join(bundle, "config.json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if spec.Process == nil || spec.Linux == nil {
+		return fmt.Errorf("%s: no process or linux section", path)
+	}
+	spec.Process.Terminal = false
+	spec.Process.Args = command
+	for i, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.NetworkNamespace {
+			spec.Linux.Namespaces[i].Path = nsPath
+		}
+	}
+	data, err = json.Marshal(&spec)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// WriteTable prints the floor for people.
+func (r *FloorReport) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "floor: runc and the CNI plugin by themselves, %d runs\n", r.Runs)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "STEP\tP50 ms\tP90 ms\tMAX ms\t")
+	for _, op := range []Op{OpCNIAdd, OpRuncCreate, OpRuncStart, OpPodUp, OpCNIDel, OpRuncDelete, OpPodDown} {
+		s, ok := r.Ops[op]
+		if !ok {
+			continue
+		}
+		name := string(op)
+		switch op {
+		case OpPodUp:
+			name = "pod up (ADD + create + start)"
+		case OpPodDown:
+			name = "pod down (DEL + delete -f)"
+		}
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t\n", name, s.P50ms, s.P90ms, s.MaxMs)
+	}
+	tw.Flush()
+}
+
+// WithFloor is a run's report with the floor measured after it.
+type WithFloor struct {
+	Report *Report      `json:"report"`
+	Floor  *FloorReport `json:"floor"`
+	// FloorRatios are PodUp and PodDown p50 over the floor's.
+	FloorRatios map[Op]float64 `json:"floor_ratios"`
+}
+
+// NewWithFloor puts rep and its floor f together and computes the ratios.
+func NewWithFloor(rep *Report, f *FloorReport) *WithFloor {
+	w := &WithFloor{Report: rep, Floor: f, FloorRatios: map[Op]float64{}}
+	for _, op := range []Op{OpPodUp, OpPodDown} {
+		if fl := f.Ops[op].P50; fl > 0 && rep.Ops[op].P50 > 0 {
+			w.FloorRatios[op] = float64(rep.Ops[op].P50) / float64(fl)
+		}
+	}
+	return w
+}
+
+// WriteTable prints the report, the floor and the ratios for people.
+func (w *WithFloor) WriteTable(out io.Writer) {
+	w.Report.WriteTable(out)
+	w.Floor.WriteTable(out)
+	for _, op := range []Op{OpPodUp, OpPodDown} {
+		if r, ok := w.FloorRatios[op]; ok {
+			fmt.Fprintf(out, "%s / floor: %.1f / %.1f ms = %.2f\n", op, w.Report.Ops[op].P50ms, w.Floor.Ops[op].P50ms, r)
+		}
+	}
+}
+
+// lastLine returns the last non-empty line of b.
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return lines[len(lines)-1]
+}
