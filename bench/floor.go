@@ -32,8 +32,10 @@ type FloorOptions struct {
 	// CNIPluginDirs are searched for the plugins (default /opt/cni/bin, /usr/lib/cni).
 	CNIPluginDirs []string
 	// CNIConfList is the network (a conflist); by default, the bridge plugin with
-	// host-local on a bridge and subnet of the floor's own, which it removes afterwards.
-	CNIConfList []byte
+	// host-local on a bridge (Bridge, default cjfloor0) and subnet (Subnet, default
+	// 10.253.0.0/24) of the floor's own, which it removes afterwards.
+	CNIConfList    []byte
+	Bridge, Subnet string
 }
 
 // Floor operations.
@@ -43,12 +45,6 @@ const (
 	OpRuncDelete Op = "runc delete -f"
 	OpCNIAdd     Op = "CNI ADD"
 	OpCNIDel     Op = "CNI DEL"
-)
-
-// floorBridge and floorSubnet are the default network's.
-const (
-	floorBridge = "cjfloor0"
-	floorSubnet = "10.253.0.0/24"
 )
 
 // FloorReport is what the floor measured. Ops holds runc create, start and delete -f of
@@ -80,6 +76,12 @@ func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	if len(o.CNIPluginDirs) == 0 {
 		o.CNIPluginDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
 	}
+	if o.Bridge == "" {
+		o.Bridge = "cjfloor0"
+	}
+	if o.Subnet == "" {
+		o.Subnet = "10.253.0.0/24"
+	}
 	runc, err := exec.LookPath(o.Runc)
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
@@ -103,11 +105,11 @@ func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	if conf == nil {
 		conf = []byte(fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "cj-floor", "plugins": [{"type": "bridge", "bridge": %q,
  "isGateway": true, "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}}]}`,
-			floorBridge, floorSubnet, filepath.Join(dir, "ipam")))
+			o.Bridge, o.Subnet, filepath.Join(dir, "ipam")))
 		defer func() {
-			if l, lerr := netlink.LinkByName(floorBridge); lerr == nil {
+			if l, lerr := netlink.LinkByName(o.Bridge); lerr == nil {
 				if lerr := netlink.LinkDel(l); lerr != nil {
-					err = errors.Join(err, fmt.Errorf("floor: remove bridge %s: %w", floorBridge, lerr))
+					err = errors.Join(err, fmt.Errorf("floor: remove bridge %s: %w", o.Bridge, lerr))
 				}
 			}
 		}()
