@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -23,8 +24,9 @@ import (
 // FloorOptions describe the floor: what runc and the CNI plugin cost by themselves on
 // this machine, measured directly, without any CRI runtime.
 type FloorOptions struct {
-	Runs int    // how many pods' worth of work (default 10)
-	Runc string // the OCI runtime binary (default runc from PATH)
+	Runs        int    // how many pods' worth of work (default 10)
+	Concurrency int    // runs at a time (default 1), as a workload's pods at a time
+	Runc        string // the OCI runtime binary (default runc from PATH)
 	// Command is the container's (default sleep 3600); its root file system is a
 	// directory with the static busybox of the host (Busybox, default busybox from PATH).
 	Command []string
@@ -82,6 +84,7 @@ func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	if o.Subnet == "" {
 		o.Subnet = "10.253.0.0/24"
 	}
+	o.Concurrency = max(o.Concurrency, 1)
 	runc, err := exec.LookPath(o.Runc)
 	if err != nil {
 		return nil, fmt.Errorf("floor: %w", err)
@@ -118,13 +121,32 @@ func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("floor: network: %w", err)
 	}
-	cni := libcni.NewCNIConfigWithCacheDir(o.CNIPluginDirs, filepath.Join(dir, "cni-cache"), nil)
 	root := filepath.Join(dir, "runc")
 	rep := &Report{samples: map[Op][]time.Duration{}}
+	work := make(chan int)
+	errs := make([]error, o.Runs)
+	var wg sync.WaitGroup
+	for range o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// One per worker: a CNIConfig sets itself up on first use, unguarded.
+			cni := libcni.NewCNIConfigWithCacheDir(o.CNIPluginDirs, filepath.Join(dir, "cni-cache"), nil)
+			for i := range work {
+				id := fmt.Sprintf("cjfloor-%d-%d", os.Getpid(), i)
+				if err := floorRun(ctx, o, runc, root, bundle, dir, id, cni, list, rep); err != nil {
+					errs[i] = fmt.Errorf("floor: run %d: %w", i+1, err)
+				}
+			}
+		}()
+	}
 	for i := range o.Runs {
-		if err := floorRun(ctx, o, runc, root, bundle, dir, fmt.Sprintf("cjfloor-%d-%d", os.Getpid(), i), cni, list, rep); err != nil {
-			return nil, fmt.Errorf("floor: run %d: %w", i+1, err)
-		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	rep.finish()
 	return &FloorReport{Runs: o.Runs, Ops: rep.Ops}, nil
@@ -143,10 +165,16 @@ func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id s
 			err = errors.Join(err, uerr)
 		}
 	}()
-	if err := writeBundleConfig(bundle, o.Command, nsPath); err != nil {
+	// A bundle per run (runs may be concurrent), sharing the read-only root file system.
+	template := bundle
+	bundle = filepath.Join(dir, "bundles", id)
+	if err := os.MkdirAll(bundle, 0o755); err != nil {
 		return err
 	}
-	logPath := filepath.Join(dir, "runc.log")
+	if err := writeBundleConfig(template, bundle, o.Command, nsPath); err != nil {
+		return err
+	}
+	logPath := filepath.Join(bundle, "runc.log")
 	rtConf := &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: "eth0"}
 	runcCmd := func(args ...string) error {
 		cmd := exec.CommandContext(ctx, runc, append([]string{"--root", root, "--log", logPath}, args...)...)
@@ -236,10 +264,11 @@ func makeBusyboxBundle(ctx context.Context, runc, busybox, dir string) error {
 	return nil
 }
 
-// writeBundleConfig rewrites the bundle's config.json: no terminal, the command, and the
-// network namespace at nsPath (as a pod's container joins its sandbox's).
-func writeBundleConfig(bundle string, command []string, nsPath string) error {
-	path := filepath.Join(bundle, "config.json")
+// writeBundleConfig writes the config.json of bundle from template's (which `runc spec`
+// wrote): no terminal, the command, template's root file system, and the network
+// namespace at nsPath (as a pod's container joins its sandbox's).
+func writeBundleConfig(template, bundle string, command []string, nsPath string) error {
+	path := filepath.Join(template, "config.json")
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -253,6 +282,10 @@ func writeBundleConfig(bundle string, command []string, nsPath string) error {
 	}
 	spec.Process.Terminal = false
 	spec.Process.Args = command
+	if spec.Root == nil {
+		return fmt.Errorf("%s: no root", path)
+	}
+	spec.Root.Path = filepath.Join(template, spec.Root.Path)
 	for i, ns := range spec.Linux.Namespaces {
 		if ns.Type == specs.NetworkNamespace {
 			spec.Linux.Namespaces[i].Path = nsPath
@@ -262,7 +295,7 @@ func writeBundleConfig(bundle string, command []string, nsPath string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, data, 0o644)
+	return os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o644)
 }
 
 // WriteTable prints the floor for people.

@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// TestFloor runs the real floor twice (root, runc, busybox and the bridge plugin needed)
+// TestFloor runs the real floor four times, two at a time (root, runc, busybox and the bridge plugin needed)
 // and checks every step was timed each run and nothing is left on the host.
 func TestFloor(t *testing.T) {
 	if testing.Short() || os.Geteuid() != 0 {
@@ -23,13 +23,13 @@ func TestFloor(t *testing.T) {
 	}
 	before, _ := filepath.Glob("/run/cjfloor-*") // a floor run by another process
 	const bridge = "cjfloort0"
-	r, err := Floor(context.Background(), FloorOptions{Runs: 2, Bridge: bridge, Subnet: "10.253.1.0/24"})
+	r, err := Floor(context.Background(), FloorOptions{Runs: 4, Concurrency: 2, Bridge: bridge, Subnet: "10.253.1.0/24"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, op := range []Op{OpCNIAdd, OpRuncCreate, OpRuncStart, OpPodUp, OpCNIDel, OpRuncDelete, OpPodDown} {
-		if s := r.Ops[op]; s.Count != 2 || s.P50 <= 0 {
-			t.Errorf("%s: %+v, want 2 timings", op, s)
+		if s := r.Ops[op]; s.Count != 4 || s.P50 <= 0 {
+			t.Errorf("%s: %+v, want 4 timings", op, s)
 		}
 	}
 	if up := r.Ops[OpPodUp].Max; up < r.Ops[OpRuncCreate].Max {

@@ -52,9 +52,11 @@ type IdleReport struct {
 	CPUPercent float64 `json:"cpu_percent_of_one_core"`
 	// Memory is read at the end of the polling.
 	Memory *Memory `json:"memory,omitempty"`
-	// Calls holds each poll call's latency, and Errors the calls that failed, by call.
-	Calls  map[string]Stats `json:"calls"`
-	Errors map[string]int   `json:"errors,omitempty"`
+	// Calls holds each poll call's latency, and Errors the calls that failed, by call,
+	// with the first error of each in FirstErrors.
+	Calls       map[string]Stats  `json:"calls"`
+	Errors      map[string]int    `json:"errors,omitempty"`
+	FirstErrors map[string]string `json:"first_errors,omitempty"`
 	// Up is the report of bringing the pods up and down.
 	Up *Report `json:"up"`
 }
@@ -98,7 +100,7 @@ func Idle(ctx context.Context, o IdleOptions) (*IdleReport, error) {
 		ir.CPUSeconds = after.CPUSeconds - before.CPUSeconds
 		ir.CPUPercent = 100 * ir.CPUSeconds / ir.Seconds
 		ir.Memory = readMemory(pid, ids(pods), len(pods))
-		ir.Calls, ir.Errors = calls.stats()
+		ir.Calls, ir.Errors, ir.FirstErrors = calls.stats()
 		return ctx.Err()
 	})
 	if rep != nil {
@@ -118,27 +120,31 @@ type callSamples struct {
 	mu      sync.Mutex
 	samples map[string][]time.Duration
 	errors  map[string]int
+	first   map[string]string
 }
 
 func (c *callSamples) add(call string, t time.Time, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err != nil {
+		if c.errors[call] == 0 {
+			c.first[call] = err.Error()
+		}
 		c.errors[call]++
 		return
 	}
 	c.samples[call] = append(c.samples[call], time.Since(t))
 }
 
-func (c *callSamples) stats() (map[string]Stats, map[string]int) {
+func (c *callSamples) stats() (map[string]Stats, map[string]int, map[string]string) {
 	out := map[string]Stats{}
 	for call, s := range c.samples {
 		out[call] = statsOf(s)
 	}
 	if len(c.errors) == 0 {
-		return out, nil
+		return out, nil, nil
 	}
-	return out, c.errors
+	return out, c.errors, c.first
 }
 
 // statsOf summarises the durations s (sorting them).
@@ -156,11 +162,20 @@ func statsOf(s []time.Duration) Stats {
 // ListContainers; every status period, PodSandboxStatus of every sandbox and
 // ContainerStatus of every container those lists returned, and ListContainerStats. The
 // first status round comes at once. One call at a time, as the kubelet's loops are
-// sequential; a call that fails is counted and the polling goes on.
+// sequential; a call that fails is counted and the polling goes on. A call under way
+// when d ends is finished (and counted): calls have a timeout of their own, as the
+// kubelet's do, not the end of the polling.
 func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEvery, statusEvery time.Duration) *callSamples {
-	c := &callSamples{samples: map[string][]time.Duration{}, errors: map[string]int{}}
-	ctx, cancel := context.WithTimeout(ctx, d)
-	defer cancel()
+	c := &callSamples{samples: map[string][]time.Duration{}, errors: map[string]int{}, first: map[string]string{}}
+	end := time.Now().Add(d)
+	over := func() bool { return ctx.Err() != nil || !time.Now().Before(end) }
+	stop := time.NewTimer(d)
+	defer stop.Stop()
+	call := func(f func(context.Context) error) error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		return f(cctx)
+	}
 	relist := time.NewTicker(relistEvery)
 	defer relist.Stop()
 	status := time.NewTicker(statusEvery)
@@ -168,7 +183,11 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 	var sandboxes, containers []string
 	list := func() {
 		t := time.Now()
-		sbs, err := rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+		var sbs *runtimeapi.ListPodSandboxResponse
+		err := call(func(ctx context.Context) (err error) {
+			sbs, err = rt.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+			return err
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -180,7 +199,11 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 			}
 		}
 		t = time.Now()
-		ctrs, err := rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+		var ctrs *runtimeapi.ListContainersResponse
+		err = call(func(ctx context.Context) (err error) {
+			ctrs, err = rt.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+			return err
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -194,23 +217,41 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 	}
 	statuses := func() {
 		for _, id := range sandboxes {
+			if over() {
+				return
+			}
 			t := time.Now()
-			_, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+			err := call(func(ctx context.Context) error {
+				_, err := rt.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id})
+				return err
+			})
 			if ctx.Err() != nil {
 				return
 			}
 			c.add(CallPodSandboxStatus, t, err)
 		}
 		for _, id := range containers {
+			if over() {
+				return
+			}
 			t := time.Now()
-			_, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+			err := call(func(ctx context.Context) error {
+				_, err := rt.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: id})
+				return err
+			})
 			if ctx.Err() != nil {
 				return
 			}
 			c.add(CallContainerStatus, t, err)
 		}
+		if over() {
+			return
+		}
 		t := time.Now()
-		_, err := rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{})
+		err := call(func(ctx context.Context) error {
+			_, err := rt.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{})
+			return err
+		})
 		if ctx.Err() != nil {
 			return
 		}
@@ -221,6 +262,8 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 	for {
 		select {
 		case <-ctx.Done():
+			return c
+		case <-stop.C:
 			return c
 		case <-relist.C:
 			list()
@@ -250,6 +293,9 @@ func (r *IdleReport) WriteTable(w io.Writer) {
 		}
 	}
 	tw.Flush()
+	for _, call := range slices.Sorted(maps.Keys(r.FirstErrors)) {
+		fmt.Fprintf(w, "  first error of %s: %s\n", call, r.FirstErrors[call])
+	}
 	if r.Up != nil {
 		r.Up.WriteTable(w)
 	}

@@ -59,6 +59,7 @@ setting (journal_no_sync, say) compared in one run.`,
 			var fo *bench.FloorOptions
 			if withFloor || workload == "floor" {
 				floor.Command = o.Command
+				floor.Concurrency = o.Concurrency
 				fo = &floor
 			}
 			switch workload {
@@ -140,7 +141,7 @@ setting (journal_no_sync, say) compared in one run.`,
 	f.IntVar(&so.Step, "scale-step", 100, "with --workload scale, pods between two measurements")
 	f.IntVar(&so.Samples, "scale-samples", 5, "with --workload scale, pods brought up one at a time and measured at each step")
 	f.IntVar(&so.ListCalls, "list-calls", 20, "with --workload scale, calls of each List timed at each step")
-	f.BoolVar(&withFloor, "floor", false, "also measure the floor (runc create/start/delete -f of a busybox bundle and the CNI ADD/DEL into a fresh namespace, directly) after the run (each round), and compare PodUp and PodDown with it")
+	f.BoolVar(&withFloor, "floor", false, "also measure the floor (at --concurrency: runc create/start/delete -f of a busybox bundle and the CNI ADD/DEL into a fresh namespace, directly) after the run (each round), and compare PodUp and PodDown with it")
 	f.IntVar(&floor.Runs, "floor-runs", 10, "runs of the floor (medians are taken)")
 	f.StringVar(&floor.Runc, "runc", "runc", "the floor's OCI runtime")
 	f.StringSliceVar(&floor.CNIPluginDirs, "cni-plugin-dirs", []string{"/opt/cni/bin", "/usr/lib/cni"}, "the floor's CNI plugin directories")
