@@ -49,7 +49,26 @@ found by their label and removed too.
 With --compare-endpoint, the workload runs --rounds times on each endpoint,
 alternating, and the report gives per operation the ratio of the p50 latencies
 (median of the per-round ratios): two daemons of one runtime differing in one
-setting (journal_no_sync, say) compared in one run.`,
+setting (journal_no_sync, say), or crijournal and containerd, compared in one run.
+
+Workloads (--workload):
+  pods   the above (the default).
+  idle   brings --pods pods up, then polls them as a kubelet does for --duration
+         (ListPodSandbox and ListContainers every second; PodSandboxStatus and
+         ContainerStatus of each, and ListContainerStats, every 10 s) and reports the
+         daemon's CPU time (utime+stime from /proc/<pid>/stat, the daemon only) as % of
+         one core, its peak RSS (VmHWM), and the RSS of the pods' helper processes
+         (conmon, containerd's shim: processes whose command line names a pod or
+         container ID) per pod. The daemon is found from the socket's peer
+         credentials (SO_PEERCRED), or given with --daemon-pid.
+  scale  fills the node to --pods pods, --concurrency at a time, and at 0,
+         --scale-step, ... pods measures --scale-samples more pods brought up one at a
+         time and the latency of ListPodSandbox and ListContainers.
+  floor  times runc create, runc start and runc delete -f of a busybox bundle and the
+         CNI bridge plugin's ADD and DEL into a fresh network namespace, directly
+         (root needed). With --floor, the pods workload (each round of a comparison)
+         is followed by the floor, at the same concurrency, and PodUp and PodDown are
+         divided by it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
