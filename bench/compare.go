@@ -150,7 +150,7 @@ func (c *Comparison) WriteTable(w io.Writer) {
 	fmt.Fprintln(w, "floor (runc and CNI by themselves), after each round:")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "STEP\tP50 ms per round\tMEDIAN\t")
-	for _, op := range []Op{OpCNIAdd, OpRuncCreate, OpRuncStart, OpPodUp, OpCNIDel, OpRuncDelete, OpPodDown} {
+	for _, op := range FloorSteps {
 		var p50s string
 		var v []float64
 		for i, f := range c.Floors {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -17,6 +18,7 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/crijournal/crijournal/netns"
 )
@@ -45,22 +47,30 @@ const (
 	OpRuncCreate Op = "runc create"
 	OpRuncStart  Op = "runc start"
 	OpRuncDelete Op = "runc delete -f"
+	OpRuncKill   Op = "runc kill + exit"
+	OpRuncRemove Op = "runc delete (stopped)"
 	OpCNIAdd     Op = "CNI ADD"
 	OpCNIDel     Op = "CNI DEL"
 )
 
-// FloorReport is what the floor measured. Ops holds runc create, start and delete -f of
-// a busybox bundle and the CNI ADD and DEL of a fresh network namespace, and per run
-// their sums: PodUp (ADD + create + start, what a one-container pod's start needs at
-// least) and PodDown (DEL + delete -f).
+// FloorReport is what the floor measured. Ops holds runc create and start of a busybox
+// bundle, the CNI ADD and DEL of a fresh network namespace, and the container's end, one
+// of two ways in turn: runc delete -f (which polls for the container's exit every 100
+// ms), or runc kill KILL, the exit seen on a pidfd, and runc delete of the stopped
+// container; and per run the sums: PodUp (ADD + create + start, what a one-container
+// pod's start needs at least) and PodDown (DEL + kill + exit + delete, the cheaper way).
 type FloorReport struct {
 	Runs int          `json:"runs"`
 	Ops  map[Op]Stats `json:"ops"`
 }
 
+// FloorSteps are the floor's operations, in the order reports print them.
+var FloorSteps = []Op{OpCNIAdd, OpRuncCreate, OpRuncStart, OpPodUp, OpCNIDel, OpRuncDelete, OpRuncKill, OpRuncRemove, OpPodDown}
+
 // Floor measures the floor: o.Runs times, in a fresh network namespace, the CNI ADD, runc
-// create and runc start of a container that joins it, then the CNI DEL and runc delete
-// -f. Each step runs alone, so the figures are each one's own cost. It removes what it
+// create and runc start of a container that joins it, then the CNI DEL and the
+// container's end (runc delete -f in every second run, runc kill, exit and delete in
+// the others). Each step runs alone, so the figures are each one's own cost. It removes what it
 // made (bundle, containers, namespaces, the default network's bridge).
 func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	if o.Runs <= 0 {
@@ -134,7 +144,7 @@ func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 			cni := libcni.NewCNIConfigWithCacheDir(o.CNIPluginDirs, filepath.Join(dir, "cni-cache"), nil)
 			for i := range work {
 				id := fmt.Sprintf("cjfloor-%d-%d", os.Getpid(), i)
-				if err := floorRun(ctx, o, runc, root, bundle, dir, id, cni, list, rep); err != nil {
+				if err := floorRun(ctx, o, runc, root, bundle, dir, id, i%2 == 1, cni, list, rep); err != nil {
 					errs[i] = fmt.Errorf("floor: run %d: %w", i+1, err)
 				}
 			}
@@ -152,8 +162,9 @@ func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	return &FloorReport{Runs: o.Runs, Ops: rep.Ops}, nil
 }
 
-// floorRun is one run of Floor, as container id, with its own network namespace.
-func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id string, cni *libcni.CNIConfig, list *libcni.NetworkConfigList, rep *Report) (err error) {
+// floorRun is one run of Floor, as container id, with its own network namespace; with
+// force, the container ends with runc delete -f.
+func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id string, force bool, cni *libcni.CNIConfig, list *libcni.NetworkConfigList, rep *Report) (err error) {
 	pins, err := netns.Pin(ctx, filepath.Join(dir, "ns"), id, []netns.Kind{netns.Net}, "")
 	if err != nil {
 		return err
@@ -211,7 +222,8 @@ func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id s
 		return err
 	}
 	added = true
-	create, err := timed(OpRuncCreate, func() error { return runcCmd("create", "--bundle", bundle, id) })
+	pidFile := filepath.Join(bundle, "pid")
+	create, err := timed(OpRuncCreate, func() error { return runcCmd("create", "--bundle", bundle, "--pid-file", pidFile, id) })
 	if err != nil {
 		return err
 	}
@@ -226,13 +238,68 @@ func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id s
 		return err
 	}
 	added = false
-	remove, err := timed(OpRuncDelete, func() error { return runcCmd("delete", "-f", id) })
+	if force {
+		if _, err := timed(OpRuncDelete, func() error { return runcCmd("delete", "-f", id) }); err != nil {
+			return err
+		}
+		created = false
+		return nil
+	}
+	pidfd, err := openPidFile(pidFile)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(pidfd)
+	kill, err := timed(OpRuncKill, func() error {
+		if err := runcCmd("kill", id, "KILL"); err != nil {
+			return err
+		}
+		return waitPidfd(ctx, pidfd)
+	})
+	if err != nil {
+		return err
+	}
+	remove, err := timed(OpRuncRemove, func() error { return runcCmd("delete", id) })
 	if err != nil {
 		return err
 	}
 	created = false
-	rep.add(OpPodDown, del+remove)
+	rep.add(OpPodDown, del+kill+remove)
 	return nil
+}
+
+// openPidFile opens a pidfd of the process whose PID is in file.
+func openPidFile(file string) (int, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return -1, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		return -1, fmt.Errorf("%s: %w", file, err)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, fmt.Errorf("pidfd of %d: %w", pid, err)
+	}
+	return fd, nil
+}
+
+// waitPidfd waits until the process of pidfd has exited (a pidfd polls readable then,
+// reaped or not), at most 10 s.
+func waitPidfd(ctx context.Context, pidfd int) error {
+	end := time.Now().Add(10 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(end) {
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		n, err := unix.Poll(fds, 100)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("poll pidfd: %w", err)
+		}
+		if n > 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("the container did not exit after SIGKILL: %w", errors.Join(ctx.Err(), os.ErrDeadlineExceeded))
 }
 
 // makeBusyboxBundle makes an OCI bundle at dir whose root file system holds the static
@@ -303,7 +370,7 @@ func (r *FloorReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "floor: runc and the CNI plugin by themselves, %d runs\n", r.Runs)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "STEP\tP50 ms\tP90 ms\tMAX ms\t")
-	for _, op := range []Op{OpCNIAdd, OpRuncCreate, OpRuncStart, OpPodUp, OpCNIDel, OpRuncDelete, OpPodDown} {
+	for _, op := range FloorSteps {
 		s, ok := r.Ops[op]
 		if !ok {
 			continue
@@ -313,7 +380,7 @@ func (r *FloorReport) WriteTable(w io.Writer) {
 		case OpPodUp:
 			name = "pod up (ADD + create + start)"
 		case OpPodDown:
-			name = "pod down (DEL + delete -f)"
+			name = "pod down (DEL + kill + exit + delete)"
 		}
 		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t\n", name, s.P50ms, s.P90ms, s.MaxMs)
 	}
