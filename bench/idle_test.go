@@ -188,8 +188,13 @@ func TestIdleNeedsTheDaemon(t *testing.T) {
 // removal measured.
 func TestScale(t *testing.T) {
 	f := &fakeRuntime{}
+	floors := 0
+	floor := func(context.Context) (*FloorReport, error) {
+		floors++
+		return &FloorReport{Runs: 1, Ops: map[Op]Stats{OpPodUp: {P50: time.Millisecond, P50ms: 1}}}, nil
+	}
 	r, err := Scale(context.Background(), ScaleOptions{Options: Options{Endpoint: serveFake(t, f), Pods: 4, Concurrency: 2, Image: "img", Prefix: "scale"},
-		Step: 2, Samples: 1, ListCalls: 3})
+		Step: 2, Samples: 1, ListCalls: 3, Floor: floor})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +205,9 @@ func TestScale(t *testing.T) {
 	// existing pods : records (sandboxes + containers, the sample included) : samples : list calls
 	if want := []string{"0:2:1:3", "2:6:1:3", "4:10:1:3"}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("points %v, want %v", got, want)
+	}
+	if floors != 3 || r.Points[2].Floor == nil {
+		t.Errorf("the floor was measured %d times, want at each of the 3 points", floors)
 	}
 	if n := r.Down.Ops[OpPodDown].Count; n != 5 {
 		t.Errorf("%d pods down, want the 4 of the fill and the samples: 5", n)

@@ -19,6 +19,10 @@ type ScaleOptions struct {
 	Step      int // pods between two measurements (default 100)
 	Samples   int // pods brought up one at a time at each measurement (default 5)
 	ListCalls int // calls of each List timed at each measurement (default 20)
+	// Floor, if not nil, measures the floor (runc and CNI by themselves) at each point
+	// too, so that what grows with the node's mounts, processes and cgroups for every
+	// runtime can be told from what grows in the daemon.
+	Floor func(context.Context) (*FloorReport, error)
 }
 
 // ScalePoint is one measurement of the scale workload.
@@ -35,6 +39,8 @@ type ScalePoint struct {
 	Lists map[string]Stats `json:"lists"`
 	// Memory is read after the samples.
 	Memory *Memory `json:"memory,omitempty"`
+	// Floor is the floor measured at this point, with a floor.
+	Floor *FloorReport `json:"floor,omitempty"`
 }
 
 // ScaleReport is the scale workload's outcome.
@@ -96,6 +102,11 @@ func Scale(ctx context.Context, o ScaleOptions) (*ScaleReport, error) {
 			break
 		}
 		pt.Memory = readMemory(s.pid, ids(made), len(made))
+		if o.Floor != nil {
+			if pt.Floor, err = o.Floor(ctx); err != nil {
+				break
+			}
+		}
 		sr.Points = append(sr.Points, pt)
 		if existing >= o.Pods {
 			break
@@ -140,15 +151,18 @@ func timeLists(ctx context.Context, rt runtimeapi.RuntimeServiceClient, n int) (
 func (r *ScaleReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "endpoint %s (%s): one more pod, and List calls, as the node fills\n", r.Endpoint, r.Runtime)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "PODS\tRECORDS\tPodUp p50 ms\tRunPodSandbox p50\tCreateContainer p50\tStartContainer p50\tListPodSandbox p50\tListContainers p50\tDAEMON RSS MiB\tFAILED\t")
+	fmt.Fprintln(tw, "PODS\tRECORDS\tPodUp p50 ms\tRunPodSandbox p50\tCreateContainer p50\tStartContainer p50\tFLOOR PodUp p50\tListPodSandbox p50\tListContainers p50\tDAEMON RSS MiB\tFAILED\t")
 	for _, p := range r.Points {
-		rss := 0.0
+		rss, floor := 0.0, "-"
 		if p.Memory != nil {
 			rss = p.Memory.DaemonRSSMiB
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%.2f\t%.2f\t%.1f\t%d\t\n", p.Existing, p.Records,
+		if p.Floor != nil {
+			floor = fmt.Sprintf("%.1f", p.Floor.Ops[OpPodUp].P50ms)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.1f\t%.1f\t%.1f\t%.1f\t%s\t%.2f\t%.2f\t%.1f\t%d\t\n", p.Existing, p.Records,
 			p.Ops[OpPodUp].P50ms, p.Ops[OpRunPodSandbox].P50ms, p.Ops[OpCreateContainer].P50ms, p.Ops[OpStartContainer].P50ms,
-			p.Lists[CallListPodSandbox].P50ms, p.Lists[CallListContainers].P50ms, rss, p.Failed)
+			floor, p.Lists[CallListPodSandbox].P50ms, p.Lists[CallListContainers].P50ms, rss, p.Failed)
 	}
 	tw.Flush()
 	if r.FillFailed > 0 {

@@ -68,7 +68,8 @@ Workloads (--workload):
          CNI bridge plugin's ADD and DEL into a fresh network namespace, directly
          (root needed). With --floor, the pods workload (each round of a comparison)
          is followed by the floor, at the same concurrency, and PodUp and PodDown are
-         divided by it.`,
+         divided by it; with --workload scale, the floor (one at a time) is measured at
+         every point too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -98,6 +99,11 @@ Workloads (--workload):
 				return errors.Join(err, write(out, asJSON, r, r.WriteTable))
 			case "scale":
 				so.Options = o
+				if fo != nil {
+					one := *fo
+					one.Concurrency = 1
+					so.Floor = func(ctx context.Context) (*bench.FloorReport, error) { return bench.Floor(ctx, one) }
+				}
 				r, err := bench.Scale(ctx, so)
 				if r == nil {
 					return err
