@@ -20,7 +20,9 @@ args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-n 20 -c 1 --rounds 4)
 IMAGE="${IMAGE:-docker.io/library/busybox:latest}"
 IMAGEDIR="${IMAGEDIR:-/var/tmp/crij-images}"
-command -v containerd >/dev/null || { echo "$0: no containerd: apt-get install containerd" >&2; exit 1; }
+for c in containerd ctr jq crictl; do
+	command -v "$c" >/dev/null || { echo "$0: no $c (apt-get install containerd jq; crictl: make deps)" >&2; exit 1; }
+done
 [ -f "$IMAGEDIR/busybox.tar" ] && [ -f "$IMAGEDIR/pause-sandbox.tar" ] || {
 	echo "$0: no image tarballs in $IMAGEDIR: run /work/shared/conformance/mk-local-images.sh $IMAGEDIR" >&2
 	exit 1
