@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -30,6 +30,9 @@ type Options struct {
 	MaxRetries  int                   // with a Timeout, retries per request before the pod counts as failed (default 100)
 	Prefix      string                // pod name prefix, so runs do not collide
 	Progress    func(done, total int) // called with 0 when the pods start, then once per pod up (or failed)
+	// DaemonPID is the process whose CPU time and memory are read from /proc: 0 finds it
+	// from the socket's peer credentials, -1 reads nothing (a remote endpoint).
+	DaemonPID int
 }
 
 // Op names a measured operation.
@@ -42,7 +45,8 @@ const (
 	OpStartContainer   Op = "StartContainer"
 	OpStopPodSandbox   Op = "StopPodSandbox"
 	OpRemovePodSandbox Op = "RemovePodSandbox"
-	OpPodUp            Op = "PodUp" // RunPodSandbox (+ CreateContainer + StartContainer), retries included
+	OpPodUp            Op = "PodUp"   // RunPodSandbox (+ CreateContainer + StartContainer), retries included
+	OpPodDown          Op = "PodDown" // StopPodSandbox + RemovePodSandbox
 )
 
 // Stats summarise one operation's latencies.
@@ -83,8 +87,58 @@ type Report struct {
 	TeardownErrors []string       `json:"teardown_errors,omitempty"`
 	ErrorKinds     map[string]int `json:"error_kinds,omitempty"`
 	PerPod         []PodResult    `json:"per_pod,omitempty"`
-	samples        map[Op][]time.Duration
-	mu             sync.Mutex
+	// Memory, read from /proc once every pod is up (when the daemon is local).
+	Memory  *Memory `json:"memory,omitempty"`
+	samples map[Op][]time.Duration
+	mu      sync.Mutex
+}
+
+// Memory is what the daemon and its helpers hold, read from /proc.
+type Memory struct {
+	DaemonPID int `json:"daemon_pid"`
+	// DaemonPeakRSSMiB is the daemon's VmHWM: its peak resident memory since it started.
+	DaemonPeakRSSMiB float64 `json:"daemon_peak_rss_mib"`
+	DaemonRSSMiB     float64 `json:"daemon_rss_mib"`
+	// Helpers counts the helper processes (conmon, containerd's shim) of the run's pods
+	// and containers; HelperRSSPerPodMiB is their summed VmRSS over the pods up.
+	Helpers            int     `json:"helpers"`
+	HelperRSSPerPodMiB float64 `json:"helper_rss_per_pod_mib"`
+}
+
+// readMemory reads the daemon's and its helpers' memory, for pods pods whose sandbox and
+// container IDs are ids; nil if the daemon's process cannot be read.
+func readMemory(pid int, ids []string, pods int) *Memory {
+	if pid <= 0 {
+		return nil
+	}
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return nil
+	}
+	u, err := readUsage(fs, pid)
+	if err != nil {
+		return nil
+	}
+	m := &Memory{DaemonPID: pid, DaemonPeakRSSMiB: mib(u.PeakRSS), DaemonRSSMiB: mib(u.RSS)}
+	if sum, n, err := helperRSS(fs, pid, ids); err == nil && pods > 0 {
+		m.Helpers, m.HelperRSSPerPodMiB = n, mib(sum)/float64(pods)
+	}
+	return m
+}
+
+// daemonPID resolves o.DaemonPID: 0 asks the socket, -1 (or a socket that cannot say) is 0.
+func daemonPID(o Options) int {
+	switch {
+	case o.DaemonPID > 0:
+		return o.DaemonPID
+	case o.DaemonPID < 0:
+		return 0
+	}
+	pid, err := PeerPID(o.Endpoint)
+	if err != nil {
+		return 0
+	}
+	return pid
 }
 
 func (r *Report) add(op Op, d time.Duration) {
@@ -104,10 +158,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func (r *Report) finish() {
 	r.Ops = map[Op]Stats{}
 	for op, s := range r.samples {
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		st := Stats{Count: len(s), P50: percentile(s, 0.5), P90: percentile(s, 0.9), P99: percentile(s, 0.99), Max: s[len(s)-1]}
-		st.P50ms, st.P90ms, st.P99ms, st.MaxMs = ms(st.P50), ms(st.P90), ms(st.P99), ms(st.Max)
-		r.Ops[op] = st
+		r.Ops[op] = statsOf(s)
 	}
 	r.TimeToAllMs = ms(r.TimeToAllPods)
 	r.ErrorKinds = map[string]int{}
@@ -142,9 +193,27 @@ func classify(msg string) string {
 
 // Run executes the workload and removes everything it made, also when ctx is cancelled.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	if o.Pods <= 0 || o.Concurrency <= 0 {
-		return nil, errors.New("pods and concurrency must be positive")
-	}
+	return run(ctx, o, nil)
+}
+
+// hold is called by run once every pod is up, before the teardown: the idle workload
+// polls the pods there. Its error ends the run (after the teardown).
+type hold func(ctx context.Context, rt runtimeapi.RuntimeServiceClient, pods []upPodID) error
+
+// upPodID names a pod that is up: its sandbox and, with an image, its container.
+type upPodID struct{ Sandbox, Container string }
+
+// session is a connection to one endpoint, with the options' defaults filled in.
+type session struct {
+	o       Options
+	conn    *grpc.ClientConn
+	rt      runtimeapi.RuntimeServiceClient
+	runtime string // name and version
+	pid     int    // the daemon's, 0 if unknown
+}
+
+// connect opens a session on o.Endpoint and asks the runtime its version.
+func connect(ctx context.Context, o Options) (*session, error) {
 	if o.Prefix == "" {
 		o.Prefix = fmt.Sprintf("bench-%d", time.Now().Unix())
 	}
@@ -154,53 +223,60 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 100
 	}
+	o.Concurrency = max(o.Concurrency, 1)
 	conn, err := grpc.NewClient(o.Endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", o.Endpoint, err)
 	}
-	defer conn.Close()
 	rt := runtimeapi.NewRuntimeServiceClient(conn)
 	vctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	v, err := rt.Version(vctx, &runtimeapi.VersionRequest{})
 	cancel()
 	if err != nil {
+		conn.Close()
 		return nil, fmt.Errorf("version of %s: %w", o.Endpoint, err)
 	}
-	rep := &Report{Endpoint: o.Endpoint, Runtime: v.RuntimeName + " " + v.RuntimeVersion, Pods: o.Pods,
-		Concurrency: o.Concurrency, samples: map[Op][]time.Duration{}, PerPod: make([]PodResult, o.Pods)}
-	if o.Timeout > 0 {
-		rep.ClientTimeout = o.Timeout.String()
-	}
+	return &session{o: o, conn: conn, rt: rt, runtime: v.RuntimeName + " " + v.RuntimeVersion, pid: daemonPID(o)}, nil
+}
 
-	var made sync.Map // pod index -> sandbox ID
+func (s *session) newReport(pods int) *Report {
+	rep := &Report{Endpoint: s.o.Endpoint, Runtime: s.runtime, Pods: pods, Concurrency: s.o.Concurrency,
+		samples: map[Op][]time.Duration{}, PerPod: make([]PodResult, pods)}
+	if s.o.Timeout > 0 {
+		rep.ClientTimeout = s.o.Timeout.String()
+	}
+	return rep
+}
+
+// up brings pods first..first+n-1 up, concurrency at a time, into rep (whose PerPod it
+// fills from index 0), and returns those that came up.
+func (s *session) up(ctx context.Context, rep *Report, first, n int, progress func(done, total int)) []upPodID {
+	made := make([]upPodID, n)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	var done int
 	var doneMu sync.Mutex
-	start := time.Now()
-	if o.Progress != nil {
-		o.Progress(0, o.Pods)
+	if progress != nil {
+		progress(0, n)
 	}
-	for range o.Concurrency {
+	for range s.o.Concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				res, id := upPod(ctx, rt, o, i, rep)
+				res, id := upPod(ctx, s.rt, s.o, first+i, rep)
 				rep.PerPod[i] = res
-				if id != "" {
-					made.Store(i, id)
-				}
+				made[i] = id
 				doneMu.Lock()
 				done++
-				if o.Progress != nil {
-					o.Progress(done, o.Pods)
+				if progress != nil {
+					progress(done, n)
 				}
 				doneMu.Unlock()
 			}
 		}()
 	}
-	for i := range o.Pods {
+	for i := range n {
 		select {
 		case work <- i:
 		case <-ctx.Done():
@@ -211,6 +287,61 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	close(work)
 	wg.Wait()
+	return slices.DeleteFunc(made, func(p upPodID) bool { return p.Sandbox == "" })
+}
+
+// cleanup stops and removes the pods made (measuring the calls into rep), then sweeps the
+// pods of the run that no answered request returned; also after an interrupt, with a
+// context of its own.
+func (s *session) cleanup(ctx context.Context, rep *Report, made []upPodID) {
+	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+	defer ccancel()
+	ids := make([]string, 0, len(made))
+	for _, p := range made {
+		ids = append(ids, p.Sandbox)
+	}
+	rep.teardown(cctx, s.rt, ids, s.o.Concurrency, true)
+	// Then what no answered request returned: pods made by requests that were abandoned
+	// (client timeout) or interrupted, which the runtime finished all the same.
+	list, err := s.rt.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{RunLabel: s.o.Prefix}}})
+	if err != nil {
+		rep.TeardownErrors = append(rep.TeardownErrors, fmt.Sprintf("list the pods left: %v", err))
+		return
+	}
+	ids = ids[:0]
+	for _, sb := range list.GetItems() {
+		ids = append(ids, sb.GetId())
+	}
+	rep.Swept += len(ids)
+	rep.teardown(cctx, s.rt, ids, s.o.Concurrency, false)
+}
+
+// ids lists the sandbox and container IDs of pods.
+func ids(pods []upPodID) []string {
+	var v []string
+	for _, p := range pods {
+		v = append(v, p.Sandbox)
+		if p.Container != "" {
+			v = append(v, p.Container)
+		}
+	}
+	return v
+}
+
+// run is Run, with h (if not nil) called once every pod is up.
+func run(ctx context.Context, o Options, h hold) (*Report, error) {
+	if o.Pods <= 0 || o.Concurrency <= 0 {
+		return nil, errors.New("pods and concurrency must be positive")
+	}
+	s, err := connect(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	defer s.conn.Close()
+	rep := s.newReport(o.Pods)
+	start := time.Now()
+	made := s.up(ctx, rep, 0, o.Pods, o.Progress)
 	rep.TimeToAllPods = time.Since(start)
 	up := 0
 	for _, p := range rep.PerPod {
@@ -219,30 +350,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep.PodsPerSecond = float64(up) / rep.TimeToAllPods.Seconds()
-
-	// Tear down, also after an interrupt: with a context of its own.
-	cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
-	defer ccancel()
-	var ids []string
-	made.Range(func(_, v any) bool { ids = append(ids, v.(string)); return true })
-	rep.teardown(cctx, rt, ids, o.Concurrency, true)
-	// Then what no answered request returned: pods made by requests that were abandoned
-	// (client timeout) or interrupted, which the runtime finished all the same.
-	list, err := rt.ListPodSandbox(cctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
-		LabelSelector: map[string]string{RunLabel: o.Prefix}}})
-	if err != nil {
-		rep.TeardownErrors = append(rep.TeardownErrors, fmt.Sprintf("list the pods left: %v", err))
-	} else {
-		ids = ids[:0]
-		for _, sb := range list.GetItems() {
-			ids = append(ids, sb.GetId())
-		}
-		rep.Swept = len(ids)
-		rep.teardown(cctx, rt, ids, o.Concurrency, false)
+	rep.Memory = readMemory(s.pid, ids(made), len(made))
+	var herr error
+	if h != nil && ctx.Err() == nil {
+		herr = h(ctx, s.rt, made)
 	}
+	s.cleanup(ctx, rep, made)
 	rep.finish()
 	if ctx.Err() == nil && len(rep.TeardownErrors) > 0 {
-		return rep, fmt.Errorf("%d pods could not be cleaned up", len(rep.TeardownErrors))
+		return rep, errors.Join(herr, fmt.Errorf("%d pods could not be cleaned up", len(rep.TeardownErrors)))
+	}
+	if herr != nil {
+		return rep, herr
 	}
 	return rep, ctx.Err()
 }
@@ -261,6 +380,7 @@ func (r *Report) teardown(ctx context.Context, rt runtimeapi.RuntimeServiceClien
 			defer wg.Done()
 			for id := range work {
 				t := time.Now()
+				down := t
 				_, err := rt.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id})
 				if err == nil && measure {
 					r.add(OpStopPodSandbox, time.Since(t))
@@ -271,6 +391,7 @@ func (r *Report) teardown(ctx context.Context, rt runtimeapi.RuntimeServiceClien
 				}
 				if err == nil && measure {
 					r.add(OpRemovePodSandbox, time.Since(t))
+					r.add(OpPodDown, time.Since(down))
 				}
 				if err != nil {
 					r.mu.Lock()
@@ -290,7 +411,7 @@ func (r *Report) teardown(ctx context.Context, rt runtimeapi.RuntimeServiceClien
 // upPod brings one pod up, kubelet-style: a request that exceeds the client timeout is
 // abandoned, and a failed request is retried with the same name until it succeeds (at
 // most MaxRetries times).
-func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i int, rep *Report) (PodResult, string) {
+func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i int, rep *Report) (PodResult, upPodID) {
 	name := fmt.Sprintf("%s-%d", o.Prefix, i)
 	res := PodResult{Name: name}
 	cfg := &runtimeapi.PodSandboxConfig{
@@ -337,8 +458,8 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 		}
 		return err
 	})
+	var cid string
 	if err == nil && o.Image != "" {
-		var cid string
 		err = retry(OpCreateContainer, func(c context.Context) error {
 			resp, err := rt.CreateContainer(c, &runtimeapi.CreateContainerRequest{PodSandboxId: id, SandboxConfig: cfg,
 				Config: &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "c"},
@@ -369,7 +490,7 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 	} else {
 		rep.add(OpPodUp, time.Since(start))
 	}
-	return res, id
+	return res, upPodID{Sandbox: id, Container: cid}
 }
 
 // running reports whether the runtime says the container is running.

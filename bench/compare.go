@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -20,6 +21,10 @@ type Comparison struct {
 	// Ratios holds, per operation, endpoint p50 / baseline p50 of each round, and their
 	// median under "median".
 	Ratios map[Op]RatioStats `json:"ratios"`
+	// Floors holds the floor measured after each round (with a floor), and FloorRatios,
+	// for PodUp and PodDown, each side's p50 over the round's floor.
+	Floors      []*FloorReport       `json:"floors,omitempty"`
+	FloorRatios map[Op][2]RatioStats `json:"floor_ratios,omitempty"`
 }
 
 // RatioStats are the per-round ratios of one operation's p50 and their median.
@@ -33,7 +38,11 @@ type RatioStats struct {
 // median of the per-round ratios. Alternating within one run keeps the machine's drift
 // out of the ratio, which is what the comparison of two configurations of one runtime
 // (the journal's fsync on and off, say) needs.
-func Compare(ctx context.Context, o Options, baseline string, rounds int) (*Comparison, error) {
+//
+// With floor (a func that measures it, such as Floor), the floor (runc and CNI by
+// themselves) is measured after each round too, and
+// each side's PodUp and PodDown are compared with it.
+func Compare(ctx context.Context, o Options, baseline string, rounds int, floor func(context.Context) (*FloorReport, error)) (*Comparison, error) {
 	if rounds <= 0 {
 		return nil, fmt.Errorf("rounds must be positive")
 	}
@@ -54,6 +63,30 @@ func Compare(ctx context.Context, o Options, baseline string, rounds int) (*Comp
 			pair[i] = rep
 		}
 		cmp.Runs = append(cmp.Runs, pair)
+		if floor != nil {
+			f, err := floor(ctx)
+			if err != nil {
+				return cmp, fmt.Errorf("round %d: %w", round+1, err)
+			}
+			cmp.Floors = append(cmp.Floors, f)
+		}
+	}
+	if len(cmp.Floors) > 0 {
+		cmp.FloorRatios = map[Op][2]RatioStats{}
+		for _, op := range []Op{OpPodUp, OpPodDown} {
+			var rs [2]RatioStats
+			for round, f := range cmp.Floors {
+				for i := range 2 {
+					if fl := f.Ops[op].P50; fl > 0 && cmp.Runs[round][i].Ops[op].P50 > 0 {
+						rs[i].PerRound = append(rs[i].PerRound, float64(cmp.Runs[round][i].Ops[op].P50)/float64(fl))
+					}
+				}
+			}
+			if len(rs[0].PerRound) > 0 && len(rs[1].PerRound) > 0 {
+				rs[0].Median, rs[1].Median = median(rs[0].PerRound), median(rs[1].PerRound)
+				cmp.FloorRatios[op] = rs
+			}
+		}
 	}
 	for op := range cmp.Runs[0][0].Ops {
 		var rs RatioStats
@@ -103,6 +136,51 @@ func (c *Comparison) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t\n", op, p50s, ratios, c.Ratios[op].Median)
 	}
 	tw.Flush()
+	for i, pair := range c.Runs {
+		for _, rep := range pair {
+			if m := rep.Memory; m != nil {
+				fmt.Fprintf(w, "round %d, %s: daemon peak RSS %.1f MiB, %d helpers, %.2f MiB per pod\n",
+					i+1, rep.Runtime, m.DaemonPeakRSSMiB, m.Helpers, m.HelperRSSPerPodMiB)
+			}
+		}
+	}
+	if len(c.Floors) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "floor (runc and CNI by themselves), after each round:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "STEP\tP50 ms per round\tMEDIAN\t")
+	for _, op := range FloorSteps {
+		var p50s string
+		var v []float64
+		for i, f := range c.Floors {
+			if i > 0 {
+				p50s += ", "
+			}
+			p50s += fmt.Sprintf("%.1f", f.Ops[op].P50ms)
+			v = append(v, f.Ops[op].P50ms)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f\t\n", op, p50s, median(v))
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "OPERATION\tENDPOINT / FLOOR per round\tMEDIAN\tBASELINE / FLOOR per round\tMEDIAN\t")
+	for _, op := range []Op{OpPodUp, OpPodDown} {
+		rs, ok := c.FloorRatios[op]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%.2f\t\n", op, joinRatios(rs[0].PerRound), rs[0].Median, joinRatios(rs[1].PerRound), rs[1].Median)
+	}
+	tw.Flush()
+}
+
+func joinRatios(v []float64) string {
+	s := make([]string, len(v))
+	for i, r := range v {
+		s[i] = fmt.Sprintf("%.2f", r)
+	}
+	return strings.Join(s, ", ")
 }
 
 // WriteJSON prints the comparison for machines.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -32,10 +33,15 @@ type fakeRuntime struct {
 	// delay: every RunPodSandbox takes this long.
 	delay time.Duration
 
-	mu        sync.Mutex
-	attempts  map[string]int
-	sandboxes map[string]*runtimeapi.PodSandbox
-	seq       int
+	mu         sync.Mutex
+	attempts   map[string]int
+	sandboxes  map[string]*runtimeapi.PodSandbox
+	containers map[string]*runtimeapi.Container
+	// helpers are a process per container whose command line names it, as conmon's
+	// does (see helperRSS); calls counts the calls of the idle workload's poller.
+	helpers map[string]*exec.Cmd
+	calls   map[string]int
+	seq     int
 }
 
 func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -72,6 +78,16 @@ func (f *fakeRuntime) RemovePodSandbox(_ context.Context, req *runtimeapi.Remove
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.sandboxes, req.GetPodSandboxId())
+	for id, c := range f.containers {
+		if c.PodSandboxId == req.GetPodSandboxId() {
+			delete(f.containers, id)
+			if h := f.helpers[id]; h != nil {
+				_ = h.Process.Kill()
+				_ = h.Wait()
+				delete(f.helpers, id)
+			}
+		}
+	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
@@ -102,6 +118,9 @@ func serveFake(t *testing.T, f *fakeRuntime) string {
 	t.Helper()
 	f.attempts = map[string]int{}
 	f.sandboxes = map[string]*runtimeapi.PodSandbox{}
+	f.containers = map[string]*runtimeapi.Container{}
+	f.helpers = map[string]*exec.Cmd{}
+	f.calls = map[string]int{}
 	sock := filepath.Join(t.TempDir(), "cri.sock")
 	lis, err := net.Listen("unix", sock)
 	if err != nil {
@@ -190,7 +209,7 @@ func TestRun(t *testing.T) {
 func TestCompare(t *testing.T) {
 	slow, fast := &fakeRuntime{delay: 50 * time.Millisecond}, &fakeRuntime{}
 	o := Options{Endpoint: serveFake(t, slow), Pods: 3, Concurrency: 1, Prefix: "cmp"}
-	c, err := Compare(context.Background(), o, serveFake(t, fast), 3)
+	c, err := Compare(context.Background(), o, serveFake(t, fast), 3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,6 +26,11 @@ func newBenchCommand() *cobra.Command {
 	var compare string
 	var rounds int
 	var plotFile string
+	var workload string
+	var idle bench.IdleOptions
+	var so bench.ScaleOptions
+	var floor bench.FloorOptions
+	var withFloor bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure a CRI endpoint (crijournal, containerd or CRI-O) with a pod workload",
@@ -40,25 +49,82 @@ found by their label and removed too.
 With --compare-endpoint, the workload runs --rounds times on each endpoint,
 alternating, and the report gives per operation the ratio of the p50 latencies
 (median of the per-round ratios): two daemons of one runtime differing in one
-setting (journal_no_sync, say) compared in one run.`,
+setting (journal_no_sync, say), or crijournal and containerd, compared in one run.
+
+Workloads (--workload):
+  pods   the above (the default).
+  idle   brings --pods pods up, then polls them as a kubelet does for --duration
+         (ListPodSandbox and ListContainers every second; PodSandboxStatus and
+         ContainerStatus of each, and ListContainerStats, every 10 s) and reports the
+         daemon's CPU time (utime+stime from /proc/<pid>/stat, the daemon only) as % of
+         one core, its peak RSS (VmHWM), and the RSS of the pods' helper processes
+         (conmon, containerd's shim: processes whose command line names a pod or
+         container ID) per pod. The daemon is found from the socket's peer
+         credentials (SO_PEERCRED), or given with --daemon-pid.
+  scale  fills the node to --pods pods, --concurrency at a time, and at 0,
+         --scale-step, ... pods measures --scale-samples more pods brought up one at a
+         time and the latency of ListPodSandbox and ListContainers.
+  floor  times runc create, runc start and runc delete -f of a busybox bundle and the
+         CNI bridge plugin's ADD and DEL into a fresh network namespace, directly
+         (root needed). With --floor, the pods workload (each round of a comparison)
+         is followed by the floor, at the same concurrency, and PodUp and PodDown are
+         divided by it; with --workload scale, the floor (one at a time) is measured at
+         every point too.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
 			o.Progress = newProgress(os.Stderr)
+			out := cmd.OutOrStdout()
+			var fo *bench.FloorOptions
+			if withFloor || workload == "floor" {
+				floor.Command = o.Command
+				floor.Concurrency = o.Concurrency
+				fo = &floor
+			}
+			switch workload {
+			case "pods":
+			case "floor":
+				f, err := bench.Floor(ctx, *fo)
+				if err != nil {
+					return err
+				}
+				return write(out, asJSON, f, f.WriteTable)
+			case "idle":
+				idle.Options = o
+				r, err := bench.Idle(ctx, idle)
+				if r == nil {
+					return err
+				}
+				return errors.Join(err, write(out, asJSON, r, r.WriteTable))
+			case "scale":
+				so.Options = o
+				if fo != nil {
+					one := *fo
+					one.Concurrency = 1
+					so.Floor = func(ctx context.Context) (*bench.FloorReport, error) { return bench.Floor(ctx, one) }
+				}
+				r, err := bench.Scale(ctx, so)
+				if r == nil {
+					return err
+				}
+				return errors.Join(err, write(out, asJSON, r, r.WriteTable))
+			default:
+				return fmt.Errorf("unknown workload %q: want pods, idle, scale or floor", workload)
+			}
 			if compare != "" {
-				c, err := bench.Compare(ctx, o, compare, rounds)
+				var measureFloor func(context.Context) (*bench.FloorReport, error)
+				if fo != nil {
+					measureFloor = func(ctx context.Context) (*bench.FloorReport, error) { return bench.Floor(ctx, *fo) }
+				}
+				c, err := bench.Compare(ctx, o, compare, rounds, measureFloor)
 				if c != nil && len(c.Runs) > 0 {
 					if plotFile != "" {
 						if perr := writePlot(plotFile, c.Series()); perr != nil {
 							return errors.Join(err, perr)
 						}
 					}
-					if asJSON {
-						c.WriteJSON(cmd.OutOrStdout())
-					} else {
-						c.WriteTable(cmd.OutOrStdout())
-					}
+					err = errors.Join(err, write(out, asJSON, c, c.WriteTable))
 				}
 				return err
 			}
@@ -71,12 +137,15 @@ setting (journal_no_sync, say) compared in one run.`,
 					return errors.Join(err, perr)
 				}
 			}
-			if asJSON {
-				rep.WriteJSON(cmd.OutOrStdout())
-			} else {
-				rep.WriteTable(cmd.OutOrStdout())
+			if fo == nil || err != nil {
+				return errors.Join(err, write(out, asJSON, rep, rep.WriteTable))
 			}
-			return err
+			f, err := bench.Floor(ctx, *fo)
+			if err != nil {
+				return errors.Join(err, write(out, asJSON, rep, rep.WriteTable))
+			}
+			wf := bench.NewWithFloor(rep, f)
+			return write(out, asJSON, wf, wf.WriteTable)
 		},
 	}
 	f := cmd.Flags()
@@ -91,8 +160,29 @@ setting (journal_no_sync, say) compared in one run.`,
 	f.StringVar(&compare, "compare-endpoint", "", "run the same workload on this endpoint too, alternating, and report the ratio of p50 latencies (endpoint / this)")
 	f.IntVar(&rounds, "rounds", 3, "with --compare-endpoint, runs on each endpoint")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.StringVar(&workload, "workload", "pods", "pods: bring pods up and down and time it; idle: bring --pods up and poll them kubelet-style for --duration, reading the daemon's CPU time; scale: fill the node to --pods and measure one more pod and the List calls every --scale-step; floor: time runc and the CNI plugin by themselves")
+	f.DurationVar(&idle.Duration, "duration", time.Minute, "with --workload idle, how long to poll")
+	f.IntVar(&o.DaemonPID, "daemon-pid", 0, "the daemon whose CPU time and memory are read from /proc (0: the socket's peer; -1: none)")
+	f.IntVar(&so.Step, "scale-step", 100, "with --workload scale, pods between two measurements")
+	f.IntVar(&so.Samples, "scale-samples", 5, "with --workload scale, pods brought up one at a time and measured at each step")
+	f.IntVar(&so.ListCalls, "list-calls", 20, "with --workload scale, calls of each List timed at each step")
+	f.BoolVar(&withFloor, "floor", false, "also measure the floor (at --concurrency: runc create/start/delete -f of a busybox bundle and the CNI ADD/DEL into a fresh namespace, directly) after the run (each round), and compare PodUp and PodDown with it")
+	f.IntVar(&floor.Runs, "floor-runs", 10, "runs of the floor (medians are taken)")
+	f.StringVar(&floor.Runc, "runc", "runc", "the floor's OCI runtime")
+	f.StringSliceVar(&floor.CNIPluginDirs, "cni-plugin-dirs", []string{"/opt/cni/bin", "/usr/lib/cni"}, "the floor's CNI plugin directories")
 	f.StringVar(&plotFile, "plot", "", "draw each operation's latency distribution into this SVG file (one curve per endpoint)")
 	return cmd
+}
+
+// write prints v as JSON or, for people, with table.
+func write(w io.Writer, asJSON bool, v any, table func(io.Writer)) error {
+	if !asJSON {
+		table(w)
+		return nil
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // writePlot draws the series into the SVG file path.

@@ -2,9 +2,14 @@
 #
 # start_daemon <side> <third octet> [serve flags...] starts a crijournal daemon on a node of
 # its own: $base/<side> (root, socket cri.sock, CNI network with bridge cjb-<side> and
-# subnet 10.250.<octet>.0/24) and a run root /run/cjb-XXXXXX, short enough for conmon's
-# socket paths; it waits for the socket. cleanup (run on EXIT) stops every daemon
-# started, by PID, and removes what they made.
+# subnet 10.250.<octet>.0/24, or $CNI_SUBNET) and a run root /run/cjb-XXXXXX, short enough
+# for conmon's socket paths; it waits for the socket. The daemon reads $DAEMON_CONFIG
+# (default none). cleanup (run on EXIT) stops every daemon started, by PID, and removes
+# what they made; then it runs the commands in $cleanups (other daemons' cleanups).
+#
+# mirror_config <file> writes a daemon configuration whose registries are mirrored by the
+# loopback registry $REG_ADDR (default 127.0.0.1:5000, see /work/shared/conformance), and
+# pull <side> <image> pulls an image into a side's daemon with crictl.
 
 bin="${CRIJOURNAL_BIN:-$(pwd)/bin/crijournal}"
 # Pulls into a bench node need a signature policy, also where the machine has none.
@@ -16,7 +21,13 @@ base="$(mktemp -d /tmp/cj-bench-XXXXXX)"
 pids=()
 sides=()
 runs=() # run roots, under /run and short: conmon's state directory lives in them
+# rmp <endpoint> removes every pod left on a daemon (a bench run that was interrupted
+# before its own teardown), so that no container outlives its daemon.
+rmp() {
+	crictl --runtime-endpoint "$1" --image-endpoint "$1" --timeout 60s rmp -af >/dev/null 2>&1 || true
+}
 cleanup() {
+	for side in "${sides[@]}"; do [ -S "$base/$side/cri.sock" ] && rmp "unix://$base/$side/cri.sock"; done
 	for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 	for pid in "${pids[@]}"; do while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done; done
 	for side in "${sides[@]}"; do
@@ -24,7 +35,20 @@ cleanup() {
 		rm -rf "/var/lib/cni/networks/cj-bench-$side"
 	done
 	for run in "${runs[@]}"; do rm -rf "$run"; done
+	for c in "${cleanups[@]}"; do "$c" || true; done
 	rm -rf "$base"
+}
+cleanups=()
+REG_ADDR="${REG_ADDR:-127.0.0.1:5000}"
+
+mirror_config() {
+	for h in registry.k8s.io gcr.io k8s.gcr.io docker.io; do
+		printf '[[registries]]\nprefix = "%s"\nlocation = "%s"\ninsecure = true\n' "$h" "$REG_ADDR"
+	done >"$1"
+}
+
+pull() {
+	crictl --runtime-endpoint "unix://$base/$1/cri.sock" --image-endpoint "unix://$base/$1/cri.sock" pull "$2" >/dev/null
 }
 trap cleanup EXIT
 
@@ -38,9 +62,9 @@ start_daemon() {
 	mkdir -p "$dir/cni"
 	cat > "$dir/cni/10-bench.conflist" <<CONF
 {"cniVersion": "1.0.0", "name": "cj-bench-$side", "plugins": [{"type": "bridge", "bridge": "cjb-$side",
- "isGateway": true, "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.250.$octet.0/24"}]]}}]}
+ "isGateway": true, "ipam": {"type": "host-local", "ranges": [[{"subnet": "${CNI_SUBNET:-10.250.$octet.0/24}"}]]}}]}
 CONF
-	"$bin" serve --config /dev/null --root "$dir/root" --run-root "$run" \
+	"$bin" serve --config "${DAEMON_CONFIG:-/dev/null}" --root "$dir/root" --run-root "$run" \
 		--socket "$dir/cri.sock" --namespace-dir "$run/ns" --cni-conf-dir "$dir/cni" \
 		--signature-policy "$policy" \
 		--log-level warn "$@" >"$dir/daemon.log" 2>&1 &
