@@ -405,10 +405,26 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return r.remove(ctx, id, conmonGrace)
 }
 
+// deleteContainer deletes the runtime's container; one it does not know is success. A
+// stopped container (the usual case: the kubelet stops a container before it removes
+// it) is deleted without --force, as runc 1.2 and later spend about 100 ms in a forced
+// delete signalling and polling for an exit that has already happened; one that is still
+// created or running refuses that, and is then deleted with --force (killed first).
+func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	_, err := r.runtimeCmd(ctx, nil, "delete", id)
+	if err == nil || errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if _, err := r.runtimeCmd(ctx, nil, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
 // remove is Delete without the lock; conmon gets grace to finish by itself.
 func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) error {
 	var errs []error
-	if _, err := r.runtimeCmd(ctx, nil, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+	if err := r.deleteContainer(ctx, id); err != nil {
 		errs = append(errs, err)
 	}
 	running, err := r.stopConmon(ctx, id, grace)
@@ -419,7 +435,7 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		// conmon may have been part way through creating the container (it may even
 		// have finished and exited while it was given its grace: a conmon started by
 		// a daemon that has since died, whose runtime was slow).
-		if _, err := r.runtimeCmd(ctx, nil, "delete", "--force", id); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := r.deleteContainer(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
