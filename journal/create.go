@@ -126,14 +126,7 @@ func (j *Journal) Ready(id string, object any) error {
 		return fmt.Errorf("ready %s: encode object: %w", id, err)
 	}
 	j.mu.Lock()
-	e, err := j.lookup(id)
-	switch {
-	case err != nil:
-	case e.rec.State != StateCreating:
-		err = fmt.Errorf("ready %s: state %s: %w", id, e.rec.State, ErrWrongState)
-	case !e.rec.AllDone():
-		err = fmt.Errorf("ready %s: not every step is done: %w", id, ErrWrongState)
-	}
+	e, err := j.finishing("ready", id)
 	if err != nil {
 		j.mu.Unlock()
 		return err
@@ -196,14 +189,7 @@ func (j *Journal) Settle(id string, object any, live bool) (Record, error) {
 		return Record{}, fmt.Errorf("settle %s: encode object: %w", id, err)
 	}
 	j.mu.Lock()
-	e, err := j.lookup(id)
-	switch {
-	case err != nil:
-	case e.rec.State != StateCreating:
-		err = fmt.Errorf("settle %s: state %s: %w", id, e.rec.State, ErrWrongState)
-	case !e.rec.AllDone():
-		err = fmt.Errorf("settle %s: not every step is done: %w", id, ErrWrongState)
-	}
+	e, err := j.finishing("settle", id)
 	if err != nil {
 		j.mu.Unlock()
 		return Record{}, err
@@ -219,6 +205,20 @@ func (j *Journal) Settle(id string, object any, live bool) (Record, error) {
 		return Record{}, err
 	}
 	return rec, wait(p)
+}
+
+// finishing returns the entry of a creation that op (Ready, Settle) may finish: creating,
+// with every step done. j.mu is held.
+func (j *Journal) finishing(op, id string) (*entry, error) {
+	e, err := j.lookup(id)
+	switch {
+	case err != nil:
+	case e.rec.State != StateCreating:
+		err = fmt.Errorf("%s %s: state %s: %w", op, id, e.rec.State, ErrWrongState)
+	case !e.rec.AllDone():
+		err = fmt.Errorf("%s %s: not every step is done: %w", op, id, ErrWrongState)
+	}
+	return e, err
 }
 
 // answered sets a finished record's state as its answer decides: created when the request

@@ -1,6 +1,6 @@
 // Package netns owns the network plumbing of a pod sandbox: the pinned
-// namespaces a sandbox's containers join, and the attachment of the sandbox's
-// network namespace to the pod network through CNI.
+// namespaces a sandbox's containers join, the attachment of the sandbox's
+// network namespace to the pod network through CNI, and the pod's files.
 //
 // # Pinned namespaces
 //
@@ -17,6 +17,12 @@
 // pin and is idempotent: a pin that is not mounted, or not there at all, is
 // success ("not found is success"). [IsPinned] reports whether a path is a
 // live pin (an nsfs mount).
+//
+// A pod with its own user namespace is pinned by [PinUser] instead: one child,
+// cloned into a new user namespace (<dir>/userns/<sandboxID>, kind [User]) and
+// the namespaces it owns, whose /proc/<pid>/ns entries are pinned the same way
+// (a multi-threaded process cannot unshare a user namespace itself). Unpin
+// removes those pins too; Pin refuses the user kind.
 //
 // Namespaces belong to OS threads. Pin enters the new namespaces on a locked
 // thread that the Go runtime then destroys, and never on the main thread,

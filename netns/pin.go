@@ -208,6 +208,13 @@ func pinOnThisThread(flags int, kinds []Kind, paths Paths, hostname string) ([]s
 			return nil, err
 		}
 	}
+	return pinFrom("/proc/thread-self/ns/", kinds, paths)
+}
+
+// pinFrom bind-mounts the namespaces of the given kinds found in nsDir (a
+// /proc/.../ns/ directory, with its slash) on paths, and returns the pin files
+// it created.
+func pinFrom(nsDir string, kinds []Kind, paths Paths) ([]string, error) {
 	var created []string
 	for _, k := range kinds {
 		p := paths[k]
@@ -219,7 +226,7 @@ func pinOnThisThread(flags int, kinds []Kind, paths Paths, hostname string) ([]s
 		if err := f.Close(); err != nil {
 			return created, fmt.Errorf("create pin file: %w", err)
 		}
-		src := "/proc/thread-self/ns/" + string(k)
+		src := nsDir + string(k)
 		if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
 			return created, fmt.Errorf("bind mount %s on %s: %w", src, p, err)
 		}

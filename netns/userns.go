@@ -152,7 +152,7 @@ func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids [
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}()
-	created, err = pinFrom(cmd.Process.Pid, kinds, paths)
+	created, err = pinFrom("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/", kinds, paths)
 	if err != nil || (hostname == "" && flags&unix.CLONE_NEWNET == 0) {
 		return created, 0, err
 	}
@@ -160,28 +160,6 @@ func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids [
 	// namespaces (the daemon's root may: they belong to a child of its user namespace).
 	onDisposableThread(func() { err = setupPinned(paths, hostname) })
 	return created, 0, err
-}
-
-// pinFrom pins the namespaces of the given kinds of process pid at paths, and
-// returns the pin files it created.
-func pinFrom(pid int, kinds []Kind, paths Paths) ([]string, error) {
-	var created []string
-	nsDir := "/proc/" + strconv.Itoa(pid) + "/ns/"
-	for _, k := range kinds {
-		p := paths[k]
-		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-		if err != nil {
-			return created, fmt.Errorf("create pin file: %w", err)
-		}
-		created = append(created, p)
-		if err := f.Close(); err != nil {
-			return created, fmt.Errorf("create pin file: %w", err)
-		}
-		if err := unix.Mount(nsDir+string(k), p, "", unix.MS_BIND, ""); err != nil {
-			return created, fmt.Errorf("bind mount %s on %s: %w", nsDir+string(k), p, err)
-		}
-	}
-	return created, nil
 }
 
 // setupPinned joins the pinned UTS and network namespaces on the calling

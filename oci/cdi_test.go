@@ -113,9 +113,7 @@ func TestCDIInject(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := c.Inject(mustSpec(t, baseInput(t), testHost()), []string{tc.device})
-			if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.inMessage) {
-				t.Fatalf("err = %v, want ErrInvalidSpec naming %s", err, tc.inMessage)
-			}
+			requireInvalidSpec(t, err, tc.inMessage)
 		})
 	}
 

@@ -31,13 +31,18 @@
 //     (or its image_sub_path, resolved inside the image with securejoin, which must
 //     exist); see ImageVolumes for its checks. Refused: a container path that is
 //     relative or has a ".." segment, a host path that does not exist (a link is
-//     followed; CreateHostPaths makes missing ones first) and ID-mapped mounts.
+//     followed; CreateHostPaths makes missing ones first) and ID-mapped mounts outside a
+//     pod with a user namespace of its own. In such a pod every CRI mount is idmapped
+//     (runc's "idmap": the mount's own uid/gid mappings, else the container's user
+//     namespace).
 //   - Namespaces: a new mount namespace; the sandbox's net, ipc and uts namespaces
 //     by path (absent: the host's); the sandbox's pid namespace (held by its pause
 //     process) when the container's pid option is POD and the sandbox has one, the
 //     host's for pid NODE, SpecInput.TargetPidNamespace (the target container's) for
-//     pid TARGET, else a new one. User namespaces are refused. The hostname is set
-//     when the container has a UTS namespace other than the host's.
+//     pid TARGET, else a new one. The pod's user namespace (SpecInput.Namespaces
+//     "user") is joined by path, with no mappings of the spec's own; a user namespace
+//     mode other than NODE without one is refused. The hostname is set when the
+//     container has a UTS namespace other than the host's.
 //   - Resources: cpu period, quota and shares, cpuset cpus and mems, memory limit
 //     (and swap, hugepages and unified settings where the machine supports them)
 //     in the cgroup <parent>/crijournal-<id> (cgroupfs). The parent is

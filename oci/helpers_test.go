@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -314,5 +315,13 @@ func cgroupV1(t *testing.T) {
 	var st unix.Statfs_t
 	if unix.Statfs("/sys/fs/cgroup", &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
 		t.Skip("this test reads cgroup v1 files; the machine has cgroup v2 only")
+	}
+}
+
+// requireInvalidSpec requires err to be ErrInvalidSpec with a message that contains want.
+func requireInvalidSpec(t *testing.T, err error, want string) {
+	t.Helper()
+	if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want ErrInvalidSpec saying %q", err, want)
 	}
 }

@@ -258,9 +258,7 @@ func TestSpecAppArmor(t *testing.T) {
 			h.apparmor = tc.aa
 			s, err := buildSpec(in, h)
 			if tc.want == "-" {
-				if !errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.errMention) {
-					t.Fatalf("err = %v, want ErrInvalidSpec naming %s", err, tc.errMention)
-				}
+				requireInvalidSpec(t, err, tc.errMention)
 				return
 			}
 			if err != nil {

@@ -13,14 +13,6 @@ import (
 	"github.com/crijournal/crijournal/oci"
 )
 
-// What crijournal itself implements of the features a runtime handler may offer. A
-// handler reports a feature only when both its runtime binary and crijournal support it.
-// Both are built; a constant set to false would hide the feature from every handler.
-const (
-	implementsRecursiveReadOnly = true
-	implementsUserNamespaces    = true
-)
-
 // featuresTimeout bounds `runc features`, run once per handler.
 const featuresTimeout = 10 * time.Second
 
@@ -65,8 +57,8 @@ func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtim
 		f := s.handlerFeatures(ctx, name)
 		supported[name] = f
 		h := &runtimeapi.RuntimeHandler{Name: name, Features: &runtimeapi.RuntimeHandlerFeatures{
-			RecursiveReadOnlyMounts: f.RecursiveReadOnlyMounts && implementsRecursiveReadOnly,
-			UserNamespaces:          f.UserNamespaces && implementsUserNamespaces,
+			RecursiveReadOnlyMounts: f.RecursiveReadOnlyMounts,
+			UserNamespaces:          f.UserNamespaces,
 		}}
 		resp.RuntimeHandlers = append(resp.RuntimeHandlers, h)
 		if name == s.cfg.DefaultRuntime {

@@ -61,7 +61,7 @@ func (s *Server) podUserns(ctx context.Context, opts *runtimeapi.NamespaceOption
 	if handler == "" {
 		handler = s.cfg.DefaultRuntime
 	}
-	if !s.handlerFeatures(ctx, handler).UserNamespaces || !implementsUserNamespaces {
+	if !s.handlerFeatures(ctx, handler).UserNamespaces {
 		return false, newError(errWrongState, "runtime handler %q does not support user namespaces (its runtime needs user namespaces and idmapped mounts, runc 1.2 or later; see the handler's features in Status)", handler)
 	}
 	return true, nil

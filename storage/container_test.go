@@ -26,20 +26,13 @@ func newID(t *testing.T) string {
 }
 
 func TestContainerLifecycle(t *testing.T) {
-	for _, driver := range []string{"", DriverVFS} {
-		name := driver
-		if name == "" {
-			name = "default"
+	onEachDriver(t, func(t *testing.T, driver string, s *testStore) {
+		if driver != "" && s.Driver() != driver {
+			t.Fatalf("Driver() = %q, want %q", s.Driver(), driver)
 		}
-		t.Run(name, func(t *testing.T) {
-			s := openTestStore(t, driver)
-			if driver != "" && s.Driver() != driver {
-				t.Fatalf("Driver() = %q, want %q", s.Driver(), driver)
-			}
-			t.Logf("driver: %s", s.Driver())
-			testContainerLifecycle(t, s)
-		})
-	}
+		t.Logf("driver: %s", s.Driver())
+		testContainerLifecycle(t, s)
+	})
 }
 
 func testContainerLifecycle(t *testing.T, s *testStore) {
@@ -191,13 +184,7 @@ func TestUndoDeletesContainer(t *testing.T) {
 	ctx := context.Background()
 	img, _ := pullTestImage(t, s)
 
-	reg := journal.NewRegistry()
-	RegisterUndos(reg, func() (*Store, error) { return s.Store, nil })
-	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
+	j := openUndoJournal(t, func() (*Store, error) { return s.Store, nil })
 
 	for _, tc := range []struct {
 		name   string
@@ -252,14 +239,8 @@ func TestUndoDeletesContainer(t *testing.T) {
 }
 
 func TestUndoWithoutStore(t *testing.T) {
-	reg := journal.NewRegistry()
 	storeErr := errors.New("storage not open yet")
-	RegisterUndos(reg, func() (*Store, error) { return nil, storeErr })
-	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer j.Close()
+	j := openUndoJournal(t, func() (*Store, error) { return nil, storeErr })
 	ctx := context.Background()
 	id := newID(t)
 	rec, err := j.Begin(journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "c"})
@@ -288,32 +269,25 @@ func TestContainerStepArgsAreStable(t *testing.T) {
 // its mounted root filesystem (and what the image put in it) is owned by the host IDs
 // that map to the container's, so that the container's root may write it.
 func TestMappedContainer(t *testing.T) {
-	for _, driver := range []string{"", DriverVFS} {
-		name := driver
-		if name == "" {
-			name = "default"
+	onEachDriver(t, func(t *testing.T, _ string, s *testStore) {
+		ctx := context.Background()
+		img, _ := pullTestImage(t, s)
+		id := newID(t)
+		maps := []IDMap{{ContainerID: 0, HostID: 300000, Size: 65536}}
+		fs, err := ContainerStep(s.Store, ContainerRequest{ID: id, ImageID: img.ID, UIDMap: maps, GIDMap: maps}).Run(ctx)
+		if err != nil {
+			t.Fatalf("driver %s: %v", s.Driver(), err)
 		}
-		t.Run(name, func(t *testing.T) {
-			s := openTestStore(t, driver)
-			ctx := context.Background()
-			img, _ := pullTestImage(t, s)
-			id := newID(t)
-			maps := []IDMap{{ContainerID: 0, HostID: 300000, Size: 65536}}
-			fs, err := ContainerStep(s.Store, ContainerRequest{ID: id, ImageID: img.ID, UIDMap: maps, GIDMap: maps}).Run(ctx)
+		t.Cleanup(func() { _ = s.DeleteContainer(ctx, id) })
+		for _, p := range []string{fs.Rootfs, filepath.Join(fs.Rootfs, "bin")} {
+			st, err := os.Stat(p)
 			if err != nil {
-				t.Fatalf("driver %s: %v", s.Driver(), err)
+				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = s.DeleteContainer(ctx, id) })
-			for _, p := range []string{fs.Rootfs, filepath.Join(fs.Rootfs, "bin")} {
-				st, err := os.Stat(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				sys := st.Sys().(*syscall.Stat_t)
-				if sys.Uid != 300000 || sys.Gid != 300000 {
-					t.Errorf("driver %s: %s owned by %d:%d, want 300000:300000", s.Driver(), p, sys.Uid, sys.Gid)
-				}
+			sys := st.Sys().(*syscall.Stat_t)
+			if sys.Uid != 300000 || sys.Gid != 300000 {
+				t.Errorf("driver %s: %s owned by %d:%d, want 300000:300000", s.Driver(), p, sys.Uid, sys.Gid)
 			}
-		})
-	}
+		}
+	})
 }

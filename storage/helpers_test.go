@@ -13,6 +13,7 @@ import (
 	"go.podman.io/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/storage/storagetest"
 )
 
@@ -149,4 +150,30 @@ func isMounted(t *testing.T, path string) bool {
 func overlaySupported() bool {
 	data, err := os.ReadFile("/proc/filesystems")
 	return err == nil && strings.Contains(string(data), "\toverlay\n")
+}
+
+// onEachDriver runs test, as a subtest named after the driver, on a store of its own
+// for each driver the tests cover: the default ("") and vfs.
+func onEachDriver(t *testing.T, test func(t *testing.T, driver string, s *testStore)) {
+	for _, driver := range []string{"", DriverVFS} {
+		name := driver
+		if name == "" {
+			name = "default"
+		}
+		t.Run(name, func(t *testing.T) { test(t, driver, openTestStore(t, driver)) })
+	}
+}
+
+// openUndoJournal opens a journal in a temporary directory whose registry has the
+// storage undos, with store as their store; it is closed at the end of the test.
+func openUndoJournal(t *testing.T, store func() (*Store, error)) *journal.Journal {
+	t.Helper()
+	reg := journal.NewRegistry()
+	RegisterUndos(reg, store)
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { j.Close() })
+	return j
 }

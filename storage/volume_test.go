@@ -14,16 +14,7 @@ import (
 )
 
 func TestImageVolume(t *testing.T) {
-	for _, driver := range []string{"", DriverVFS} {
-		name := driver
-		if name == "" {
-			name = "default"
-		}
-		t.Run(name, func(t *testing.T) {
-			s := openTestStore(t, driver)
-			testImageVolume(t, s)
-		})
-	}
+	onEachDriver(t, func(t *testing.T, _ string, s *testStore) { testImageVolume(t, s) })
 }
 
 func testImageVolume(t *testing.T, s *testStore) {
@@ -116,13 +107,7 @@ func TestUndoDeletesImageVolume(t *testing.T) {
 	ctx := context.Background()
 	img, _ := pullTestImage(t, s)
 
-	reg := journal.NewRegistry()
-	RegisterUndos(reg, func() (*Store, error) { return s.Store, nil })
-	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
+	j := openUndoJournal(t, func() (*Store, error) { return s.Store, nil })
 
 	for _, tc := range []struct {
 		name string

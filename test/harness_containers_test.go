@@ -155,6 +155,17 @@ func (d *daemon) storageRoot() string { return filepath.Join(d.root, "storage") 
 // leak check can find every cgroup the pod's containers got.
 func (d *daemon) containerPod(t *testing.T, name string, hostNetwork bool) string {
 	t.Helper()
+	return d.editedPod(t, name, func(cfg map[string]any) {
+		if hostNetwork {
+			namespaceOptions(cfg)["network"] = int(runtimeapi.NamespaceMode_NODE)
+		}
+	})
+}
+
+// editedPod writes a pod configuration like containerPod's on the pod network,
+// changed by edit.
+func (d *daemon) editedPod(t *testing.T, name string, edit func(cfg map[string]any)) string {
+	t.Helper()
 	uid := randomHex(t, 16)
 	logDir := filepath.Join(d.podLogDir, "e2e_"+name+"_"+uid)
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
@@ -162,19 +173,21 @@ func (d *daemon) containerPod(t *testing.T, name string, hostNetwork bool) strin
 	}
 	// pid CONTAINER, as the kubelet asks for pods that do not share their
 	// process namespace: each container's command is PID 1 of its own.
-	nsOpts := map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)}
-	if hostNetwork {
-		nsOpts["network"] = int(runtimeapi.NamespaceMode_NODE)
-	}
-	linux := map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{"namespace_options": nsOpts}}
 	cfg := map[string]any{
 		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 0},
 		"hostname":      "e2e",
 		"log_directory": logDir,
 		"labels":        map[string]string{"e2e": "crijournal"},
-		"linux":         linux,
+		"linux": map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{
+			"namespace_options": map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)}}},
 	}
+	edit(cfg)
 	return writePodJSON(t, "pod-"+sanitize(name)+"-"+uid[:8], cfg)
+}
+
+// namespaceOptions returns the namespace options of an editedPod configuration, to edit.
+func namespaceOptions(cfg map[string]any) map[string]any {
+	return cfg["linux"].(map[string]any)["security_context"].(map[string]any)["namespace_options"].(map[string]any)
 }
 
 // ctrOption changes a container configuration.

@@ -27,7 +27,7 @@ func TestHostPort(t *testing.T) {
 	}
 	d, _ := startContainerDaemon(t, daemonOptions{})
 	hostPort := 20000 + rand.IntN(10000) // apart from other tests' ports and critest's 12000
-	pod := d.filesPod(t, "hostport", func(cfg map[string]any) {
+	pod := d.editedPod(t, "hostport", func(cfg map[string]any) {
 		cfg["port_mappings"] = []map[string]any{
 			{"container_port": 8080, "host_port": hostPort},
 			{"container_port": 9090}, // no host port: not passed to CNI

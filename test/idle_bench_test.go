@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -159,41 +158,6 @@ const clockTicks = 100
 func (n *benchNode) runPods(b *testing.B, count int) (podIDs, ctrIDs []string) {
 	b.Helper()
 	podIDs, ctrIDs = make([]string, count), make([]string, count)
-	errs := make([]error, count)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
-	start := time.Now()
-	for i := range count {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			pod := &runtimeapi.PodSandboxConfig{
-				Metadata:     &runtimeapi.PodSandboxMetadata{Name: fmt.Sprintf("idle%d", i), Namespace: "bench", Uid: fmt.Sprintf("%s-%d", n.podID[:12], i)},
-				LogDirectory: n.pod.GetLogDirectory(),
-				Linux:        n.pod.GetLinux(),
-			}
-			resp, err := n.rt.RunPodSandbox(b.Context(), &runtimeapi.RunPodSandboxRequest{Config: pod})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			podIDs[i] = resp.GetPodSandboxId()
-			cfg := &runtimeapi.ContainerConfig{
-				Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
-				Image:    &runtimeapi.ImageSpec{Image: testImage},
-				Command:  []string{"sleep", "3600"},
-				LogPath:  fmt.Sprintf("idle%d.log", i),
-			}
-			cresp, err := n.rt.CreateContainer(b.Context(), &runtimeapi.CreateContainerRequest{PodSandboxId: podIDs[i], Config: cfg, SandboxConfig: pod})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ctrIDs[i] = cresp.GetContainerId()
-			_, errs[i] = n.rt.StartContainer(b.Context(), &runtimeapi.StartContainerRequest{ContainerId: ctrIDs[i]})
-		})
-	}
-	wg.Wait()
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
@@ -209,11 +173,30 @@ func (n *benchNode) runPods(b *testing.B, count int) (podIDs, ctrIDs []string) {
 			}
 		}
 	})
-	for i, err := range errs {
-		if err != nil {
-			b.Fatalf("pod %d: %v", i, err)
+	fourAtATime(b, count, "pod", func(i int) error {
+		pod := &runtimeapi.PodSandboxConfig{
+			Metadata:     &runtimeapi.PodSandboxMetadata{Name: fmt.Sprintf("idle%d", i), Namespace: "bench", Uid: fmt.Sprintf("%s-%d", n.podID[:12], i)},
+			LogDirectory: n.pod.GetLogDirectory(),
+			Linux:        n.pod.GetLinux(),
 		}
-	}
-	b.Logf("%d pods running after %v", count, time.Since(start).Round(time.Millisecond))
+		resp, err := n.rt.RunPodSandbox(b.Context(), &runtimeapi.RunPodSandboxRequest{Config: pod})
+		if err != nil {
+			return err
+		}
+		podIDs[i] = resp.GetPodSandboxId()
+		cfg := &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
+			Image:    &runtimeapi.ImageSpec{Image: testImage},
+			Command:  []string{"sleep", "3600"},
+			LogPath:  fmt.Sprintf("idle%d.log", i),
+		}
+		cresp, err := n.rt.CreateContainer(b.Context(), &runtimeapi.CreateContainerRequest{PodSandboxId: podIDs[i], Config: cfg, SandboxConfig: pod})
+		if err != nil {
+			return err
+		}
+		ctrIDs[i] = cresp.GetContainerId()
+		_, err = n.rt.StartContainer(b.Context(), &runtimeapi.StartContainerRequest{ContainerId: ctrIDs[i]})
+		return err
+	})
 	return podIDs, ctrIDs
 }

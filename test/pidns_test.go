@@ -36,22 +36,7 @@ const (
 // namespace mode.
 func (d *daemon) pidPod(t *testing.T, name string, pidMode int) string {
 	t.Helper()
-	uid := randomHex(t, 16)
-	logDir := filepath.Join(d.podLogDir, "e2e_"+name+"_"+uid)
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := map[string]any{
-		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 0},
-		"hostname":      "e2e",
-		"log_directory": logDir,
-		"labels":        map[string]string{"e2e": "crijournal"},
-		"linux": map[string]any{
-			"cgroup_parent":    d.cgroupParent,
-			"security_context": map[string]any{"namespace_options": map[string]any{"pid": pidMode}},
-		},
-	}
-	return writePodJSON(t, "pod-"+sanitize(name)+"-"+uid[:8], cfg)
+	return d.editedPod(t, name, func(cfg map[string]any) { namespaceOptions(cfg)["pid"] = pidMode })
 }
 
 // withPidMode sets a container's pid namespace mode.

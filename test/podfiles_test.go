@@ -17,31 +17,6 @@ import (
 // them. Pods on the host's network also get the host's /etc/hosts; pods with ipc NODE
 // the host's /dev/shm. Removal leaves nothing.
 
-// filesPod writes a pod configuration like containerPod's, changed by edit.
-func (d *daemon) filesPod(t *testing.T, name string, edit func(cfg map[string]any)) string {
-	t.Helper()
-	uid := randomHex(t, 16)
-	logDir := filepath.Join(d.podLogDir, "e2e_"+name+"_"+uid)
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := map[string]any{
-		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 0},
-		"hostname":      "e2e",
-		"log_directory": logDir,
-		"labels":        map[string]string{"e2e": "crijournal"},
-		"linux": map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{
-			"namespace_options": map[string]any{"pid": nsModeContainer}}},
-	}
-	edit(cfg)
-	return writePodJSON(t, "pod-"+sanitize(name)+"-"+uid[:8], cfg)
-}
-
-// namespaceOptions returns the namespace options of a filesPod configuration, to edit.
-func namespaceOptions(cfg map[string]any) map[string]any {
-	return cfg["linux"].(map[string]any)["security_context"].(map[string]any)["namespace_options"].(map[string]any)
-}
-
 // TestPodFiles: a pod with a DNS configuration and a hostname; its two containers see
 // the resolv.conf rendered from it and the hostname, and share one /dev/shm, a tmpfs of
 // 64 MiB (a file written in one is read in the other). A container created after a
@@ -50,7 +25,7 @@ func namespaceOptions(cfg map[string]any) map[string]any {
 func TestPodFiles(t *testing.T) {
 	t.Parallel()
 	d, _ := startContainerDaemon(t, daemonOptions{})
-	pod := d.filesPod(t, "files", func(cfg map[string]any) {
+	pod := d.editedPod(t, "files", func(cfg map[string]any) {
 		cfg["hostname"] = "files-host"
 		cfg["dns_config"] = map[string]any{
 			"servers":  []string{"10.10.10.10", "fd00::53"},
@@ -117,7 +92,7 @@ func TestPodFiles(t *testing.T) {
 func TestPodFilesHost(t *testing.T) {
 	t.Parallel()
 	d, _ := startContainerDaemon(t, daemonOptions{})
-	pod := d.filesPod(t, "hostfiles", func(cfg map[string]any) {
+	pod := d.editedPod(t, "hostfiles", func(cfg map[string]any) {
 		delete(cfg, "hostname")
 		ns := namespaceOptions(cfg)
 		ns["network"] = int(runtimeapi.NamespaceMode_NODE)

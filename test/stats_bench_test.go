@@ -49,16 +49,7 @@ func BenchmarkListContainerStats(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/container")
 }
 
-func benchContainers(b *testing.B) int {
-	n := 100
-	if v := os.Getenv("CRIJOURNAL_BENCH_CONTAINERS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("CRIJOURNAL_BENCH_CONTAINERS=%q: want a positive number", v)
-		}
-	}
-	return n
-}
+func benchContainers(b *testing.B) int { return envCount(b, "CRIJOURNAL_BENCH_CONTAINERS", 100) }
 
 // benchNode is a daemon of its own for benchmarks, driven over gRPC: the test
 // harness's daemon is built for *testing.T.
@@ -212,35 +203,10 @@ func benchLogLevel() string {
 }
 
 // runContainers creates and starts count sleeping containers in the node's
-// pod, four at a time, and returns their IDs.
+// pod, four at a time, and returns their IDs; b.Cleanup removes them.
 func (n *benchNode) runContainers(b *testing.B, count int) []string {
 	b.Helper()
 	ids := make([]string, count)
-	errs := make([]error, count)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 4)
-	start := time.Now()
-	for i := range count {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			cfg := &runtimeapi.ContainerConfig{
-				Metadata: &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("c%d", i)},
-				Image:    &runtimeapi.ImageSpec{Image: testImage},
-				Command:  []string{"sleep", "3600"},
-				LogPath:  fmt.Sprintf("c%d.log", i),
-				Labels:   map[string]string{"bench": "stats"},
-			}
-			resp, err := n.rt.CreateContainer(b.Context(), &runtimeapi.CreateContainerRequest{PodSandboxId: n.podID, Config: cfg, SandboxConfig: n.pod})
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			ids[i] = resp.GetContainerId()
-			_, errs[i] = n.rt.StartContainer(b.Context(), &runtimeapi.StartContainerRequest{ContainerId: ids[i]})
-		})
-	}
-	wg.Wait()
 	b.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
@@ -253,11 +219,46 @@ func (n *benchNode) runContainers(b *testing.B, count int) []string {
 			}
 		}
 	})
+	fourAtATime(b, count, "container", func(i int) error {
+		cfg := &runtimeapi.ContainerConfig{
+			Metadata: &runtimeapi.ContainerMetadata{Name: fmt.Sprintf("c%d", i)},
+			Image:    &runtimeapi.ImageSpec{Image: testImage},
+			Command:  []string{"sleep", "3600"},
+			LogPath:  fmt.Sprintf("c%d.log", i),
+			Labels:   map[string]string{"bench": "stats"},
+		}
+		resp, err := n.rt.CreateContainer(b.Context(), &runtimeapi.CreateContainerRequest{PodSandboxId: n.podID, Config: cfg, SandboxConfig: n.pod})
+		if err != nil {
+			return err
+		}
+		ids[i] = resp.GetContainerId()
+		_, err = n.rt.StartContainer(b.Context(), &runtimeapi.StartContainerRequest{ContainerId: ids[i]})
+		return err
+	})
+	return ids
+}
+
+// fourAtATime calls do for each i below count, four at a time, and fails b with
+// the first error, named after what (a "pod", a "container") and i; it logs how
+// long the count of them took.
+func fourAtATime(b *testing.B, count int, what string, do func(i int) error) {
+	b.Helper()
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 4)
+	start := time.Now()
+	for i := range count {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			errs[i] = do(i)
+		})
+	}
+	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			b.Fatalf("container %d: %v", i, err)
+			b.Fatalf("%s %d: %v", what, i, err)
 		}
 	}
-	b.Logf("%d containers running after %v", count, time.Since(start).Round(time.Millisecond))
-	return ids
+	b.Logf("%d %ss running after %v", count, what, time.Since(start).Round(time.Millisecond))
 }

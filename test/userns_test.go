@@ -2,6 +2,7 @@ package test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,20 +127,7 @@ const usernsHostID = 200000
 // own user namespace (0 -> usernsHostID, 65536 IDs) and the given pid mode.
 func (d *daemon) usernsContainerPod(t *testing.T, name string, pid runtimeapi.NamespaceMode) string {
 	t.Helper()
-	uid := randomHex(t, 16)
-	logDir := filepath.Join(d.podLogDir, "e2e_"+name+"_"+uid)
-	if err := os.MkdirAll(logDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cfg := map[string]any{
-		"metadata":      map[string]any{"name": name, "namespace": "e2e", "uid": uid, "attempt": 0},
-		"hostname":      "e2e",
-		"log_directory": logDir,
-		"labels":        map[string]string{"e2e": "crijournal"},
-		"linux": map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{
-			"namespace_options": usernsOptions(pid)}},
-	}
-	return writePodJSON(t, "pod-"+sanitize(name)+"-"+uid[:8], cfg)
+	return d.editedPod(t, name, func(cfg map[string]any) { maps.Copy(namespaceOptions(cfg), usernsOptions(pid)) })
 }
 
 func usernsOptions(pid runtimeapi.NamespaceMode) map[string]any {
