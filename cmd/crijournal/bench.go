@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/crijournal/crijournal/bench"
+	"github.com/crijournal/crijournal/config"
 )
 
 func init() {
@@ -168,7 +169,7 @@ Workloads (--workload):
 	f.IntVar(&so.ListCalls, "list-calls", 20, "with --workload scale, calls of each List timed at each step")
 	f.BoolVar(&withFloor, "floor", false, "also measure the floor (at --concurrency: runc create/start/delete -f of a busybox bundle and the CNI ADD/DEL into a fresh namespace, directly) after the run (each round), and compare PodUp and PodDown with it")
 	f.IntVar(&floor.Runs, "floor-runs", 10, "runs of the floor (medians are taken)")
-	f.StringVar(&floor.Runc, "runc", "runc", "the floor's OCI runtime")
+	f.StringVar(&floor.Runc, "runc", floorRunc(), "the floor's OCI runtime (default: the one a crijournal handler without a path runs)")
 	f.StringSliceVar(&floor.CNIPluginDirs, "cni-plugin-dirs", []string{"/opt/cni/bin", "/usr/lib/cni"}, "the floor's CNI plugin directories")
 	f.StringVar(&plotFile, "plot", "", "draw each operation's latency distribution into this SVG file (one curve per endpoint)")
 	return cmd
@@ -200,4 +201,13 @@ func writePlot(path string, series []bench.Series) error {
 	}
 	fmt.Fprintf(os.Stderr, "latency distributions drawn in %s\n", path)
 	return nil
+}
+
+// floorRunc is the runc a handler without a path runs (config.BundledRunc when `make deps`
+// installed it, else runc in PATH), so that the floor times the runtime the daemon uses.
+func floorRunc() string {
+	if p := (config.Config{}).RuntimePath("runc"); p != "" {
+		return p
+	}
+	return "runc"
 }
