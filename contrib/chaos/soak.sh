@@ -5,7 +5,7 @@
 # all the while the daemon is SIGKILLed at random every KILL_MIN..KILL_MAX seconds and
 # started again at once, as a service manager would. At the end every pod must have
 # converged (come up) or been removed cleanly, and the node must hold nothing of them:
-# namespace pins and mounts, host-local IP files, veths, libcni cache entries, storage and
+# namespace pins and mounts, the pods' files, host-local IP files, veths, libcni cache entries, storage and
 # runc containers, conmons, journal records. It prints its figures and exits non-zero when
 # something leaked or did not converge.
 #
@@ -52,6 +52,10 @@ for tool in crictl jq runc ip; do
 done
 [ -x "$CNI_DIR/bridge" ] || { echo "$0: no CNI plugins in $CNI_DIR (set CNI_DIR)" >&2; exit 2; }
 
+# The runc the daemon's handler runs: the project's when make deps installed it.
+runc_bin=runc
+[ -x /usr/local/libexec/crijournal/runc ] && runc_bin=/usr/local/libexec/crijournal/runc
+
 started=$(date +%s)
 elapsed() { echo $(($(date +%s) - started)); }
 out_of_time() { [ "$(elapsed)" -ge "$MAX_SECONDS" ]; }
@@ -94,8 +98,8 @@ cleanup() {
 	# What a failed run left: containers (conmon, runc), pinned namespaces, mounts, the
 	# bridge. The leak check has already reported it.
 	for pid in $(our_processes); do kill -KILL "$pid" 2>/dev/null || true; done
-	for id in $(runc --root "$run/runc" list -q 2>/dev/null); do
-		runc --root "$run/runc" delete --force "$id" >/dev/null 2>&1 || true
+	for id in $("$runc_bin" --root "$run/runc" list -q 2>/dev/null); do
+		"$runc_bin" --root "$run/runc" delete --force "$id" >/dev/null 2>&1 || true
 	done
 	awk -v r="$run" -v b="$base" 'index($5, r) == 1 || index($5, b) == 1 {print $5}' /proc/self/mountinfo | sort -r |
 		while read -r m; do umount -l "$m" 2>/dev/null || true; done
@@ -259,9 +263,11 @@ daemon_pid=""
 
 # --- the leak check -----------------------------------------------------------
 leaks=()
-for kind in netns ipcns utsns pidns; do
+for kind in netns ipcns utsns pidns userns; do
 	for f in "$run/ns/$kind"/*; do [ -e "$f" ] && leaks+=("namespace pin $f"); done
 done
+# The pods' files (resolv.conf, hostname, the /dev/shm mount point), one directory a pod.
+for d in "$run/sandboxes"/*; do [ -e "$d" ] && leaks+=("pod files $d"); done
 while read -r m; do
 	case "$m" in "$run/ns" | "$run/ns/"*ns) continue ;; esac
 	leaks+=("mount $m")
@@ -272,7 +278,7 @@ for f in "$base/ipam/$network"/*; do
 done
 for v in $(ip -o link show master "$bridge" 2>/dev/null | awk -F': ' '{print $2}'); do leaks+=("veth $v on $bridge"); done
 for f in "$base/cni-cache"/results/*; do [ -e "$f" ] && leaks+=("CNI cache entry $f"); done
-for id in $(runc --root "$run/runc" list -q 2>/dev/null); do leaks+=("runc container $id"); done
+for id in $("$runc_bin" --root "$run/runc" list -q 2>/dev/null); do leaks+=("runc container $id"); done
 if [ -f "$base/root/storage/vfs-containers/containers.json" ]; then
 	n="$(jq 'length' "$base/root/storage/vfs-containers/containers.json")"
 	[ "$n" = 0 ] || leaks+=("$n storage containers")
