@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -20,10 +19,7 @@ func TestRunChecksCachedRecords(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	u := &undos{ran: map[string]int{}}
 	path := filepath.Join(t.TempDir(), "journal.db")
-	j, err := journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := openTestJournal(t, path, log, u)
 	ids := map[string]string{}
 	for _, name := range []string{"sound-cached", "lost-cached", "sound-ready", "lost-ready"} {
 		rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp"})
@@ -44,10 +40,7 @@ func TestRunChecksCachedRecords(t *testing.T) {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	j, err = journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j = openTestJournal(t, path, log, u)
 	defer j.Close()
 	sum := Run(ctx, j, log, func(ctx context.Context, rec journal.Record) (bool, error) {
 		if rec.State != journal.StateCached {

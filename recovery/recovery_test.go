@@ -37,6 +37,17 @@ func (u *undos) registry() *journal.Registry {
 	return reg
 }
 
+// openTestJournal opens the journal at path with the test undos u and an hour's cache
+// TTL, as the tests' daemon would, failing the test if it cannot.
+func openTestJournal(t *testing.T, path string, log *slog.Logger, u *undos) *journal.Journal {
+	t.Helper()
+	j, err := journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // TestRunReplaysEveryState builds a journal with a record in every state, as a crash
 // would leave it, reopens it and runs recovery.
 func TestRunReplaysEveryState(t *testing.T) {
@@ -44,10 +55,7 @@ func TestRunReplaysEveryState(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
 	u := &undos{ran: map[string]int{}}
 	path := filepath.Join(t.TempDir(), "journal.db")
-	j, err := journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := openTestJournal(t, path, log, u)
 	ids := map[string]string{}
 	mk := func(name string, kinds ...journal.StepKind) string {
 		rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp"})
@@ -80,10 +88,7 @@ func TestRunReplaysEveryState(t *testing.T) {
 	}
 	u.ran = map[string]int{}
 
-	j, err = journal.Open(path, journal.Options{Logger: log, Registry: u.registry(), CacheTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j = openTestJournal(t, path, log, u)
 	defer j.Close()
 	var reconciled atomic.Int32
 	sum := Run(ctx, j, log, func(ctx context.Context, rec journal.Record) (bool, error) {
