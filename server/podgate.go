@@ -29,7 +29,7 @@ type podGate struct {
 }
 
 // enter lets a container creation in the pod through. ok is false while the pod is
-// being removed; otherwise leave must be called when the creation has finished.
+// being stopped or removed; otherwise leave must be called when the creation has finished.
 func (g *podGates) enter(podID string) (leave func(), ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
