@@ -52,6 +52,8 @@ type write struct {
 	value []byte
 	del   bool
 	name  nameOp
+	// released is a name the record gave up for name (a rename), deleted first.
+	released nameOp
 
 	entry    *entry
 	version  uint64
@@ -196,17 +198,23 @@ func apply(tx *bolt.Tx, batch []write) error {
 		if err != nil {
 			return fmt.Errorf("write record %s: %w", w.id, err)
 		}
-		switch {
-		case w.name.put:
-			err = names.Put(w.name.key, []byte(w.name.id))
-		case w.name.del:
-			// Only remove the name if it still points at this record.
-			if string(names.Get(w.name.key)) == w.name.id {
-				err = names.Delete(w.name.key)
+		for _, op := range []nameOp{w.released, w.name} {
+			if err := applyName(names, op); err != nil {
+				return fmt.Errorf("write name %q: %w", op.key, err)
 			}
 		}
-		if err != nil {
-			return fmt.Errorf("write name %q: %w", w.name.key, err)
+	}
+	return nil
+}
+
+func applyName(names *bolt.Bucket, op nameOp) error {
+	switch {
+	case op.put:
+		return names.Put(op.key, []byte(op.id))
+	case op.del:
+		// Only remove the name if it still points at this record.
+		if string(names.Get(op.key)) == op.id {
+			return names.Delete(op.key)
 		}
 	}
 	return nil

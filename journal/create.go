@@ -13,6 +13,7 @@ type BeginRequest struct {
 	Kind        Kind
 	Name        string
 	Parent      string
+	Identity    string // what it makes, whatever the attempt (see Record.Identity); "" for none
 	Fingerprint string
 	Deadline    time.Time // the request's deadline, zero if none
 	Stage       string
@@ -20,8 +21,11 @@ type BeginRequest struct {
 
 // Begin reserves req.Name for a new record in state creating; the reservation becomes
 // durable with the record's first intent (or lazyFlushDelay later). When a
-// record already holds the name it returns a *HeldError (errors.Is ErrNameHeld) carrying
-// that record, so the caller can wait on it, claim it, or refuse.
+// record already holds the name, or a hidden record (in progress or cached, never
+// answered) of the same kind has req.Identity under another name, it returns a
+// *HeldError (errors.Is ErrNameHeld) carrying that record, so the caller can wait on it,
+// claim it (Claim with As), roll it back, or refuse. Of an identity there is therefore at
+// most one hidden record.
 func (j *Journal) Begin(req BeginRequest) (Record, error) {
 	if req.Kind != KindSandbox && req.Kind != KindContainer {
 		return Record{}, fmt.Errorf("begin: unknown kind %q: %w", req.Kind, ErrInvalid)
@@ -39,7 +43,12 @@ func (j *Journal) Begin(req BeginRequest) (Record, error) {
 		j.mu.Unlock()
 		return Record{}, fmt.Errorf("begin %s %q: %w", req.Kind, req.Name, err)
 	}
-	if holder, ok := j.byName[string(nameKey(req.Kind, req.Name))]; ok {
+	holder, ok := j.byName[string(nameKey(req.Kind, req.Name))]
+	if !ok && req.Identity != "" {
+		holder = j.hiddenOf(req.Kind, req.Identity)
+		ok = holder != nil
+	}
+	if ok {
 		// The holder as published: a change of it still on its way to disk is no
 		// answer to give (see change).
 		err := &HeldError{Holder: holder.shown.Clone()}
@@ -52,12 +61,13 @@ func (j *Journal) Begin(req BeginRequest) (Record, error) {
 	}
 	now := j.opts.Now()
 	e := &entry{changed: make(chan struct{}), rec: Record{
-		ID: req.ID, Kind: req.Kind, Name: req.Name, Parent: req.Parent,
+		ID: req.ID, Kind: req.Kind, Name: req.Name, Parent: req.Parent, Identity: req.Identity,
 		Fingerprint: req.Fingerprint, State: StateCreating, Stage: req.Stage,
 		Deadline: req.Deadline, Created: now, HoldsName: true,
 	}}
 	j.byID[req.ID] = e
 	j.byName[string(nameKey(req.Kind, req.Name))] = e
+	j.indexIdentity(e)
 	// Lazy: until the first intent nothing exists outside the journal, so losing the
 	// reservation in a crash loses nothing; it rides on that intent's commit.
 	_, err := j.change(e, false, func(*Record) {})
@@ -239,19 +249,44 @@ func (j *Journal) Cache(id string) (Record, error) {
 	return j.Answer(id, false)
 }
 
+// ClaimRequest names the cached record a retry claims, and how the retry names it.
+type ClaimRequest struct {
+	Kind        Kind
+	Name        string // the name the cached record holds
+	Fingerprint string // must be the record's: the retry asks for what it made
+	// As is the retry's own name when it differs from Name (the same identity asked
+	// for under another attempt): the record takes it, and gives Name up, in the
+	// claim's commit. Empty keeps Name.
+	As string
+	// Object replaces the record's object in the same commit (the object as the retry
+	// asked for it); nil keeps it.
+	Object any
+}
+
 // Claim hands a cached record to the retry that asks for it: same kind, name and
-// fingerprint. It atomically becomes created.
-func (j *Journal) Claim(kind Kind, name, fingerprint string) (Record, error) {
+// fingerprint. It atomically becomes created, under the retry's name and with the retry's
+// object when the request gives them. It returns the record as committed.
+func (j *Journal) Claim(req ClaimRequest) (Record, error) {
+	var raw json.RawMessage
+	if req.Object != nil {
+		b, err := json.Marshal(req.Object)
+		if err != nil {
+			return Record{}, fmt.Errorf("claim %s %q: encode object: %w", req.Kind, req.Name, err)
+		}
+		raw = b
+	}
 	j.mu.Lock()
-	e, ok := j.byName[string(nameKey(kind, name))]
+	e, ok := j.byName[string(nameKey(req.Kind, req.Name))]
 	var err error
 	switch {
 	case !ok:
-		err = fmt.Errorf("claim %s %q: %w", kind, name, ErrNotFound)
+		err = fmt.Errorf("claim %s %q: %w", req.Kind, req.Name, ErrNotFound)
 	case e.rec.State != StateCached:
-		err = fmt.Errorf("claim %s %q: state %s: %w", kind, name, e.rec.State, ErrWrongState)
-	case e.rec.Fingerprint != fingerprint:
-		err = fmt.Errorf("claim %s %q: %w", kind, name, ErrFingerprint)
+		err = fmt.Errorf("claim %s %q: state %s: %w", req.Kind, req.Name, e.rec.State, ErrWrongState)
+	case e.rec.Fingerprint != req.Fingerprint:
+		err = fmt.Errorf("claim %s %q: %w", req.Kind, req.Name, ErrFingerprint)
+	case req.As != "" && req.As != req.Name && j.byName[string(nameKey(req.Kind, req.As))] != nil:
+		err = &HeldError{Holder: j.byName[string(nameKey(req.Kind, req.As))].shown.Clone()}
 	}
 	if err != nil {
 		j.mu.Unlock()
@@ -260,6 +295,12 @@ func (j *Journal) Claim(kind Kind, name, fingerprint string) (Record, error) {
 	p, err := j.change(e, true, func(r *Record) {
 		r.State = StateCreated
 		r.Expiry = time.Time{}
+		if req.As != "" {
+			r.Name = req.As
+		}
+		if raw != nil {
+			r.Object = raw
+		}
 	})
 	rec := e.rec.Clone()
 	j.mu.Unlock()

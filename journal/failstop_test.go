@@ -41,7 +41,7 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 		{
 			name:   "Claim (cached to created)",
 			setup:  cachedRecord,
-			change: func(j *Journal, rec Record) error { _, err := j.Claim(KindSandbox, "pod", "fp-pod"); return err },
+			change: func(j *Journal, rec Record) error { _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"}); return err },
 		},
 		{
 			name:   "Remove (created to removing)",

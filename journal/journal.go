@@ -106,6 +106,9 @@ type Journal struct {
 	// changes a record decides on these (under mu, in the order the commits write).
 	byID   map[string]*entry
 	byName map[string]*entry // nameKey -> entry holding the name
+	// byIdentity holds, by identityKey, the records of each identity (which never
+	// changes): Begin looks there for a hidden creation of the same thing.
+	byIdentity map[string]map[*entry]struct{}
 	// shown indexes the records as published: what Get, List and Watch return. A
 	// durable change is published only once its commit succeeded, so readers and
 	// watchers never see what the file may not hold (see publish).
@@ -150,16 +153,17 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	j := &Journal{
-		path:     path,
-		db:       db,
-		opts:     opts,
-		log:      opts.Logger,
-		byID:     map[string]*entry{},
-		byName:   map[string]*entry{},
-		shown:    map[string]*entry{},
-		undoing:  map[string]chan struct{}{},
-		wake:     make(chan struct{}),
-		runEnded: make(chan struct{}),
+		path:       path,
+		db:         db,
+		opts:       opts,
+		log:        opts.Logger,
+		byID:       map[string]*entry{},
+		byName:     map[string]*entry{},
+		byIdentity: map[string]map[*entry]struct{}{},
+		shown:      map[string]*entry{},
+		undoing:    map[string]chan struct{}{},
+		wake:       make(chan struct{}),
+		runEnded:   make(chan struct{}),
 	}
 	if err := j.load(); err != nil {
 		db.Close()
@@ -248,6 +252,7 @@ func (j *Journal) loadRecords(tx *bolt.Tx) error {
 		e := &entry{rec: rec, shown: rec.Clone(), changed: make(chan struct{})}
 		j.byID[rec.ID] = e
 		j.shown[rec.ID] = e
+		j.indexIdentity(e)
 		return nil
 	}); err != nil {
 		return err
@@ -481,6 +486,7 @@ func (j *Journal) change(e *entry, durable bool, mutate func(r *Record)) (*pendi
 	if err := j.writable(); err != nil {
 		return nil, err
 	}
+	before := nameKey(e.rec.Kind, e.rec.Name)
 	mutate(&e.rec)
 	e.rec.Updated = j.opts.Now()
 	b, err := encodeRecord(&e.rec)
@@ -490,7 +496,14 @@ func (j *Journal) change(e *entry, durable bool, mutate func(r *Record)) (*pendi
 	e.version++
 	w := write{id: e.rec.ID, value: b, entry: e, version: e.version, snapshot: e.rec.Clone(), durable: durable}
 	key := nameKey(e.rec.Kind, e.rec.Name)
+	if string(key) != string(before) && j.byName[string(before)] == e {
+		// Renamed (a claim by a retry under another name): the old name is given up in
+		// the same commit that takes the new one.
+		delete(j.byName, string(before))
+		w.released = nameOp{key: before, id: e.rec.ID, del: true}
+	}
 	if e.rec.HoldsName {
+		j.byName[string(key)] = e
 		w.name = nameOp{key: key, id: e.rec.ID, put: true}
 	} else if j.byName[string(key)] == e {
 		delete(j.byName, string(key))
@@ -512,6 +525,7 @@ func (j *Journal) forget(e *entry) (*pending, error) {
 		return nil, err
 	}
 	delete(j.byID, e.rec.ID)
+	j.unindexIdentity(e)
 	key := nameKey(e.rec.Kind, e.rec.Name)
 	e.version++
 	e.durablePending++
@@ -568,6 +582,37 @@ func (j *Journal) show(e *entry, v uint64, rec *Record) bool {
 func (j *Journal) wakeAll() {
 	close(j.wake)
 	j.wake = make(chan struct{})
+}
+
+// indexIdentity adds e to the records of its identity, if it has one.
+func (j *Journal) indexIdentity(e *entry) {
+	if e.rec.Identity == "" {
+		return
+	}
+	k := identityKey(e.rec.Kind, e.rec.Identity)
+	if j.byIdentity[k] == nil {
+		j.byIdentity[k] = map[*entry]struct{}{}
+	}
+	j.byIdentity[k][e] = struct{}{}
+}
+
+func (j *Journal) unindexIdentity(e *entry) {
+	k := identityKey(e.rec.Kind, e.rec.Identity)
+	delete(j.byIdentity[k], e)
+	if len(j.byIdentity[k]) == 0 {
+		delete(j.byIdentity, k)
+	}
+}
+
+// hiddenOf returns the hidden record (see Record.Hidden) of an identity that holds a
+// name, as queued, or nil. There is at most one: Begin never makes a second.
+func (j *Journal) hiddenOf(kind Kind, identity string) *entry {
+	for e := range j.byIdentity[identityKey(kind, identity)] {
+		if e.rec.HoldsName && e.rec.Hidden() {
+			return e
+		}
+	}
+	return nil
 }
 
 func (j *Journal) lookup(id string) (*entry, error) {

@@ -178,17 +178,17 @@ func TestCreateAfterDeadlineBecomesCachedAndClaimable(t *testing.T) {
 	if got.State != StateCached || !got.Expiry.Equal(clock.Now().Add(time.Minute)) {
 		t.Fatalf("after Answer(not live) = state %s expiry %v", got.State, got.Expiry)
 	}
-	if _, err := j.Claim(KindSandbox, "pod", "other"); !errors.Is(err, ErrFingerprint) {
+	if _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "other"}); !errors.Is(err, ErrFingerprint) {
 		t.Fatalf("Claim with another fingerprint = %v, want ErrFingerprint", err)
 	}
-	claimed, err := j.Claim(KindSandbox, "pod", "fp-pod")
+	claimed, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if claimed.ID != rec.ID || claimed.State != StateCreated || !claimed.Expiry.IsZero() {
 		t.Fatalf("Claim = %+v", claimed)
 	}
-	if _, err := j.Claim(KindSandbox, "pod", "fp-pod"); !errors.Is(err, ErrWrongState) {
+	if _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"}); !errors.Is(err, ErrWrongState) {
 		t.Fatalf("second Claim = %v, want ErrWrongState", err)
 	}
 }
@@ -231,7 +231,7 @@ func TestIllegalTransitions(t *testing.T) {
 		{name: "Remove while creating", want: ErrWrongState,
 			run: func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Claim while creating", want: ErrWrongState,
-			run: func(j *Journal, id string) error { _, err := j.Claim(KindSandbox, "pod", "fp-pod"); return err }},
+			run: func(j *Journal, id string) error { _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"}); return err }},
 		{name: "Rollback of a created record", want: ErrWrongState,
 			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
 			run:   func(j *Journal, id string) error { return j.Rollback(ctx, id) }},
@@ -268,7 +268,7 @@ func TestIllegalTransitions(t *testing.T) {
 			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindB, nil); return err }},
 		{name: "Claim of a created record", want: ErrWrongState,
 			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
-			run:   func(j *Journal, id string) error { _, err := j.Claim(KindSandbox, "pod", "fp-pod"); return err }},
+			run:   func(j *Journal, id string) error { _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"}); return err }},
 		{name: "Begin of an unknown kind", want: ErrInvalid,
 			run: func(j *Journal, id string) error {
 				_, err := j.Begin(BeginRequest{Kind: "volume", Name: "v", Fingerprint: "f"})

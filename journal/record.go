@@ -89,6 +89,11 @@ type Record struct {
 	Object      json.RawMessage   `json:"object,omitempty"` // the owner's object (sandbox or container)
 	// HoldsName is false once the name was released with an undo still failing.
 	HoldsName bool `json:"holds_name"`
+	// Identity is what the record makes, whatever its name says about the attempt that
+	// asked (a pod, or a pod's container): while the record is hidden (see Hidden), a
+	// Begin of another name with the same kind and identity finds it. Empty in records
+	// written before it existed: those are found by their name only.
+	Identity string `json:"identity,omitempty"`
 }
 
 // Clone returns a deep copy, so callers never share memory with the index.
@@ -107,6 +112,12 @@ func (r Record) Clone() Record {
 		c.Object = append(json.RawMessage(nil), r.Object...)
 	}
 	return c
+}
+
+// Hidden reports whether the record is a creation no caller has been answered for: in
+// progress or cached.
+func (r Record) Hidden() bool {
+	return r.State == StateCreating || r.State == StateReady || r.State == StateCached
 }
 
 // AllDone reports whether every step completed.
@@ -142,6 +153,8 @@ var idPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func ValidID(id string) bool { return idPattern.MatchString(id) }
 
 func nameKey(kind Kind, name string) []byte { return []byte(string(kind) + "/" + name) }
+
+func identityKey(kind Kind, identity string) string { return string(kind) + "/" + identity }
 
 func encodeRecord(r *Record) ([]byte, error) {
 	b, err := json.Marshal(r)

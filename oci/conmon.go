@@ -26,6 +26,10 @@ var bundleFiles = []string{"config.json", "ctl", "winsz", "attach"}
 type meta struct {
 	Bundle  string `json:"bundle"`
 	LogPath string `json:"log_path,omitempty"`
+	// ConmonLogPath is the path conmon was started with, once MoveLog has moved the log
+	// elsewhere: conmon reopens the log there (ReopenLog), not at LogPath. Empty while
+	// the log is where conmon was told.
+	ConmonLogPath string `json:"conmon_log_path,omitempty"`
 	// CgroupsPath is the spec's cgroupsPath, kept here (not only in the bundle's
 	// config.json) so that a Delete retried after a failed one still finds the cgroup:
 	// a failed Delete removes config.json, and the bundle may be gone with its storage.
@@ -455,12 +459,16 @@ func (r *Runtime) waitExitRecorded(ctx context.Context, id string) {
 
 // ReopenLog asks the container's conmon to reopen its log file, after the log was
 // rotated, by writing "2 0 0\n" (reopen logs) to the ctl fifo in the bundle as CRI-O
-// does, and waits (bounded by ctx and 5s) for the log file to exist again. A
+// does, and waits (bounded by ctx and 5s) for the log file to exist again. conmon
+// reopens the path it was started with, by creating a new file and renaming it there; for
+// a log that MoveLog moved elsewhere, that new file is then renamed to the log's path. A
 // container whose exit is recorded, or without a live conmon, gives ErrNotRunning.
 func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
 	}
+	unlock := r.locks.lock(id)
+	defer unlock()
 	m := r.readMeta(id)
 	if m.Bundle == "" {
 		return fmt.Errorf("reopen log of %s: %w", id, ErrNotFound)
@@ -488,16 +496,67 @@ func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 	if m.LogPath == "" {
 		return nil
 	}
+	reopened := m.LogPath
+	if m.ConmonLogPath != "" {
+		reopened = m.ConmonLogPath
+	}
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
-	for !exists(m.LogPath) {
+	for !exists(reopened) {
 		select {
 		case <-wctx.Done():
-			return fmt.Errorf("reopen log of %s: %s did not reappear: %w", id, m.LogPath, wctx.Err())
+			return fmt.Errorf("reopen log of %s: %s did not reappear: %w", id, reopened, wctx.Err())
 		case <-tick.C:
 		}
+	}
+	if reopened != m.LogPath {
+		// conmon's new file is the one it writes now: move it where the log is. (Only a
+		// reopen makes a file at conmon's path once the log was moved: see MoveLog.)
+		if err := os.Rename(reopened, m.LogPath); err != nil {
+			return fmt.Errorf("reopen log of %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// MoveLog moves a container's log file to the path to, and records it there for later
+// calls: conmon keeps writing to the file it has open, and ReopenLog brings each file
+// conmon reopens to the new path. It is idempotent, so a caller may call it again after a
+// crash: a log already at to (its old path gone) is only recorded. An empty to, or a
+// container without a log, is left alone.
+func (r *Runtime) MoveLog(id, to string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	unlock := r.locks.lock(id)
+	defer unlock()
+	m := r.readMeta(id)
+	switch {
+	case m.Bundle == "":
+		return fmt.Errorf("move log of %s: %w", id, ErrNotFound)
+	case to == "" || m.LogPath == "" || to == m.LogPath:
+		return nil
+	case !filepath.IsAbs(to):
+		return fmt.Errorf("move log of %s: %q is not absolute", id, to)
+	}
+	if err := os.Rename(m.LogPath, to); err != nil && !(errors.Is(err, os.ErrNotExist) && exists(to)) {
+		return fmt.Errorf("move log of %s: %w", id, err)
+	}
+	if m.ConmonLogPath == "" {
+		m.ConmonLogPath = m.LogPath
+	}
+	if m.ConmonLogPath == to {
+		m.ConmonLogPath = "" // moved back where conmon writes
+	}
+	m.LogPath = to
+	b, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := writeFileSync(r.metaFile(id), b); err != nil {
+		return fmt.Errorf("move log of %s: %w", id, err)
 	}
 	return nil
 }

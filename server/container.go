@@ -89,6 +89,12 @@ func containerName(cfg *runtimeapi.ContainerConfig, sandbox *runtimeapi.PodSandb
 	return fmt.Sprintf("k8s_%s_%s_%s_%s_%d", md.GetName(), smd.GetName(), smd.GetNamespace(), smd.GetUid(), md.GetAttempt()), nil
 }
 
+// containerIdentity is what a container creation makes whatever its attempt: the
+// container of that name in the sandbox (journal.Record.Identity).
+func containerIdentity(sandboxID string, cfg *runtimeapi.ContainerConfig) string {
+	return sandboxID + "/" + cfg.GetMetadata().GetName()
+}
+
 // logPath is where conmon writes the container's CRI log: the sandbox's log directory
 // joined with the container's log path, both as the kubelet gives them; "" when either is
 // missing (no log is kept, as in CRI-O).

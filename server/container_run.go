@@ -91,12 +91,22 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 
 	deadline, _ := ctx.Deadline()
-	c, existingID, err := s.begin(ctx, flowContainerCreate, journal.BeginRequest{
-		Kind: journal.KindContainer, Name: name, Parent: sb.rec.ID, Deadline: deadline, Stage: stageContainerReserve,
-		Fingerprint: fingerprint(cfg, sb.rec.ID),
-	}, legacyFingerprint(cfg, sb.rec.ID))
+	c, existing, err := s.begin(ctx, flowContainerCreate, journal.BeginRequest{
+		Kind: journal.KindContainer, Name: name, Identity: containerIdentity(sb.rec.ID, cfg), Parent: sb.rec.ID,
+		Deadline: deadline, Stage: stageContainerReserve, Fingerprint: fingerprint(cfg, sb.rec.ID),
+	}, sameRequest{older: olderFingerprints(cfg, sb.rec.ID), asRetried: func(made journal.Record) (any, error) {
+		// The same container: it is recorded with this call's attempt, restart count
+		// and log path, and its log is moved there once claimed (answerContainer).
+		ctr, err := decodeContainer(made)
+		if err != nil {
+			return nil, err
+		}
+		ctr.obj.Config = mustMarshal(containerAsRetried(ctr.config, cfg))
+		ctr.obj.LogPath = logFile
+		return ctr.obj, nil
+	}})
 	if c == nil {
-		return answerContainer(existingID, err)
+		return s.answerContainer(ctx, existing, err)
 	}
 	id := c.rec.ID
 	obj := containerObject{
@@ -171,10 +181,33 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 }
 
 // answerContainer answers a CreateContainer settled by its reservation: the container
-// that already holds the name, or the reservation's error.
-func answerContainer(existingID string, err error) (*runtimeapi.CreateContainerResponse, error) {
+// that already holds the name, or the reservation's error. A container claimed from the
+// cache has its log moved to the path its record now names (see placeLog).
+func (s *Server) answerContainer(ctx context.Context, res reservation, err error) (*runtimeapi.CreateContainerResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.CreateContainerResponse{ContainerId: existingID}, nil
+	if res.claimed {
+		if c, err := s.findContainer(res.existingID); err != nil {
+			s.log.Warn("claimed container not readable: its log stays where it is", "id", res.existingID, "err", err)
+		} else {
+			s.placeLog(c)
+		}
+	}
+	return &runtimeapi.CreateContainerResponse{ContainerId: res.existingID}, nil
+}
+
+// placeLog moves a container's log to the path its record names, when a claim gave it
+// another one (the retry's). The record is the intent: it was committed first, so a
+// crash before the move is finished by reconciliation at the next start. A move that
+// fails is logged and left to that, and to the next log reopen, which also moves it:
+// the container itself is sound, and its log is still written where it was.
+func (s *Server) placeLog(c container) {
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err == nil {
+		err = rt.MoveLog(c.rec.ID, c.obj.LogPath)
+	}
+	if err != nil && !errors.Is(err, oci.ErrNotFound) { // not found: the runtime lost it, and nothing writes the log
+		s.log.Warn("container log not moved to the path its record names", "id", c.rec.ID, "name", c.rec.Name, "log", c.obj.LogPath, "err", err)
+	}
 }

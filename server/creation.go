@@ -21,14 +21,14 @@ type creation struct {
 }
 
 // begin reserves req.Name for a creation of flow (see reserve). When the request is
-// settled from the record that already holds the name, it returns that record's ID and
-// no creation.
-func (s *Server) begin(ctx context.Context, flow string, req journal.BeginRequest, alsoSame ...string) (c *creation, existingID string, err error) {
-	res, err := s.reserve(ctx, req, alsoSame...)
+// settled from a record that already exists, it returns no creation and the reservation
+// says which record.
+func (s *Server) begin(ctx context.Context, flow string, req journal.BeginRequest, same sameRequest) (*creation, reservation, error) {
+	res, err := s.reserve(ctx, req, same)
 	if err != nil || res.existingID != "" {
-		return nil, res.existingID, err
+		return nil, res, err
 	}
-	return &creation{s: s, ctx: ctx, flow: flow, rec: res.record}, "", nil
+	return &creation{s: s, ctx: ctx, flow: flow, rec: res.record}, res, nil
 }
 
 // limit bounds one step.

@@ -90,9 +90,9 @@ func blocks(ctx context.Context) (int, error) {
 
 func beginFlow(t *testing.T, s *Server, ctx context.Context, name string) *creation {
 	t.Helper()
-	c, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp", Stage: "reserve"})
+	c, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp", Stage: "reserve"}, sameRequest{})
 	if err != nil || c == nil {
-		t.Fatalf("begin = %v, %q, %v; want a new creation", c, existing, err)
+		t.Fatalf("begin = %v, %q, %v; want a new creation", c, existing.existingID, err)
 	}
 	return c
 }
@@ -130,8 +130,8 @@ func TestCreationStepsReturnTheirResults(t *testing.T) {
 	if string(rec.Object) != `{"ips":["10.0.0.2"]}` {
 		t.Errorf("object %s", rec.Object)
 	}
-	if c2, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}); c2 != nil || existing != rec.ID || err != nil {
-		t.Errorf("the retry: %v, %q, %v; want the created ID", c2, existing, err)
+	if c2, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}, sameRequest{}); c2 != nil || existing.existingID != rec.ID || err != nil {
+		t.Errorf("the retry: %v, %q, %v; want the created ID", c2, existing.existingID, err)
 	}
 	if u := undos.list(); len(u) != 0 {
 		t.Errorf("undos ran for a creation that succeeded: %q", u)
@@ -234,9 +234,9 @@ func TestCreationOutlivingItsRequestIsCached(t *testing.T) {
 	if rec.State != journal.StateCached {
 		t.Errorf("state %s, want cached", rec.State)
 	}
-	_, existing, err := s.begin(context.Background(), "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"})
-	if existing != rec.ID || err != nil {
-		t.Errorf("the retry got %q, %v; want the cached %s", existing, err, rec.ID)
+	_, existing, err := s.begin(context.Background(), "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}, sameRequest{})
+	if existing.existingID != rec.ID || err != nil {
+		t.Errorf("the retry got %q, %v; want the cached %s", existing.existingID, err, rec.ID)
 	}
 	if u := undos.list(); len(u) != 0 {
 		t.Errorf("undos ran for a cached creation: %q", u)

@@ -11,7 +11,8 @@ import (
 )
 
 // Reconcile brings a created or cached record in line with the world at startup. A
-// container that exited while the daemon was down gets its exit recorded (from conmon's
+// container's log is moved to the path its record names, if a claim's move was cut
+// short; one that exited while the daemon was down gets its exit recorded (from conmon's
 // exit file, or as unknown when the runtime lost it in a reboot). A sandbox whose
 // namespace pins or files are gone (a reboot empties /run), or whose shared pid namespace lost its
 // pause process (a service manager killing the whole control group), can never be ready
@@ -81,10 +82,13 @@ func (sb sandbox) lost() string {
 
 func (s *Server) reconcileContainer(ctx context.Context, rec journal.Record) (bool, error) {
 	c, err := decodeContainer(rec)
-	if err != nil {
+	if err != nil || s.runtimes == nil {
 		return false, err
 	}
-	if _, done := rec.Marker(markerFinishedAt); done || s.runtimes == nil {
+	// A claim that took another log path was committed before the log moved: finish
+	// the move a crash cut short (a no-op when the log is where the record says).
+	s.placeLog(c)
+	if _, done := rec.Marker(markerFinishedAt); done {
 		return false, nil
 	}
 	if err := s.recordExit(ctx, c); err != nil {

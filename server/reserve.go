@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -10,27 +11,44 @@ import (
 )
 
 // reservation is the outcome of reserve: either a new record to build, or the ID of an
-// existing one to answer with.
+// existing one to answer with (claimed when reserve claimed it from the cache for this
+// request).
 type reservation struct {
 	record     journal.Record // valid when existingID is empty
 	existingID string
+	claimed    bool
+}
+
+// sameRequest says how reserve recognises a request's earlier calls in the journal, and
+// what a cached creation of theirs becomes when this request claims it.
+type sameRequest struct {
+	// older are the request's fingerprints in the formats written before the current
+	// one (olderFingerprints), for records written then.
+	older []string
+	// asRetried returns the object a cached record made from an earlier call is
+	// recorded with once this request claims it: the same thing, with this call's own
+	// per-call fields (see leaveOutPerCall). nil keeps the object as made.
+	asRetried func(made journal.Record) (any, error)
 }
 
 // reserve begins a creation under req.Name, or settles the request from the record that
-// holds the name:
+// holds the name or, under another name, makes the same thing (req.Identity) and has not
+// been answered yet (a hidden creation: journal.Begin). A holder is from the same request
+// when its fingerprint is req.Fingerprint or one of same.older:
 //   - created from the same request: its ID (a true duplicate);
-//   - cached from the same request: claimed, its ID;
+//   - cached from the same request: claimed, its ID; it takes this request's name and
+//     per-call fields (same.asRetried) in the claim's commit;
 //   - still being made from the same request: wait for it on the journal's watcher. If it
 //     is created normally meanwhile, its ID; if it becomes cached while we wait, this
 //     request still fails at its own deadline (the next retry gets it: handing it to a
 //     client that may have given up could leak it);
-//   - cached from a different request: rolled back, and AlreadyExists saying so (the
-//     next request can take the name);
-//   - anything else from a different request: AlreadyExists.
-//
-// A holder is from the same request when its fingerprint is req.Fingerprint or one of
-// alsoSame (the request's fingerprint in an older format, for records written before it).
-func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame ...string) (reservation, error) {
+//   - a hidden creation of the same thing under another name, from a different request:
+//     rolled back when cached (nobody will ask for it again), waited for while it is
+//     being made; then this request makes its own;
+//   - cached under this name from a different request: rolled back, and AlreadyExists
+//     saying so (the next request can take the name);
+//   - anything else under this name from a different request: AlreadyExists.
+func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, same sameRequest) (reservation, error) {
 	what := string(req.Kind)
 	waitedOn := "" // the ID of the in-progress creation this request has waited for
 	for {
@@ -40,7 +58,14 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame
 			return reservation{record: rec}, err
 		}
 		h := held.Holder
-		if h.Fingerprint != req.Fingerprint && !slices.Contains(alsoSame, h.Fingerprint) {
+		retried := h.Name != req.Name // found by identity: an earlier attempt of this one
+		if h.Fingerprint != req.Fingerprint && !slices.Contains(same.older, h.Fingerprint) {
+			if retried {
+				if err := s.supersede(ctx, req, h); err != nil {
+					return reservation{}, err
+				}
+				continue
+			}
 			if h.State == journal.StateCached {
 				// Nobody will claim it: its request's retries would carry its
 				// fingerprint. Free the name, and say so; this request is refused like
@@ -57,10 +82,10 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame
 				"%s name %q is already used by %s %s (%s), made from a different request; remove it first or change the attempt",
 				what, req.Name, what, h.ID, h.State)
 		}
-		switch h.State {
-		case journal.StateCreated:
+		switch {
+		case h.State == journal.StateCreated && !retried:
 			return reservation{existingID: h.ID}, nil
-		case journal.StateCached:
+		case h.State == journal.StateCached:
 			if h.ID == waitedOn {
 				// It finished after its own request's deadline while we waited: keep it
 				// for the next retry and fail at our deadline. A request without a
@@ -69,7 +94,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame
 				if !ok {
 					deadline = h.Expiry
 				}
-				s.journal.Touch(req.Kind, req.Name, deadline)
+				s.journal.Touch(req.Kind, h.Name, deadline)
 				dctx, dcancel := context.WithDeadline(ctx, deadline)
 				wctx, cancel := answerBefore(dctx)
 				<-wctx.Done()
@@ -77,13 +102,13 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame
 				dcancel()
 				return reservation{}, newError(errTimedOut,
 					"%s %s (%q) is ready but was finished after its request timed out; it will be returned on the next retry",
-					what, h.ID, req.Name)
+					what, h.ID, h.Name)
 			}
-			claimed, err := s.journal.Claim(req.Kind, req.Name, h.Fingerprint)
+			claimed, err := s.claim(req, h, same)
 			if errors.Is(err, journal.ErrWrongState) || errors.Is(err, journal.ErrNotFound) {
 				// It changed under us (an expiry, say), and the change is on its way to
 				// disk: look again once it is published, not in a busy loop.
-				if err := s.waitForChange(ctx, req.Kind, req.Name, h); err != nil {
+				if err := s.waitForChange(ctx, req.Kind, h.Name, h); err != nil {
 					return reservation{}, err
 				}
 				continue
@@ -91,22 +116,51 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, alsoSame
 			if err != nil {
 				return reservation{}, err
 			}
-			s.log.Info("cached creation claimed by its retry", "kind", h.Kind, "id", h.ID, "name", h.Name)
+			s.log.Info("cached creation claimed by its retry", "kind", h.Kind, "id", h.ID, "name", claimed.Name, "made as", h.Name)
 			s.metrics.CacheEvent(h.Kind, "claimed")
-			return reservation{existingID: claimed.ID}, nil
+			return reservation{existingID: claimed.ID, claimed: true}, nil
 		}
 		// creating, ready, undoing or removing: wait for the next change of the holder.
 		if waitedOn != h.ID {
 			waitedOn = h.ID
 			s.metrics.Stalled(h.Kind, h.Stage)
 			deadline, _ := ctx.Deadline()
-			s.log.Info("name in progress: waiting", "kind", h.Kind, "id", h.ID, "name", h.Name, "state", h.State,
+			s.log.Info("name in progress: waiting", "kind", h.Kind, "id", h.ID, "name", h.Name, "for name", req.Name, "state", h.State,
 				"stage", h.Stage, "for", time.Until(deadline).Round(time.Millisecond))
 		}
-		if err := s.waitForChange(ctx, req.Kind, req.Name, h); err != nil {
+		if err := s.waitForChange(ctx, req.Kind, h.Name, h); err != nil {
 			return reservation{}, err
 		}
 	}
+}
+
+// claim hands the cached record h to req, under req's name and with the object
+// same.asRetried gives it, in one commit.
+func (s *Server) claim(req journal.BeginRequest, h journal.Record, same sameRequest) (journal.Record, error) {
+	c := journal.ClaimRequest{Kind: req.Kind, Name: h.Name, Fingerprint: h.Fingerprint, As: req.Name}
+	if same.asRetried != nil {
+		obj, err := same.asRetried(h)
+		if err != nil {
+			return journal.Record{}, fmt.Errorf("claim %s %s: %w", h.Kind, h.ID, err)
+		}
+		c.Object = obj
+	}
+	return s.journal.Claim(c)
+}
+
+// supersede makes way for req, which asks for the same thing as the hidden creation h
+// under another name, but differently: h is rolled back when cached (its request's
+// retries would have asked as it did), and waited for while it is being made (it becomes
+// created when its request is still there to be answered, cached when not).
+func (s *Server) supersede(ctx context.Context, req journal.BeginRequest, h journal.Record) error {
+	if h.State != journal.StateCached {
+		return s.waitForChange(ctx, req.Kind, h.Name, h)
+	}
+	s.log.Info("asked for again differently: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name, "for name", req.Name)
+	if err := s.rollback(ctx, h); err != nil && !errors.As(err, new(*journal.UndoError)) {
+		return err
+	}
+	return nil
 }
 
 // waitForChange blocks until the record holding name is no longer h in h's state, or ctx

@@ -38,7 +38,7 @@ func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := s.reserve(context.Background(), beginReq("pod", "fp"))
+		_, err := s.reserve(context.Background(), beginReq("pod", "fp"), sameRequest{})
 		done <- err
 	}()
 	var werr error
@@ -55,7 +55,7 @@ func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {
 	if err != nil || rec.State != journal.StateCached || !rec.Expiry.After(time.Now()) {
 		t.Fatalf("holder after the waiter gave up: %+v, %v; want cached, not yet expired", rec, err)
 	}
-	res, err := s.reserve(context.Background(), beginReq("pod", "fp"))
+	res, err := s.reserve(context.Background(), beginReq("pod", "fp"), sameRequest{})
 	if err != nil || res.existingID != holder.ID {
 		t.Fatalf("next retry = %+v, %v; want the cached holder", res, err)
 	}

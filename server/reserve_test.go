@@ -98,7 +98,7 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 			holder := tt.holder(t, s)
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			res, err := s.reserve(ctx, beginReq("pod", tt.fp))
+			res, err := s.reserve(ctx, beginReq("pod", tt.fp), sameRequest{})
 			if tt.wantCode != codes.OK {
 				if status.Code(toStatus(err)) != tt.wantCode {
 					t.Fatalf("reserve = %v, want code %v", err, tt.wantCode)
@@ -113,7 +113,7 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 					if _, err := s.journal.Get(holder); !errors.Is(err, journal.ErrNotFound) {
 						t.Errorf("the cached holder was not rolled back: %v", err)
 					}
-					res, err := s.reserve(ctx, beginReq("pod", tt.fp))
+					res, err := s.reserve(ctx, beginReq("pod", tt.fp), sameRequest{})
 					if err != nil || res.existingID != "" || res.record.State != journal.StateCreating {
 						t.Errorf("the next request: reservation %+v, %v; want a new record", res, err)
 					}
@@ -143,7 +143,7 @@ func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := s.reserve(ctx, beginReq("pod", "fp"))
+	res, err := s.reserve(ctx, beginReq("pod", "fp"), sameRequest{})
 	if err != nil || res.existingID != holder.ID {
 		t.Fatalf("reserve = %+v, %v; want the holder's ID", res, err)
 	}
@@ -165,7 +165,7 @@ func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, err := s.reserve(ctx, beginReq("pod", "fp"))
+	_, err := s.reserve(ctx, beginReq("pod", "fp"), sameRequest{})
 	if status.Code(toStatus(err)) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "next retry") {
 		t.Fatalf("reserve = %v, want DeadlineExceeded saying the next retry gets it", err)
 	}
@@ -178,7 +178,7 @@ func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
 		t.Errorf("expiry %v is not past the waiter's deadline %v", rec.Expiry, deadline)
 	}
 	// The next retry claims it.
-	res, err := s.reserve(context.Background(), beginReq("pod", "fp"))
+	res, err := s.reserve(context.Background(), beginReq("pod", "fp"), sameRequest{})
 	if err != nil || res.existingID != holder.ID {
 		t.Fatalf("next retry = %+v, %v; want the cached holder", res, err)
 	}

@@ -65,12 +65,20 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	}
 
 	deadline, _ := ctx.Deadline()
-	c, existingID, err := s.begin(ctx, flowSandboxCreate, journal.BeginRequest{
-		Kind: journal.KindSandbox, Name: name, Deadline: deadline, Stage: stageSandboxReserve,
+	c, existing, err := s.begin(ctx, flowSandboxCreate, journal.BeginRequest{
+		Kind: journal.KindSandbox, Name: name, Identity: sandboxIdentity(cfg), Deadline: deadline, Stage: stageSandboxReserve,
 		Fingerprint: fingerprint(cfg, req.GetRuntimeHandler()),
-	}, legacyFingerprint(cfg, req.GetRuntimeHandler()))
+	}, sameRequest{older: olderFingerprints(cfg, req.GetRuntimeHandler()), asRetried: func(made journal.Record) (any, error) {
+		// The same pod: it is recorded as this call asked for it (its attempt).
+		sb, err := decodeSandbox(made)
+		if err != nil {
+			return nil, err
+		}
+		sb.obj.Config = mustMarshal(cfg)
+		return sb.obj, nil
+	}})
 	if c == nil {
-		return s.answerSandbox(existingID, err)
+		return s.answerSandbox(existing.existingID, err)
 	}
 	id := c.rec.ID
 	obj := sandboxObject{
