@@ -1,9 +1,16 @@
 package test
 
 import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -88,21 +95,61 @@ func TestContainerTimeouts(t *testing.T) {
 		finish(t, d, podID)
 	})
 
-	t.Run("retry with another attempt gets a new container, the cached one expires", func(t *testing.T) {
+	t.Run("retry with another attempt, as the kubelet sends it, claims the cached container", func(t *testing.T) {
 		t.Parallel()
-		d, pod, podID := setup(t, daemonOptions{cacheTTL: shortTTL})
+		d, pod, podID := setup(t, daemonOptions{cacheTTL: time.Minute})
+		files := t.TempDir()
+		created := d.timeOutCreate(t, podID, containerConfig(t, "slow", 0, sleeper, asKubeletAttempt(t, files, 0)), pod)
+		made := d.waitCached(t, created)
+		madeAs := d.madeTerminationFile(t, made)
+
+		// The kubelet's retry: attempt 1, log slow_1.log, restart count 1, a new
+		// termination-message file; the same container otherwise.
+		calls := d.conmonCalls(t)
+		id := d.mustCreate(t, podID, containerConfig(t, "slow", 1, sleeper, asKubeletAttempt(t, files, 1)), pod)
+		if id != created {
+			t.Fatalf("the retry with attempt 1 got container %s, want %s, the one made for attempt 0", id, created)
+		}
+		if n := d.conmonCalls(t); n != calls {
+			t.Errorf("the retry started conmon again (%d starts, want %d)", n, calls)
+		}
+		st := d.inspect(t, id).Status
+		if st.Metadata.Attempt != 1 || st.Annotations["io.kubernetes.container.restartCount"] != "1" || filepath.Base(st.LogPath) != "slow_1.log" {
+			t.Errorf("the claimed container reports attempt %d, restart count %q, log %s; want the retry's: 1, \"1\", slow_1.log",
+				st.Metadata.Attempt, st.Annotations["io.kubernetes.container.restartCount"], st.LogPath)
+		}
+		if got := terminationHostPath(st.Annotations, st.Mounts); got != madeAs {
+			t.Errorf("the claimed container reports its termination-message file at %q, want %q, the one it has mounted", got, madeAs)
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(st.LogPath), "slow_0.log")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the log of attempt 0 is still there (stat: %v): it should have moved to slow_1.log", err)
+		}
+		d.requirePs(t, "after the retry", id)
+		d.requireWholeContainer(t, id)
+		if b, err := os.ReadFile(st.LogPath); err != nil || !strings.Contains(string(b), "hello-from-container") {
+			t.Errorf("%s holds %q (%v), want the container's output", st.LogPath, b, err)
+		}
+		d.assertNoLeaks(t, podID, id)
+		finish(t, d, podID)
+	})
+
+	t.Run("retry with another attempt that asks for something else gets a new container, the cached one is rolled back", func(t *testing.T) {
+		t.Parallel()
+		d, pod, podID := setup(t, daemonOptions{cacheTTL: time.Minute})
 		created := d.timeOutCreate(t, podID, containerConfig(t, "slow", 0, sleeper), pod)
 		d.waitCached(t, created)
 
-		id := d.mustCreate(t, podID, containerConfig(t, "slow", 1, sleeper), pod)
+		other := []string{"sh", "-c", "echo hello-from-container; echo another; sleep 3600"}
+		id := d.mustCreate(t, podID, containerConfig(t, "slow", 1, other), pod)
 		if id == created {
-			t.Fatalf("the retry with attempt 1 got the container %s made for attempt 0", id)
+			t.Fatalf("the retry asking for another command got the container %s made for attempt 0", id)
 		}
 		d.requirePs(t, "after the retry with attempt 1", id)
 		d.requireWholeContainer(t, id)
-		d.waitNoLeaks(t, expiryWait, podID, id)
+		// Rolled back at once, not after the minute of its TTL.
+		d.assertNoLeaks(t, podID, id)
 		if recs := d.containerRecords(t); len(recs) != 1 || recs[0].ID != id {
-			t.Errorf("after the expiry the journal holds %d container records, want only %s", len(recs), id)
+			t.Errorf("the journal holds %d container records, want only %s", len(recs), id)
 		}
 		finish(t, d, podID)
 	})
@@ -265,4 +312,41 @@ func TestContainerTimeouts(t *testing.T) {
 		d.assertNoLeaks(t, podID, id)
 		finish(t, d, podID)
 	})
+}
+
+// madeTerminationFile returns the host path of the termination-message file a cached
+// container was made with, from its journal record (a cached container has no status).
+func (d *daemon) madeTerminationFile(t *testing.T, rec journal.Record) string {
+	t.Helper()
+	var obj struct {
+		Config []byte `json:"config"`
+	}
+	if err := json.Unmarshal(rec.Object, &obj); err != nil {
+		t.Fatalf("cached container %s: %v", rec.ID, err)
+	}
+	var cfg runtimeapi.ContainerConfig
+	if err := proto.Unmarshal(obj.Config, &cfg); err != nil {
+		t.Fatalf("cached container %s: config: %v", rec.ID, err)
+	}
+	for _, m := range cfg.GetMounts() {
+		if m.GetContainerPath() == cfg.GetAnnotations()["io.kubernetes.container.terminationMessagePath"] {
+			return m.GetHostPath()
+		}
+	}
+	t.Fatalf("cached container %s has no termination-message mount", rec.ID)
+	return ""
+}
+
+// terminationHostPath is the host path of the termination-message mount in a status, as
+// the kubelet finds it (the mount whose container path the annotation names).
+func terminationHostPath(annotations map[string]string, mounts []struct {
+	ContainerPath string `json:"containerPath"`
+	HostPath      string `json:"hostPath"`
+}) string {
+	for _, m := range mounts {
+		if m.ContainerPath == annotations["io.kubernetes.container.terminationMessagePath"] {
+			return m.HostPath
+		}
+	}
+	return ""
 }

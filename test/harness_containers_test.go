@@ -206,6 +206,24 @@ func withMemoryLimit(bytes int64) ctrOption {
 
 func withLogPath(p string) ctrOption { return func(cfg map[string]any) { cfg["log_path"] = p } }
 
+// asKubeletAttempt makes a container configuration look as the kubelet's call for that
+// attempt does: the restart count and termination-message annotations, and a
+// termination-message file of its own in dir, with a random name, mounted at the
+// annotation's path (the kubelet makes a new one for every call).
+func asKubeletAttempt(t *testing.T, dir string, attempt int) ctrOption {
+	t.Helper()
+	file := filepath.Join(dir, randomHex(t, 4))
+	writeFile(t, file, "", 0o666)
+	return func(cfg map[string]any) {
+		cfg["annotations"] = map[string]string{
+			"io.kubernetes.container.restartCount":           fmt.Sprint(attempt),
+			"io.kubernetes.container.terminationMessagePath": "/dev/termination-log",
+		}
+		mounts, _ := cfg["mounts"].([]any)
+		cfg["mounts"] = append(mounts, map[string]any{"container_path": "/dev/termination-log", "host_path": file})
+	}
+}
+
 func withImage(ref string) ctrOption {
 	return func(cfg map[string]any) { cfg["image"] = map[string]any{"image": ref} }
 }
@@ -315,6 +333,11 @@ type ctrStatus struct {
 			Name    string `json:"name"`
 			Attempt int    `json:"attempt"`
 		} `json:"metadata"`
+		Annotations map[string]string `json:"annotations"`
+		Mounts      []struct {
+			ContainerPath string `json:"containerPath"`
+			HostPath      string `json:"hostPath"`
+		} `json:"mounts"`
 	} `json:"status"`
 }
 

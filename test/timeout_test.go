@@ -124,21 +124,51 @@ func TestTimeouts(t *testing.T) {
 		d.requireRetryGetsCached(t, pod, created, "the retry")
 	})
 
-	t.Run("retry with another attempt gets a new sandbox, the cached one expires", func(t *testing.T) {
+	t.Run("retry with another attempt claims the cached sandbox", func(t *testing.T) {
 		t.Parallel()
-		d := startDaemon(t, daemonOptions{cacheTTL: shortTTL})
+		d := startDaemon(t, daemonOptions{cacheTTL: time.Minute})
 		uid := randomHex(t, 16)
 		created := d.timeOut(t, podConfig(t, "slow", "e2e", uid, 0, false))
 		d.waitNetworkDone(t, created, 2*slowADD)
 
+		adds := len(d.addedIDs(t))
 		id := d.mustRunp(t, podConfig(t, "slow", "e2e", uid, 1, false))
-		if id == created {
-			t.Fatalf("the retry with attempt 1 got the sandbox %s made for attempt 0", id)
+		if id != created {
+			t.Fatalf("the retry with attempt 1 got sandbox %s, want %s, the one made for attempt 0", id, created)
+		}
+		if n := len(d.addedIDs(t)); n != adds {
+			t.Errorf("the retry ran CNI ADD again (%d ADDs, want %d)", n, adds)
+		}
+		if m := d.inspectp(t, id).Status.Metadata; m.Attempt != 1 {
+			t.Errorf("the claimed sandbox reports attempt %d, want the retry's 1", m.Attempt)
 		}
 		d.requirePods(t, "after the retry with attempt 1", id)
 		d.requireState(t, id, "SANDBOX_READY")
-		d.waitNoLeaks(t, expiryWait, id)
-		d.requirePods(t, "after the cached sandbox expired", id)
+		d.assertNoLeaks(t, id)
+
+		d.removePod(t, id)
+		d.stopClean(t)
+	})
+
+	t.Run("retry with another attempt that asks for something else gets a new sandbox, the cached one is rolled back", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, daemonOptions{cacheTTL: time.Minute})
+		uid := randomHex(t, 16)
+		created := d.timeOut(t, podConfig(t, "slow", "e2e", uid, 0, false))
+		d.waitNetworkDone(t, created, 2*slowADD)
+
+		other := writePodJSON(t, "pod-other", map[string]any{
+			"metadata": map[string]any{"name": "slow", "namespace": "e2e", "uid": uid, "attempt": 1},
+			"hostname": "another-host",
+		})
+		id := d.mustRunp(t, other)
+		if id == created {
+			t.Fatalf("the retry asking for another hostname got the sandbox %s made for attempt 0", id)
+		}
+		d.requirePods(t, "after the retry with attempt 1", id)
+		d.requireState(t, id, "SANDBOX_READY")
+		// Rolled back at once, not after the minute of its TTL.
+		d.assertNoLeaks(t, id)
 
 		d.removePod(t, id)
 		d.stopClean(t)
