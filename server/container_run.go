@@ -7,6 +7,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage"
@@ -188,6 +189,11 @@ func (s *Server) answerContainer(ctx context.Context, res reservation, err error
 		return nil, err
 	}
 	if res.claimed {
+		// Failure point "container-create/claimed": the claim (with the retry's log
+		// path) is committed, the log not yet moved.
+		if err := failpoint.Inject(flowContainerCreate + "/claimed"); err != nil {
+			return nil, err
+		}
 		if c, err := s.findContainer(res.existingID); err != nil {
 			s.log.Warn("claimed container not readable: its log stays where it is", "id", res.existingID, "err", err)
 		} else {

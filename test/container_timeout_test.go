@@ -133,6 +133,41 @@ func TestContainerTimeouts(t *testing.T) {
 		finish(t, d, podID)
 	})
 
+	t.Run("killed after claiming for another attempt, before the log moved: the restart moves it", func(t *testing.T) {
+		t.Parallel()
+		d, pod, podID := setup(t, daemonOptions{cacheTTL: time.Minute})
+		created := d.timeOutCreate(t, podID, containerConfig(t, "slow", 0, sleeper), pod)
+		d.waitCached(t, created)
+		const point = "container-create/claimed"
+		d.restartArmed(t, point)
+		retry := containerConfig(t, "slow", 1, sleeper)
+		if _, stderr, err := d.create(t, nil, podID, retry, pod); err == nil {
+			t.Fatalf("the claim answered although the daemon was to die at %s: %s", point, stderr)
+		}
+		d.requireKilledAt(t, point, 10*time.Second)
+		d.restartUnarmed(t)
+
+		// The claim was committed: the retry's name holds the container, and the
+		// restart moved its log where the record says.
+		id := d.mustCreate(t, podID, retry, pod)
+		if id != created {
+			t.Fatalf("after the restart the retry got container %s, want %s", id, created)
+		}
+		st := d.inspect(t, id).Status
+		if filepath.Base(st.LogPath) != "slow_1.log" {
+			t.Fatalf("log path %s, want slow_1.log", st.LogPath)
+		}
+		if _, err := os.Stat(filepath.Join(filepath.Dir(st.LogPath), "slow_0.log")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the log of attempt 0 is still there after the restart (stat: %v)", err)
+		}
+		d.requireWholeContainer(t, id)
+		if b, err := os.ReadFile(st.LogPath); err != nil || !strings.Contains(string(b), "hello-from-container") {
+			t.Errorf("%s holds %q (%v), want the container's output", st.LogPath, b, err)
+		}
+		d.assertNoLeaks(t, podID, id)
+		finish(t, d, podID)
+	})
+
 	t.Run("retry with another attempt that asks for something else gets a new container, the cached one is rolled back", func(t *testing.T) {
 		t.Parallel()
 		d, pod, podID := setup(t, daemonOptions{cacheTTL: time.Minute})
