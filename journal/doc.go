@@ -24,8 +24,19 @@
 //	creating ─(Intent/Done)*─> Ready ─> ready ─Answer─> created or cached (two commits;
 //	                                   recovery caches a ready record: Cache)
 //	creating|ready|cached ─Rollback─> undoing ─> (gone, name free)
-//	cached ─Claim (same name, same fingerprint)─> created
+//	cached ─Claim (same fingerprint; may take the retry's name and object)─> created
 //	created ─Remove─> removing ─> (gone)
+//
+// # Identity
+//
+// A record may carry an identity: what it makes, whatever attempt asked for it (the
+// server's: a pod; a pod's container). While a record is hidden (creating, ready or
+// cached: no caller has been answered for it), Begin under another name with the same
+// kind and identity finds it as the holder, as it would under the same name, so there is
+// at most one hidden record of an identity, and the caller can wait on it or claim it
+// under its own name (ClaimRequest.As: the rename is in the claim's commit). The identity
+// is in the record (JSON "identity"), indexed in memory at Open; records written before it
+// have none and are found by name only.
 //
 // # Concurrency and durability
 //
