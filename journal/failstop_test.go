@@ -39,9 +39,12 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 			change: func(j *Journal, rec Record) error { _, err := j.Answer(rec.ID, true); return err },
 		},
 		{
-			name:   "Claim (cached to created)",
-			setup:  cachedRecord,
-			change: func(j *Journal, rec Record) error { _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"}); return err },
+			name:  "Claim (cached to created)",
+			setup: cachedRecord,
+			change: func(j *Journal, rec Record) error {
+				_, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"})
+				return err
+			},
 		},
 		{
 			name:   "Remove (created to removing)",

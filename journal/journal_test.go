@@ -231,7 +231,10 @@ func TestIllegalTransitions(t *testing.T) {
 		{name: "Remove while creating", want: ErrWrongState,
 			run: func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Claim while creating", want: ErrWrongState,
-			run: func(j *Journal, id string) error { _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"}); return err }},
+			run: func(j *Journal, id string) error {
+				_, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"})
+				return err
+			}},
 		{name: "Rollback of a created record", want: ErrWrongState,
 			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
 			run:   func(j *Journal, id string) error { return j.Rollback(ctx, id) }},
@@ -268,7 +271,10 @@ func TestIllegalTransitions(t *testing.T) {
 			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindB, nil); return err }},
 		{name: "Claim of a created record", want: ErrWrongState,
 			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
-			run:   func(j *Journal, id string) error { _, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"}); return err }},
+			run: func(j *Journal, id string) error {
+				_, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"})
+				return err
+			}},
 		{name: "Begin of an unknown kind", want: ErrInvalid,
 			run: func(j *Journal, id string) error {
 				_, err := j.Begin(BeginRequest{Kind: "volume", Name: "v", Fingerprint: "f"})
