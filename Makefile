@@ -23,6 +23,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 BIN := bin/crijournal
 # End-to-end tests run this binary.
 export CRIJOURNAL_BIN := $(abspath $(BIN))
+# The real kubelet (Kubernetes v1.37.2, from the nested module test/kubelet) that the
+# kubelet end-to-end tests drive the daemon with; `make kubelet` builds it.
+KUBELET_BIN := bin/kubelet
+KUBELET_SRC := test/kubelet/go.mod test/kubelet/go.sum $(wildcard test/kubelet/*.go)
+export CRIJOURNAL_KUBELET := $(abspath $(KUBELET_BIN))
 
 # Debian packages the daemon and its tests run (gcc and libc6-dev for cgo and -race).
 # (libseccomp-dev and pkg-config build the project's runc.)
@@ -60,12 +65,13 @@ FUZZ_TARGETS := ./server:FuzzRunPodSandboxConfig ./server:FuzzCreateContainerCon
 	./server:FuzzDecodeRecordObject ./journal:FuzzDecodeRecord
 FUZZTIME ?= 3s
 
-.PHONY: help deps build test fuzz run lint bench clean install uninstall
+.PHONY: help deps build kubelet test fuzz run lint bench clean install uninstall
 
 help:
 	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
 	@echo 'make build  build $(BIN)'
-	@echo 'make test   deps, build, go vet, then every test with -race (as root)'
+	@echo 'make kubelet  build $(KUBELET_BIN), the kubelet of the end-to-end tests (only when test/kubelet changed)'
+	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
 	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
@@ -109,7 +115,17 @@ deps:
 build:
 	go build -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/crijournal
 
-test: deps build
+# The kubelet takes minutes to build cold: rebuilt only when its module changed.
+kubelet: $(KUBELET_BIN)
+
+$(KUBELET_BIN): $(KUBELET_SRC)
+	@mkdir -p $(dir $@)
+	cd test/kubelet && v="$$(go list -m -f '{{.Version}}' k8s.io/kubernetes)" && \
+		go build -ldflags "-X k8s.io/component-base/version.gitVersion=$$v" \
+			-o $(abspath $@) k8s.io/kubernetes/cmd/kubelet
+	@touch $@
+
+test: deps build kubelet
 	go vet -tags '$(GOTAGS)' ./...
 	go test -race -count=1 -tags '$(GOTAGS)' -p 2 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
