@@ -1,0 +1,320 @@
+package test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The kubelet's own retries (a real kubelet, v1.37.2): a node slower than the kubelet's
+// deadlines must converge on the kubelet's retries with no duplicate work. The kubelet
+// retries a RunPodSandbox that timed out under the same attempt (it numbers sandboxes
+// from those the runtime lists, and a hidden one is not listed), and a CreateContainer
+// that timed out under the next attempt (it finds 0.log in the container's log
+// directory), with a new log path and termination-message file.
+
+// Deadlines of the kubelet tests: the kubelet's runtimeRequestTimeout (CreateContainer's
+// deadline; RunPodSandbox gets twice it) and how much slower than that the slowed step is.
+const (
+	kubeletRequestTimeout = 5 * time.Second
+	slowRuncCreate        = 8 * time.Second   // > kubeletRequestTimeout
+	slowKubeletADD        = 14 * time.Second  // > 2 * kubeletRequestTimeout
+	kubeletConverge       = 150 * time.Second // bound of the wait for Running
+	kubeletPodGone        = 60 * time.Second  // bound of the kubelet's stop of a deleted pod
+)
+
+// slowCreateRunc is a runc wrapper (daemonOptions.runtimePath) that logs the ID of every
+// `create` to create.log in its directory and, while the file create-sleep there holds a
+// duration, sleeps that long before creating. It returns the wrapper's path.
+func slowCreateRunc(t *testing.T) string {
+	t.Helper()
+	real, err := nodeRunc()
+	if err != nil {
+		t.Fatalf("the kubelet retry tests need runc: %v", err)
+	}
+	dir := t.TempDir()
+	script := `#!/bin/bash
+# crijournal end-to-end tests: runc, whose create is slow on demand.
+dir=` + shellQuote(dir) + `
+for a in "$@"; do
+	if [ "$a" = create ]; then
+		echo "${@: -1}" >> "$dir/create.log"
+		if [ -f "$dir/create-sleep" ]; then
+			sleep "$(cat "$dir/create-sleep")"
+		fi
+		break
+	fi
+done
+exec ` + shellQuote(real) + ` "$@"
+`
+	path := filepath.Join(dir, "runc")
+	writeFile(t, path, script, 0o755)
+	return path
+}
+
+// slowRuncCreates makes the daemon's runc wrapper (slowCreateRunc) sleep dur before each
+// create; 0 makes it fast again.
+func (d *daemon) slowRuncCreates(t *testing.T, dur time.Duration) {
+	t.Helper()
+	path := filepath.Join(filepath.Dir(d.opts.runtimePath), "create-sleep")
+	if dur <= 0 {
+		if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+		return
+	}
+	writeFile(t, path, strconv.FormatFloat(dur.Seconds(), 'f', 3, 64)+"\n", 0o644)
+}
+
+// runcCreates returns the container IDs runc create was run for, in order.
+func (d *daemon) runcCreates(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(d.opts.runtimePath), "create.log"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(b))
+}
+
+// waitRuncCreates waits until runc create has been run n times.
+func (d *daemon) waitRuncCreates(t *testing.T, n int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for len(d.runcCreates(t)) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("runc create was not run %d times within %v (%v)", n, within, d.runcCreates(t))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kubeletOnSlowNode starts a daemon whose runc create and CNI ADD the test can slow down,
+// and a kubelet on it with the short deadlines of these tests.
+func kubeletOnSlowNode(t *testing.T) (*daemon, *kubelet) {
+	t.Helper()
+	d, _ := startContainerDaemon(t, daemonOptions{runtimePath: slowCreateRunc(t), cacheTTL: 2 * time.Minute})
+	k := startKubelet(t, d, kubeletOptions{runtimeRequestTimeout: kubeletRequestTimeout})
+	return d, k
+}
+
+// deletePod removes the static pod name and waits until the kubelet has stopped it, then
+// removes its sandbox (as the kubelet's garbage collection would, a minute later), stops
+// the daemon and requires that nothing is left: no leak, no journal record.
+func deletePod(t *testing.T, d *daemon, k *kubelet, name string) {
+	t.Helper()
+	k.removeStaticPod(t, name)
+	k.waitPodGone(t, name, kubeletPodGone)
+	d.waitNoContainers(t, kubeletPodGone)
+	k.stop(t)
+	d.mustCrictl(t, "rmp", "-fa")
+	d.stopClean(t)
+	if recs := d.records(t); len(recs) != 0 {
+		t.Errorf("the journal holds %d records once the pod is deleted: %v", len(recs), recs)
+	}
+}
+
+// containerLogFiles lists the files of a container's log directory (the kubelet's
+// <pod logs dir>/<namespace>_<pod>_<uid>/<container>/).
+func (k *kubelet) containerLogFiles(t *testing.T, p kubeletPod, container string) []string {
+	t.Helper()
+	dir := filepath.Join(k.podLogsDir, p.Metadata.Namespace+"_"+p.Metadata.Name+"_"+p.Metadata.UID, container)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatalf("the container's log directory: %v", err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// requireLogLink requires that the kubelet's link in /var/log/containers for container
+// id resolves to the file name (such as "1.log") of the container's log directory, and
+// that the file holds what the container printed.
+func (k *kubelet) requireLogLink(t *testing.T, id, name, printed string) {
+	t.Helper()
+	var link string
+	for _, l := range k.logLinks() {
+		if strings.HasSuffix(l, "-"+id+".log") {
+			link = l
+		}
+	}
+	if link == "" {
+		t.Fatalf("no link in %s for container %s (links: %v)", containerLogsDir, id, k.logLinks())
+	}
+	target, err := os.Readlink(link)
+	if err != nil || filepath.Base(target) != name {
+		t.Fatalf("%s links to %q (%v), want the log file %s", link, target, err, name)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(link)
+		if err == nil && strings.Contains(string(b), printed) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (-> %s) holds %q (%v), want the container's output %q", link, target, b, err, printed)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// failedCalls counts the kubelet's calls of a CRI method (such as "CreateContainer")
+// that failed, from its log.
+func (k *kubelet) failedCalls(t *testing.T, method string) int {
+	t.Helper()
+	b, err := os.ReadFile(k.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), `"`+method+` from runtime service failed"`) +
+		strings.Count(string(b), `"`+method+` in sandbox from runtime service failed"`)
+}
+
+// printsAndWaits prints its name, then runs until SIGTERM.
+func printsAndWaits(what string) []string {
+	return []string{"sh", "-c", "echo " + what + "; trap 'exit 0' TERM; sleep 3600 & wait"}
+}
+
+// TestKubeletSlowContainerConverges: runc create slower than the kubelet's
+// CreateContainer deadline. The kubelet's first call times out; its retry (attempt 1)
+// claims the container made for it, which runs: exactly one runc create. What the kubelet
+// sees is consistent: its link in /var/log/containers names the log path it asked for
+// (1.log), which holds the container's output; the container reports restart count 1, as
+// asked, so that the next real restart is attempt 2 with a log of its own, and the link
+// of the first container still shows the first container's log.
+func TestKubeletSlowContainerConverges(t *testing.T) {
+	t.Parallel()
+	d, k := kubeletOnSlowNode(t)
+	d.slowRuncCreates(t, slowRuncCreate)
+	k.writeStaticPod(t, "slowctr", staticPod("slowctr", kubeletContainer{name: "app", command: printsAndWaits("first-run")}))
+	took := k.waitPodRunning(t, "slowctr", kubeletConverge)
+	creates := d.runcCreates(t)
+	t.Logf("MEASURE kubelet slow container: Running %v after the manifest; runc creates %d; failed CreateContainer calls %d",
+		took.Round(time.Millisecond), len(creates), k.failedCalls(t, "CreateContainer"))
+	if len(creates) != 1 {
+		t.Fatalf("runc create ran %d times for one container (%v), want once", len(creates), creates)
+	}
+	d.slowRuncCreates(t, 0)
+
+	p, _ := k.pod(t, "slowctr")
+	st := p.Status.ContainerStatuses[0]
+	first := st.runtimeID()
+	if first != creates[0] {
+		t.Fatalf("the kubelet runs container %s, want %s, the one runc created", first, creates[0])
+	}
+	if got := k.containerLogFiles(t, p, "app"); !slices.Equal(got, []string{"1.log"}) {
+		t.Errorf("the container's log directory holds %v, want the log at the path of the kubelet's retry, 1.log, alone", got)
+	}
+	k.requireLogLink(t, first, "1.log", "first-run")
+	if st.RestartCount != 1 {
+		t.Errorf("the kubelet reports restart count %d, want 1 (the attempt it asked for)", st.RestartCount)
+	}
+	t.Logf("the kubelet sees container %s, restart count %d, log 1.log", first, st.RestartCount)
+
+	// The next real restart: the container exits, the kubelet makes attempt 2, whose
+	// log is a file of its own; the first container's link still shows its own log.
+	d.mustCrictl(t, "stop", first)
+	deadline := time.Now().Add(kubeletConverge)
+	for {
+		p, _ = k.pod(t, "slowctr")
+		if p.running() && p.Status.ContainerStatuses[0].runtimeID() != first {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kubelet did not restart the container within %v: %s", kubeletConverge, p.describe())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	second := p.Status.ContainerStatuses[0]
+	if second.RestartCount != 2 {
+		t.Errorf("after the restart the kubelet reports restart count %d, want 2", second.RestartCount)
+	}
+	if got := k.containerLogFiles(t, p, "app"); !slices.Equal(got, []string{"1.log", "2.log"}) {
+		t.Errorf("after the restart the container's log directory holds %v, want 1.log and 2.log", got)
+	}
+	k.requireLogLink(t, second.runtimeID(), "2.log", "first-run")
+	k.requireLogLink(t, first, "1.log", "first-run")
+	deletePod(t, d, k, "slowctr")
+}
+
+// TestKubeletSlowSandboxConverges: CNI ADD slower than the kubelet's RunPodSandbox
+// deadline. The kubelet's retry claims the sandbox made for its first call: one ADD.
+func TestKubeletSlowSandboxConverges(t *testing.T) {
+	t.Parallel()
+	d, k := kubeletOnSlowNode(t)
+	d.slowCNI(t, slowKubeletADD)
+	k.writeStaticPod(t, "slowpod", staticPod("slowpod", kubeletContainer{name: "app"}))
+	took := k.waitPodRunning(t, "slowpod", kubeletConverge)
+	adds := d.addedIDs(t)
+	t.Logf("MEASURE kubelet slow sandbox: Running %v after the manifest; CNI ADDs %d; failed RunPodSandbox calls %d",
+		took.Round(time.Millisecond), len(adds), k.failedCalls(t, "RunPodSandbox"))
+	if len(adds) != 1 {
+		t.Fatalf("CNI ADD ran %d times for one pod (%v), want once", len(adds), adds)
+	}
+	d.slowCNI(t, 0)
+	d.requirePods(t, "the pod running", adds[0])
+	deletePod(t, d, k, "slowpod")
+}
+
+// TestKubeletDaemonKilledDuringSlowCreation: the daemon is SIGKILLed while a slow runc
+// create of the kubelet's container runs, and started again. Recovery rolls the
+// interrupted creation back; the kubelet's retries converge as before, and nothing of the
+// killed creation is left.
+func TestKubeletDaemonKilledDuringSlowCreation(t *testing.T) {
+	t.Parallel()
+	d, k := kubeletOnSlowNode(t)
+	d.slowRuncCreates(t, slowRuncCreate)
+	k.writeStaticPod(t, "killed", staticPod("killed", kubeletContainer{name: "app"}))
+	d.waitRuncCreates(t, 1, kubeletConverge)
+	d.kill(t)
+	d.restart(t)
+	took := k.waitPodRunning(t, "killed", kubeletConverge)
+	creates := d.runcCreates(t)
+	t.Logf("MEASURE kubelet, daemon killed during a slow create: Running %v after the restart; runc creates %d; failed CreateContainer calls %d",
+		took.Round(time.Millisecond), len(creates), k.failedCalls(t, "CreateContainer"))
+	if len(creates) != 2 {
+		t.Errorf("runc create ran %d times, want twice: the one the kill cut short, and one more", len(creates))
+	}
+	d.slowRuncCreates(t, 0)
+	p, _ := k.pod(t, "killed")
+	if id := p.Status.ContainerStatuses[0].runtimeID(); id == creates[0] {
+		t.Errorf("the kubelet runs %s, the container whose creation the kill cut short", id)
+	}
+	d.assertNoLeaks(t, d.pods(t)[0], p.Status.ContainerStatuses[0].runtimeID())
+	deletePod(t, d, k, "killed")
+}
+
+// TestKubeletRestartedDuringSlowCreation: the kubelet is SIGKILLed while a slow runc
+// create of its container runs, and started again. The restarted kubelet finds the pod's
+// sandbox listed and retries the container, which claims the creation its predecessor
+// asked for: still one runc create.
+func TestKubeletRestartedDuringSlowCreation(t *testing.T) {
+	t.Parallel()
+	d, k := kubeletOnSlowNode(t)
+	d.slowRuncCreates(t, slowRuncCreate)
+	k.writeStaticPod(t, "kubeletkilled", staticPod("kubeletkilled", kubeletContainer{name: "app"}))
+	d.waitRuncCreates(t, 1, kubeletConverge)
+	k.kill(t)
+	k.restart(t)
+	took := k.waitPodRunning(t, "kubeletkilled", kubeletConverge)
+	creates := d.runcCreates(t)
+	t.Logf("MEASURE kubelet restarted during a slow create: Running %v after the restart; runc creates %d; failed CreateContainer calls %d (the restarted kubelet's)",
+		took.Round(time.Millisecond), len(creates), k.failedCalls(t, "CreateContainer"))
+	if len(creates) != 1 {
+		t.Errorf("runc create ran %d times for one container (%v), want once", len(creates), creates)
+	}
+	d.slowRuncCreates(t, 0)
+	if adds := d.addedIDs(t); len(adds) != 1 {
+		t.Errorf("CNI ADD ran %d times, want once: the restarted kubelet keeps the pod's sandbox", len(adds))
+	}
+	deletePod(t, d, k, "kubeletkilled")
+}
