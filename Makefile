@@ -140,7 +140,7 @@ fuzz:
 
 run: deps build
 	@if [ "$$(id -u)" -ne 0 ]; then echo 'make run: must run as root' >&2; exit 1; fi
-	@if ! ls $(CNI_CONF_DIR)/*.conf $(CNI_CONF_DIR)/*.conflist $(CNI_CONF_DIR)/*.json >/dev/null 2>&1; then \
+	@if [ -z "$$(ls $(CNI_CONF_DIR)/*.conf $(CNI_CONF_DIR)/*.conflist $(CNI_CONF_DIR)/*.json 2>/dev/null)" ]; then \
 		echo "run: no CNI network in $(CNI_CONF_DIR), installing $(CNI_BRIDGE)"; \
 		install -D -m 0644 $(CNI_BRIDGE) $(CNI_CONF_DIR)/$(notdir $(CNI_BRIDGE)); \
 	fi
@@ -172,7 +172,7 @@ install:
 		$(BIN) config --config /dev/null > "$$tmp/crijournal.toml"; \
 		put 0644 "$$tmp/crijournal.toml" $(SYSCONFDIR)/crijournal/crijournal.toml; \
 	fi; \
-	if ls "$$d$(CNI_CONF_DIR)"/*.conf "$$d$(CNI_CONF_DIR)"/*.conflist "$$d$(CNI_CONF_DIR)"/*.json >/dev/null 2>&1; then \
+	if [ -n "$$(ls "$$d$(CNI_CONF_DIR)"/*.conf "$$d$(CNI_CONF_DIR)"/*.conflist "$$d$(CNI_CONF_DIR)"/*.json 2>/dev/null)" ]; then \
 		echo "install: kept the CNI network in $(CNI_CONF_DIR)"; \
 	else \
 		put 0644 $(CNI_BRIDGE) $(CNI_CONF_DIR)/$(notdir $(CNI_BRIDGE)); \
