@@ -115,11 +115,10 @@ func TestClaimAsRetryName(t *testing.T) {
 	}
 }
 
-// TestClaimAsHeldName: a claim may not take a name another record holds; the cached
-// record stays as it was.
-func TestClaimAsHeldName(t *testing.T) {
-	j, _ := testJournal(t, Options{})
-	rec, err := beginAs(j, "pod_0")
+// cachedAs makes a cached creation of identity "pod-a" under name.
+func cachedAs(t *testing.T, j *Journal, name string) Record {
+	t.Helper()
+	rec, err := beginAs(j, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,8 +126,16 @@ func TestClaimAsHeldName(t *testing.T) {
 	if _, err := j.Settle(rec.ID, "obj", false); err != nil {
 		t.Fatal(err)
 	}
+	return rec
+}
+
+// TestClaimAsHeldName: a claim may not take a name another record holds; the cached
+// record stays as it was.
+func TestClaimAsHeldName(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	cachedAs(t, j, "pod_0")
 	other := begin(t, j, "taken", time.Time{})
-	_, err = j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod_0", Fingerprint: "fp", As: "taken"})
+	_, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod_0", Fingerprint: "fp", As: "taken"})
 	var held *HeldError
 	if !errors.As(err, &held) || held.Holder.ID != other.ID {
 		t.Fatalf("Claim as a held name = %v, want HeldError by %s", err, other.ID)
@@ -142,14 +149,7 @@ func TestClaimAsHeldName(t *testing.T) {
 // is found after it.
 func TestIdentityIndexRebuiltAtOpen(t *testing.T) {
 	j, path := testJournal(t, Options{})
-	rec, err := beginAs(j, "pod_0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	step(t, j, rec.ID, kindA, "1")
-	if _, err := j.Settle(rec.ID, "obj", false); err != nil {
-		t.Fatal(err)
-	}
+	rec := cachedAs(t, j, "pod_0")
 	j.Close()
 	reopened, err := Open(path, Options{})
 	if err != nil {

@@ -116,7 +116,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, same sam
 			if err != nil {
 				return reservation{}, err
 			}
-			s.log.Info("cached creation claimed by its retry", "kind", h.Kind, "id", h.ID, "name", claimed.Name, "made as", h.Name)
+			s.log.Info("cached creation claimed by its retry", "kind", h.Kind, "id", h.ID, "name", claimed.Name, "made_as", h.Name)
 			s.metrics.CacheEvent(h.Kind, "claimed")
 			return reservation{existingID: claimed.ID, claimed: true}, nil
 		}
@@ -125,7 +125,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, same sam
 			waitedOn = h.ID
 			s.metrics.Stalled(h.Kind, h.Stage)
 			deadline, _ := ctx.Deadline()
-			s.log.Info("name in progress: waiting", "kind", h.Kind, "id", h.ID, "name", h.Name, "for name", req.Name, "state", h.State,
+			s.log.Info("name in progress: waiting", "kind", h.Kind, "id", h.ID, "name", h.Name, "requested", req.Name, "state", h.State,
 				"stage", h.Stage, "for", time.Until(deadline).Round(time.Millisecond))
 		}
 		if err := s.waitForChange(ctx, req.Kind, h.Name, h); err != nil {
@@ -156,7 +156,7 @@ func (s *Server) supersede(ctx context.Context, req journal.BeginRequest, h jour
 	if h.State != journal.StateCached {
 		return s.waitForChange(ctx, req.Kind, h.Name, h)
 	}
-	s.log.Info("asked for again differently: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name, "for name", req.Name)
+	s.log.Info("asked for again differently: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name, "requested", req.Name)
 	if err := s.rollback(ctx, h); err != nil && !errors.As(err, new(*journal.UndoError)) {
 		return err
 	}

@@ -265,56 +265,49 @@ func TestKubeletSlowSandboxConverges(t *testing.T) {
 	deletePod(t, d, k, "slowpod")
 }
 
-// TestKubeletDaemonKilledDuringSlowCreation: the daemon is SIGKILLed while a slow runc
-// create of the kubelet's container runs, and started again. Recovery rolls the
-// interrupted creation back; the kubelet's retries converge as before, and nothing of the
-// killed creation is left.
-func TestKubeletDaemonKilledDuringSlowCreation(t *testing.T) {
+// TestKubeletKilledDuringSlowCreation: a SIGKILL while a slow runc create of the
+// kubelet's container runs, then a restart.
+//   - The daemon: recovery rolls the interrupted creation back (its conmon and runc
+//     killed), the kubelet's retries converge as before on a second creation, and nothing
+//     of the first is left.
+//   - The kubelet: the restarted kubelet finds the pod's sandbox listed and retries the
+//     container, which claims the creation its predecessor asked for: one runc create,
+//     one CNI ADD.
+func TestKubeletKilledDuringSlowCreation(t *testing.T) {
 	t.Parallel()
-	d, k := kubeletOnSlowNode(t)
-	d.slowRuncCreates(t, slowRuncCreate)
-	k.writeStaticPod(t, "killed", staticPod("killed", kubeletContainer{name: "app"}))
-	d.waitRuncCreates(t, 1, kubeletConverge)
-	d.kill(t)
-	d.restart(t)
-	took := k.waitPodRunning(t, "killed", kubeletConverge)
-	creates := d.runcCreates(t)
-	t.Logf("MEASURE kubelet, daemon killed during a slow create: Running %v after the restart; runc creates %d; failed CreateContainer calls %d",
-		took.Round(time.Millisecond), len(creates), k.failedCalls(t, "CreateContainer"))
-	if len(creates) != 2 {
-		t.Errorf("runc create ran %d times, want twice: the one the kill cut short, and one more", len(creates))
+	for _, tt := range []struct {
+		name        string
+		killRestart func(t *testing.T, d *daemon, k *kubelet)
+		wantCreates int
+	}{
+		{"daemon", func(t *testing.T, d *daemon, k *kubelet) { d.kill(t); d.restart(t) }, 2},
+		{"kubelet", func(t *testing.T, d *daemon, k *kubelet) { k.restart(t) }, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, k := kubeletOnSlowNode(t)
+			d.slowRuncCreates(t, slowRuncCreate)
+			k.writeStaticPod(t, "killed", staticPod("killed", kubeletContainer{name: "app"}))
+			d.waitRuncCreates(t, 1, kubeletConverge)
+			tt.killRestart(t, d, k)
+			took := k.waitPodRunning(t, "killed", kubeletConverge)
+			creates := d.runcCreates(t)
+			t.Logf("MEASURE kubelet, %s killed during a slow create: Running %v after the restart; runc creates %d; failed CreateContainer calls %d (in the log of the kubelet that ran last)",
+				tt.name, took.Round(time.Millisecond), len(creates), k.failedCalls(t, "CreateContainer"))
+			if len(creates) != tt.wantCreates {
+				t.Errorf("runc create ran %d times (%v), want %d", len(creates), creates, tt.wantCreates)
+			}
+			d.slowRuncCreates(t, 0)
+			if adds := d.addedIDs(t); len(adds) != 1 {
+				t.Errorf("CNI ADD ran %d times, want once: the pod keeps its sandbox", len(adds))
+			}
+			p, _ := k.pod(t, "killed")
+			running := p.Status.ContainerStatuses[0].runtimeID()
+			if running != creates[len(creates)-1] {
+				t.Errorf("the kubelet runs %s, want %s, the last container runc created", running, creates[len(creates)-1])
+			}
+			d.assertNoLeaks(t, d.pods(t)[0], running)
+			deletePod(t, d, k, "killed")
+		})
 	}
-	d.slowRuncCreates(t, 0)
-	p, _ := k.pod(t, "killed")
-	if id := p.Status.ContainerStatuses[0].runtimeID(); id == creates[0] {
-		t.Errorf("the kubelet runs %s, the container whose creation the kill cut short", id)
-	}
-	d.assertNoLeaks(t, d.pods(t)[0], p.Status.ContainerStatuses[0].runtimeID())
-	deletePod(t, d, k, "killed")
-}
-
-// TestKubeletRestartedDuringSlowCreation: the kubelet is SIGKILLed while a slow runc
-// create of its container runs, and started again. The restarted kubelet finds the pod's
-// sandbox listed and retries the container, which claims the creation its predecessor
-// asked for: still one runc create.
-func TestKubeletRestartedDuringSlowCreation(t *testing.T) {
-	t.Parallel()
-	d, k := kubeletOnSlowNode(t)
-	d.slowRuncCreates(t, slowRuncCreate)
-	k.writeStaticPod(t, "kubeletkilled", staticPod("kubeletkilled", kubeletContainer{name: "app"}))
-	d.waitRuncCreates(t, 1, kubeletConverge)
-	k.kill(t)
-	k.restart(t)
-	took := k.waitPodRunning(t, "kubeletkilled", kubeletConverge)
-	creates := d.runcCreates(t)
-	t.Logf("MEASURE kubelet restarted during a slow create: Running %v after the restart; runc creates %d; failed CreateContainer calls %d (the restarted kubelet's)",
-		took.Round(time.Millisecond), len(creates), k.failedCalls(t, "CreateContainer"))
-	if len(creates) != 1 {
-		t.Errorf("runc create ran %d times for one container (%v), want once", len(creates), creates)
-	}
-	d.slowRuncCreates(t, 0)
-	if adds := d.addedIDs(t); len(adds) != 1 {
-		t.Errorf("CNI ADD ran %d times, want once: the restarted kubelet keeps the pod's sandbox", len(adds))
-	}
-	deletePod(t, d, k, "kubeletkilled")
 }
