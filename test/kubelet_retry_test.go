@@ -97,12 +97,16 @@ func (d *daemon) waitRuncCreates(t *testing.T, n int, within time.Duration) {
 
 // kubeletOnSlowNode starts a daemon whose runc create and CNI ADD the test can slow down,
 // and a kubelet on it with the short deadlines of these tests.
-func kubeletOnSlowNode(t *testing.T) (*daemon, *kubelet) {
+func kubeletOnSlowNode(t *testing.T, config map[string]any) (*daemon, *kubelet) {
 	t.Helper()
 	d, _ := startContainerDaemon(t, daemonOptions{runtimePath: slowCreateRunc(t), cacheTTL: 2 * time.Minute})
-	k := startKubelet(t, d, kubeletOptions{runtimeRequestTimeout: kubeletRequestTimeout})
+	k := startKubelet(t, d, kubeletOptions{runtimeRequestTimeout: kubeletRequestTimeout, config: config})
 	return d, k
 }
+
+// rotatesLogs is the kubelet configuration of a log rotation every few seconds: at the
+// shortest interval the kubelet takes, past 1 KiB.
+var rotatesLogs = map[string]any{"containerLogMaxSize": "1Ki", "containerLogMaxFiles": 3, "containerLogMonitorInterval": "3s"}
 
 // deletePod removes the static pod name and waits until the kubelet has stopped it, then
 // removes its sandbox (as the kubelet's garbage collection would, a minute later), stops
@@ -120,20 +124,37 @@ func deletePod(t *testing.T, d *daemon, k *kubelet, name string) {
 	}
 }
 
-// containerLogFiles lists the files of a container's log directory (the kubelet's
-// <pod logs dir>/<namespace>_<pod>_<uid>/<container>/).
-func (k *kubelet) containerLogFiles(t *testing.T, p kubeletPod, container string) []string {
+// containerLogFiles lists the logs of a container's log directory (the kubelet's
+// <pod logs dir>/<namespace>_<pod>_<uid>/<container>/): the files N.log, and how many
+// rotated ones (N.log.<time>[.gz]) there are of each.
+func (k *kubelet) containerLogFiles(t *testing.T, p kubeletPod, container string) (logs []string, rotated map[string]int) {
 	t.Helper()
 	dir := filepath.Join(k.podLogsDir, p.Metadata.Namespace+"_"+p.Metadata.Name+"_"+p.Metadata.UID, container)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatalf("the container's log directory: %v", err)
 	}
-	var names []string
+	rotated = map[string]int{}
 	for _, e := range entries {
-		names = append(names, e.Name())
+		if log, _, ok := strings.Cut(e.Name(), ".log."); ok {
+			rotated[log+".log"]++
+			continue
+		}
+		logs = append(logs, e.Name())
 	}
-	return names
+	return logs, rotated
+}
+
+// logLink returns the kubelet's link in /var/log/containers for container id.
+func (k *kubelet) logLink(t *testing.T, id string) string {
+	t.Helper()
+	for _, l := range k.logLinks() {
+		if strings.HasSuffix(l, "-"+id+".log") {
+			return l
+		}
+	}
+	t.Fatalf("no link in %s for container %s (links: %v)", containerLogsDir, id, k.logLinks())
+	return ""
 }
 
 // requireLogLink requires that the kubelet's link in /var/log/containers for container
@@ -141,15 +162,7 @@ func (k *kubelet) containerLogFiles(t *testing.T, p kubeletPod, container string
 // that the file holds what the container printed.
 func (k *kubelet) requireLogLink(t *testing.T, id, name, printed string) {
 	t.Helper()
-	var link string
-	for _, l := range k.logLinks() {
-		if strings.HasSuffix(l, "-"+id+".log") {
-			link = l
-		}
-	}
-	if link == "" {
-		t.Fatalf("no link in %s for container %s (links: %v)", containerLogsDir, id, k.logLinks())
-	}
+	link := k.logLink(t, id)
 	target, err := os.Readlink(link)
 	if err != nil || filepath.Base(target) != name {
 		t.Fatalf("%s links to %q (%v), want the log file %s", link, target, err, name)
@@ -179,23 +192,22 @@ func (k *kubelet) failedCalls(t *testing.T, method string) int {
 		strings.Count(string(b), `"`+method+` in sandbox from runtime service failed"`)
 }
 
-// printsAndWaits prints its name, then runs until SIGTERM.
-func printsAndWaits(what string) []string {
-	return []string{"sh", "-c", "echo " + what + "; trap 'exit 0' TERM; sleep 3600 & wait"}
-}
+// ticker prints "tick" twenty times a second until SIGTERM.
+var ticker = []string{"sh", "-c", "trap 'exit 0' TERM; while true; do echo tick-tick-tick-tick-tick-tick-tick-tick; sleep 0.05; done & wait"}
 
 // TestKubeletSlowContainerConverges: runc create slower than the kubelet's
 // CreateContainer deadline. The kubelet's first call times out; its retry (attempt 1)
 // claims the container made for it, which runs: exactly one runc create. What the kubelet
 // sees is consistent: its link in /var/log/containers names the log path it asked for
-// (1.log), which holds the container's output; the container reports restart count 1, as
-// asked, so that the next real restart is attempt 2 with a log of its own, and the link
-// of the first container still shows the first container's log.
+// (1.log), which holds the container's output, also across the kubelet's log rotations
+// (conmon reopens its own path, and the runtime moves the new file to 1.log); the
+// container reports restart count 1, as asked, so that the next real restart is attempt
+// 2 with a log of its own, and the link of the first container still shows its own log.
 func TestKubeletSlowContainerConverges(t *testing.T) {
 	t.Parallel()
-	d, k := kubeletOnSlowNode(t)
+	d, k := kubeletOnSlowNode(t, rotatesLogs)
 	d.slowRuncCreates(t, slowRuncCreate)
-	k.writeStaticPod(t, "slowctr", staticPod("slowctr", kubeletContainer{name: "app", command: printsAndWaits("first-run")}))
+	k.writeStaticPod(t, "slowctr", staticPod("slowctr", kubeletContainer{name: "app", command: ticker}))
 	took := k.waitPodRunning(t, "slowctr", kubeletConverge)
 	creates := d.runcCreates(t)
 	t.Logf("MEASURE kubelet slow container: Running %v after the manifest; runc creates %d; failed CreateContainer calls %d",
@@ -211,19 +223,43 @@ func TestKubeletSlowContainerConverges(t *testing.T) {
 	if first != creates[0] {
 		t.Fatalf("the kubelet runs container %s, want %s, the one runc created", first, creates[0])
 	}
-	if got := k.containerLogFiles(t, p, "app"); !slices.Equal(got, []string{"1.log"}) {
-		t.Errorf("the container's log directory holds %v, want the log at the path of the kubelet's retry, 1.log, alone", got)
-	}
-	k.requireLogLink(t, first, "1.log", "first-run")
 	if st.RestartCount != 1 {
 		t.Errorf("the kubelet reports restart count %d, want 1 (the attempt it asked for)", st.RestartCount)
 	}
-	t.Logf("the kubelet sees container %s, restart count %d, log 1.log", first, st.RestartCount)
+	t.Logf("the kubelet sees container %s, restart count %d", first, st.RestartCount)
+	k.requireLogLink(t, first, "1.log", "tick")
+
+	// The kubelet rotates 1.log (past 1 KiB, every 3 s): the container's output goes
+	// on into 1.log, nothing appears at 0.log.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, rotated := k.containerLogFiles(t, p, "app")
+		if rotated["1.log"] >= 2 {
+			t.Logf("the kubelet rotated 1.log %d times", rotated["1.log"])
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kubelet did not rotate 1.log twice within 30s (rotated: %v)", rotated)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// (During a rotation, for a moment, 1.log is gone and conmon's new file is 0.log.)
+	var logs []string
+	for range 20 {
+		if logs, _ = k.containerLogFiles(t, p, "app"); slices.Equal(logs, []string{"1.log"}) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !slices.Equal(logs, []string{"1.log"}) {
+		t.Fatalf("after the rotations the container's log directory holds %v, want the log at the path of the kubelet's retry, 1.log, alone", logs)
+	}
+	k.requireLogLink(t, first, "1.log", "tick")
 
 	// The next real restart: the container exits, the kubelet makes attempt 2, whose
 	// log is a file of its own; the first container's link still shows its own log.
 	d.mustCrictl(t, "stop", first)
-	deadline := time.Now().Add(kubeletConverge)
+	deadline = time.Now().Add(kubeletConverge)
 	for {
 		p, _ = k.pod(t, "slowctr")
 		if p.running() && p.Status.ContainerStatuses[0].runtimeID() != first {
@@ -238,11 +274,13 @@ func TestKubeletSlowContainerConverges(t *testing.T) {
 	if second.RestartCount != 2 {
 		t.Errorf("after the restart the kubelet reports restart count %d, want 2", second.RestartCount)
 	}
-	if got := k.containerLogFiles(t, p, "app"); !slices.Equal(got, []string{"1.log", "2.log"}) {
-		t.Errorf("after the restart the container's log directory holds %v, want 1.log and 2.log", got)
+	if logs, _ := k.containerLogFiles(t, p, "app"); !slices.Equal(logs, []string{"1.log", "2.log"}) {
+		t.Errorf("after the restart the container's log directory holds %v, want 1.log and 2.log", logs)
 	}
-	k.requireLogLink(t, second.runtimeID(), "2.log", "first-run")
-	k.requireLogLink(t, first, "1.log", "first-run")
+	k.requireLogLink(t, second.runtimeID(), "2.log", "tick")
+	if target, err := os.Readlink(k.logLink(t, first)); err != nil || filepath.Base(target) != "1.log" {
+		t.Errorf("the first container's link points to %q (%v), want its own 1.log", target, err)
+	}
 	deletePod(t, d, k, "slowctr")
 }
 
@@ -250,7 +288,7 @@ func TestKubeletSlowContainerConverges(t *testing.T) {
 // deadline. The kubelet's retry claims the sandbox made for its first call: one ADD.
 func TestKubeletSlowSandboxConverges(t *testing.T) {
 	t.Parallel()
-	d, k := kubeletOnSlowNode(t)
+	d, k := kubeletOnSlowNode(t, nil)
 	d.slowCNI(t, slowKubeletADD)
 	k.writeStaticPod(t, "slowpod", staticPod("slowpod", kubeletContainer{name: "app"}))
 	took := k.waitPodRunning(t, "slowpod", kubeletConverge)
@@ -285,7 +323,7 @@ func TestKubeletKilledDuringSlowCreation(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d, k := kubeletOnSlowNode(t)
+			d, k := kubeletOnSlowNode(t, nil)
 			d.slowRuncCreates(t, slowRuncCreate)
 			k.writeStaticPod(t, "killed", staticPod("killed", kubeletContainer{name: "app"}))
 			d.waitRuncCreates(t, 1, kubeletConverge)
