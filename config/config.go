@@ -112,6 +112,12 @@ type Config struct {
 	// never holds up startup recovery or a removal. Default: 2m.
 	UndoTimeout time.Duration `toml:"undo_timeout" help:"longest run of one undo before it is cancelled and retried later"`
 
+	// ExecDrainTimeout bounds how long ExecSync goes on reading a command's output once
+	// the command has exited: a process it left running in the background may hold the
+	// output open for as long as it lives, and the answer (exit code, output read by
+	// then) must not wait for it (containerd's drain_exec_sync_io_timeout). Default: 2s.
+	ExecDrainTimeout time.Duration `toml:"exec_drain_timeout" help:"how long an exec goes on reading output after its command exited"`
+
 	// JournalLockTimeout is how long opening the journal waits for the file
 	// lock held by another process (such as a daemon that is still running)
 	// before it fails. Default: 1s.
@@ -300,6 +306,7 @@ func Default() Config {
 		UndoRetryMin:       time.Second,
 		UndoRetryMax:       5 * time.Minute,
 		UndoTimeout:        2 * time.Minute,
+		ExecDrainTimeout:   2 * time.Second,
 		JournalLockTimeout: time.Second,
 		LogLevel:           "info",
 		LogFormat:          "text",
@@ -465,6 +472,7 @@ func (c Config) Validate() error {
 	positive("undo_retry_min", c.UndoRetryMin)
 	positive("undo_retry_max", c.UndoRetryMax)
 	positive("undo_timeout", c.UndoTimeout)
+	positive("exec_drain_timeout", c.ExecDrainTimeout)
 	if c.UndoRetryMin > 0 && c.UndoRetryMax > 0 && c.UndoRetryMax < c.UndoRetryMin {
 		bad("undo_retry_max", "must not be below undo_retry_min (%v), got %v", c.UndoRetryMin, c.UndoRetryMax)
 	}

@@ -377,6 +377,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		UndoRetryMin:       250 * time.Millisecond,
 		UndoRetryMax:       time.Hour,
 		UndoTimeout:        30 * time.Second,
+		ExecDrainTimeout:   5 * time.Second,
 		JournalLockTimeout: 3 * time.Second,
 		JournalNoSync:      true,
 		LogLevel:           "debug",

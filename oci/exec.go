@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -33,12 +36,21 @@ const maxExecOutput = 16 << 20
 const execWaitDelay = 2 * time.Second
 
 // ExecSync runs cmd in a running container (runc exec, no terminal, the container's
-// environment, user and capabilities) and returns its output and exit code. A
-// timeout of 0 means none. When the timeout passes, or ctx ends, the command and
-// every process it started that is still its descendant are killed with SIGKILL and
-// reaped, and ErrExecTimeout (or ctx's error) is returned with the output so far.
-// The runtime's own failures (the container is not running, the command does not
-// exist) are errors, not exit codes; a stopped container gives ErrNotRunning.
+// environment, user and capabilities) and returns its output and exit code. It answers
+// when the command exits, with the output read by then and for at most the runtime's
+// drain timeout (Config.ExecDrainTimeout) after: a process the command left running in the background keeps running in the
+// container, and may hold the output open for as long as it lives (containerd answers
+// the same way; `sh -c 'daemon & exit 0'` is a common exec probe).
+//
+// runc runs detached (--detach), with the output pipes handed to the command itself,
+// so runc returns as soon as the command has started; the command is then a child of
+// this process (a subreaper: it is handed to the nearest subreaper ancestor when runc
+// exits), whose exit status it reaps. A timeout of 0 means none. When the timeout passes,
+// or ctx ends, the command and every process it started that is still its descendant are
+// killed with SIGKILL and reaped, and ErrExecTimeout (or ctx's error) is returned with
+// the output so far. The runtime's own failures (the container is not running, the
+// command does not exist) are errors, not exit codes; a stopped container gives
+// ErrNotRunning.
 func (r *Runtime) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int, err error) {
 	if err := validID(id); err != nil {
 		return nil, nil, -1, err
@@ -49,58 +61,145 @@ func (r *Runtime) ExecSync(ctx context.Context, id string, cmd []string, timeout
 	if err := ctx.Err(); err != nil {
 		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrExecTimeout)
+		defer cancel()
+	}
 	// runc's own messages go to a log file, so they cannot be mistaken for the
 	// command's output or exit code.
-	logFile, err := os.CreateTemp(r.stateDir, "exec-*.log")
+	work, err := os.MkdirTemp(r.stateDir, "exec-")
 	if err != nil {
 		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
-	logFile.Close()
-	defer os.Remove(logFile.Name())
+	defer os.RemoveAll(work)
+	logPath, pidPath := filepath.Join(work, "runc.log"), filepath.Join(work, "pid")
 
-	args := append([]string{"--root", r.root, "--log", logFile.Name(), "--log-format", "json", "exec", id}, cmd...)
+	outW, outs, err := newDrain()
+	if err != nil {
+		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	errW, errs, err := newDrain()
+	if err != nil {
+		outW.Close()
+		outs.stop(0)
+		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	args := append([]string{"--root", r.root, "--log", logPath, "--log-format", "json", "exec", "--detach", "--pid-file", pidPath, id}, cmd...)
 	c := exec.Command(r.path, args...)
-	var outBuf, errBuf cappedBuffer
-	c.Stdout = &outBuf
-	c.Stderr = &errBuf
-	c.WaitDelay = execWaitDelay
-	if err := c.Start(); err != nil {
-		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
+	c.Stdout, c.Stderr = outW, errW
+	runErr := c.Run()
+	// Only the command (and what it starts) holds the write ends now.
+	outW.Close()
+	errW.Close()
+	// drained waits at most limit, in all, for the command's output to end, and returns
+	// what was read by then.
+	drained := func(limit time.Duration) ([]byte, []byte) {
+		deadline := time.Now().Add(limit)
+		return outs.stop(time.Until(deadline)), errs.stop(time.Until(deadline))
 	}
-	// runc is our unreaped child, so the PID is still its own.
-	runcFd, err := openPidfd(c.Process.Pid)
+	if runErr != nil {
+		out, errOut := drained(execWaitDelay)
+		_, _, code, rerr := r.execResult(ctx, id, logPath, out, errOut, runErr)
+		if rerr == nil {
+			rerr = fmt.Errorf("exec in %s: %s exec failed with status %d", id, filepath.Base(r.path), code)
+		}
+		return out, errOut, -1, rerr
+	}
+	pid, fd, err := openExecPid(pidPath)
 	if err != nil {
-		_ = c.Process.Kill()
-		_ = c.Wait()
-		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
+		out, errOut := drained(0)
+		return out, errOut, -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
-	defer runcFd.Close()
-	done := make(chan error, 1)
-	go func() { done <- c.Wait() }()
+	defer fd.Close()
+	if werr := waitPidfd(ctx, fd); werr != nil {
+		kerr := killTree(context.WithoutCancel(ctx), pid, fd, true)
+		stopErr := fmt.Errorf("exec %q in %s: %w", cmd, id, ctx.Err())
+		if errors.Is(context.Cause(ctx), ErrExecTimeout) {
+			stopErr = fmt.Errorf("exec %q in %s: %w after %s", cmd, id, ErrExecTimeout, timeout)
+		}
+		if kerr != nil {
+			stopErr = fmt.Errorf("%w (kill: %v)", stopErr, kerr)
+		}
+		out, errOut := drained(0)
+		return out, errOut, -1, stopErr
+	}
+	code, err := reapExitCode(pid)
+	out, errOut := drained(r.drain)
+	if err != nil {
+		return out, errOut, -1, fmt.Errorf("exec in %s: exit status of pid %d: %w", id, pid, err)
+	}
+	return out, errOut, code, nil
+}
 
-	var expired <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		expired = t.C
+// drain copies what is written to the write end of a pipe into a capped buffer.
+type drain struct {
+	r    *os.File
+	buf  cappedBuffer
+	done chan struct{}
+}
+
+// newDrain returns the write end of a pipe whose read end a goroutine of the drain copies
+// into its buffer, until it ends or stop stops it.
+func newDrain() (*os.File, *drain, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
 	}
-	var stopErr error
+	d := &drain{r: r, done: make(chan struct{})}
+	go func() {
+		defer close(d.done)
+		_, _ = io.Copy(&d.buf, r)
+	}()
+	return w, d, nil
+}
+
+// stop waits at most limit for the pipe to end (every writer gone), then closes the
+// read end, which ends the copy, and returns what was read.
+func (d *drain) stop(limit time.Duration) []byte {
+	t := time.NewTimer(max(limit, 0))
+	defer t.Stop()
 	select {
-	case werr := <-done:
-		return r.execResult(ctx, id, logFile.Name(), outBuf.Bytes(), errBuf.Bytes(), werr)
-	case <-expired:
-		stopErr = fmt.Errorf("exec %q in %s: %w after %s", cmd, id, ErrExecTimeout, timeout)
-	case <-ctx.Done():
-		stopErr = fmt.Errorf("exec %q in %s: %w", cmd, id, ctx.Err())
+	case <-d.done:
+	case <-t.C:
 	}
-	// runc exec runs the command as its own child: kill runc and everything under it,
-	// let Wait reap runc, and reap the command if it was handed to us.
-	kerr := killTree(context.WithoutCancel(ctx), c.Process.Pid, runcFd, false)
-	<-done
-	if kerr != nil {
-		stopErr = fmt.Errorf("%w (kill: %v)", stopErr, kerr)
+	d.r.Close()
+	<-d.done
+	return d.buf.Bytes()
+}
+
+// openExecPid reads the PID runc exec --pid-file wrote and opens a pidfd for it.
+func openExecPid(path string) (int, *os.File, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, nil, fmt.Errorf("runc exec wrote no pid file: %w", err)
 	}
-	return outBuf.Bytes(), errBuf.Bytes(), -1, stopErr
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, nil, fmt.Errorf("runc exec pid file %q: %w", b, err)
+	}
+	fd, err := openPidfd(pid)
+	return pid, fd, err
+}
+
+// reapExitCode reaps the exited child pid and returns its exit code (128+signal for a
+// killed one, as a shell reports it). Until it is reaped its PID cannot be reused.
+func reapExitCode(pid int) (int, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return -1, err
+		}
+		break
+	}
+	if ws.Signaled() {
+		return 128 + int(ws.Signal()), nil
+	}
+	return ws.ExitStatus(), nil
 }
 
 // execResult turns a finished runc exec into ExecSync's results.

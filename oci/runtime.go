@@ -81,6 +81,9 @@ type Config struct {
 	// rather than /run. Required; created if missing. See the package documentation
 	// for its layout.
 	StateDir string
+	// ExecDrainTimeout bounds how long ExecSync reads a command's output after the
+	// command exited; 0 means execWaitDelay.
+	ExecDrainTimeout time.Duration
 }
 
 // Runtime runs containers with one OCI runtime (runc by default, or crun) under
@@ -92,6 +95,7 @@ type Runtime struct {
 	root     string
 	conmon   string
 	stateDir string
+	drain    time.Duration // ExecSync's, see Config.ExecDrainTimeout
 
 	locks    keyedMutex
 	cgroups  cgroupManagers // per container, for Stats
@@ -109,7 +113,10 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("oci: runtime %s: %s %q must be an absolute path", cfg.Handler, name, dir)
 		}
 	}
-	r := &Runtime{handler: cfg.Handler, root: filepath.Clean(cfg.Root), stateDir: filepath.Clean(cfg.StateDir)}
+	r := &Runtime{handler: cfg.Handler, root: filepath.Clean(cfg.Root), stateDir: filepath.Clean(cfg.StateDir), drain: cfg.ExecDrainTimeout}
+	if r.drain <= 0 {
+		r.drain = execWaitDelay
+	}
 	// conmon binds <StateDir>/attach/<id>/attach and silently truncates a path longer
 	// than a socket address holds.
 	if len(r.stateDir) > MaxStateDirLen {

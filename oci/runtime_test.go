@@ -226,6 +226,34 @@ func TestExecSync(t *testing.T) {
 	requireNoZombies(t)
 }
 
+// TestExecSyncAnswersAtExit: a command that leaves a process running in the background
+// (an exec probe written as `sh -c 'daemon & ...; exit N'`) is answered when it exits,
+// with its code and output, although the background process holds the output open; the
+// background process goes on running in the container.
+func TestExecSyncAnswersAtExit(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "60"}, nil)
+	start := time.Now()
+	stdout, _, code, err := r.ExecSync(ctxb, c.id, []string{"sh", "-c", "sleep 30 & echo fg; exit 4"}, 20*time.Second)
+	took := time.Since(start)
+	if err != nil || code != 4 || string(stdout) != "fg\n" {
+		t.Fatalf("stdout %q code %d err %v, want \"fg\\n\", 4", stdout, code, err)
+	}
+	if took > execWaitDelay+3*time.Second {
+		t.Fatalf("answered after %v: it waited for the background sleep", took)
+	}
+	var sleeping bool
+	for _, p := range descendants(c.pid) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.HasPrefix(string(b), "sleep\x0030") {
+			sleeping = true
+		}
+	}
+	if !sleeping {
+		t.Error("the background sleep 30 does not run in the container any more")
+	}
+	requireNoZombies(t)
+}
+
 func TestExecSyncInStoppedContainer(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"true"}, nil)

@@ -75,6 +75,18 @@ func TestContainerLifecycle(t *testing.T) {
 	if err == nil || !strings.Contains(stderr, "exited with 3") {
 		t.Errorf("crictl exec -s %s sh -c 'exit 3': %v, want a failure saying it exited with 3\nstderr: %s", id, err, stderr)
 	}
+	// An exec probe that leaves a process running in the background is answered when
+	// its command exits, and the process goes on running in the container.
+	execStart := time.Now()
+	if got := d.execSync(t, id, "sh", "-c", "sleep 300 & echo fg; exit 0"); got != "fg" {
+		t.Errorf("crictl exec --sync %s sh -c 'sleep 300 & echo fg; exit 0' printed %q, want fg", id, got)
+	}
+	if took := time.Since(execStart); took > 10*time.Second {
+		t.Errorf("crictl exec --sync of a command leaving a background process took %v: it waited for the background process", took)
+	}
+	if ps := d.execSync(t, id, "ps", "-o", "args"); !strings.Contains(ps, "sleep 300") {
+		t.Errorf("the background sleep 300 no longer runs in the container:\n%s", ps)
+	}
 	if got := d.execSync(t, id, "hostname"); got != "e2e" {
 		t.Errorf("hostname in the container is %q, want the pod's e2e", got)
 	}

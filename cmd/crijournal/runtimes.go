@@ -34,11 +34,12 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 		return nil, fmt.Errorf("runtime handler %q is not configured", handler)
 	}
 	rt, err := oci.New(oci.Config{
-		Handler:    handler,
-		Path:       s.cfg.RuntimePath(handler),
-		Root:       s.cfg.RuntimeRoot(handler),
-		ConmonPath: s.cfg.ConmonPath,
-		StateDir:   oci.StateDirFor(s.cfg.RunRoot, handler),
+		Handler:          handler,
+		Path:             s.cfg.RuntimePath(handler),
+		Root:             s.cfg.RuntimeRoot(handler),
+		ConmonPath:       s.cfg.ConmonPath,
+		StateDir:         oci.StateDirFor(s.cfg.RunRoot, handler),
+		ExecDrainTimeout: s.cfg.ExecDrainTimeout,
 	})
 	if err != nil {
 		return nil, err
