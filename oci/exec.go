@@ -36,127 +36,161 @@ const maxExecOutput = 16 << 20
 const execWaitDelay = 2 * time.Second
 
 // ExecSync runs cmd in a running container (runc exec, no terminal, the container's
-// environment, user and capabilities) and returns its output and exit code. It answers
-// when the command exits, with the output read by then and for at most the runtime's
-// drain timeout (Config.ExecDrainTimeout) after: a process the command left running in the background keeps running in the
-// container, and may hold the output open for as long as it lives (containerd answers
-// the same way; `sh -c 'daemon & exit 0'` is a common exec probe).
-//
-// runc runs detached (--detach), with the output pipes handed to the command itself,
-// so runc returns as soon as the command has started; the command is then a child of
-// this process (a subreaper: it is handed to the nearest subreaper ancestor when runc
-// exits), whose exit status it reaps. A timeout of 0 means none. When the timeout passes,
-// or ctx ends, the command and every process it started that is still its descendant are
-// killed with SIGKILL and reaped, and ErrExecTimeout (or ctx's error) is returned with
-// the output so far. The runtime's own failures (the container is not running, the
-// command does not exist) are errors, not exit codes; a stopped container gives
-// ErrNotRunning.
+// environment, user and capabilities) and returns its output and exit code, as soon as
+// the command exits (see execDetached): a process it left running in the background
+// keeps running in the container and no longer holds the answer. A timeout of 0 means
+// none. When the timeout passes, or ctx ends, the command and every process it started
+// that is still its descendant are killed with SIGKILL and reaped, and ErrExecTimeout (or
+// ctx's error) is returned with the output so far. The runtime's own failures (the
+// container is not running, the command does not exist) are errors, not exit codes; a
+// stopped container gives ErrNotRunning.
 func (r *Runtime) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (stdout, stderr []byte, exitCode int, err error) {
-	if err := validID(id); err != nil {
-		return nil, nil, -1, err
-	}
-	if len(cmd) == 0 {
-		return nil, nil, -1, fmt.Errorf("exec in %s: %w: empty command", id, ErrInvalidSpec)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
-	}
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrExecTimeout)
 		defer cancel()
 	}
+	var outBuf, errBuf cappedBuffer
+	exitCode, err = r.execDetached(ctx, id, cmd, nil, &outBuf, &errBuf)
+	if err != nil && errors.Is(context.Cause(ctx), ErrExecTimeout) {
+		err = fmt.Errorf("%w after %s: %w", ErrExecTimeout, timeout, err)
+	}
+	return outBuf.Bytes(), errBuf.Bytes(), exitCode, err
+}
+
+// execDetached runs cmd in a running container without a terminal and returns its exit
+// code once it has exited. stdin (nil: none) is copied to the command's standard input,
+// and its output to stdout and stderr (nil: discarded), for at most the runtime's drain
+// timeout (Config.ExecDrainTimeout) after it exited: a process it left running in the
+// background may hold the output open for as long as it lives, and is left running in
+// the container (containerd answers the same way; `sh -c 'daemon & exit 0'` is a
+// common exec probe).
+//
+// runc runs detached (--detach), with the pipes handed to the command itself, so runc
+// returns as soon as the command has started; the command is then a child of this
+// process (a subreaper: it is handed to the nearest subreaper ancestor when runc exits),
+// which reaps it for its exit status. When ctx ends first, the command and every process
+// it started that is still its descendant are killed with SIGKILL and reaped, and ctx's
+// error is returned. Every goroutine it starts has ended when it returns, except the one
+// copying stdin, which ends when that reader does.
+func (r *Runtime) execDetached(ctx context.Context, id string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	if err := validID(id); err != nil {
+		return -1, err
+	}
+	if len(cmd) == 0 {
+		return -1, fmt.Errorf("exec in %s: %w: empty command", id, ErrInvalidSpec)
+	}
+	if err := ctx.Err(); err != nil {
+		return -1, fmt.Errorf("exec in %s: %w", id, err)
+	}
 	// runc's own messages go to a log file, so they cannot be mistaken for the
 	// command's output or exit code.
 	work, err := os.MkdirTemp(r.stateDir, "exec-")
 	if err != nil {
-		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
+		return -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
 	defer os.RemoveAll(work)
 	logPath, pidPath := filepath.Join(work, "runc.log"), filepath.Join(work, "pid")
 
-	outW, outs, err := newDrain()
-	if err != nil {
-		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
-	}
-	errW, errs, err := newDrain()
-	if err != nil {
-		outW.Close()
-		outs.stop(0)
-		return nil, nil, -1, fmt.Errorf("exec in %s: %w", id, err)
-	}
-	args := append([]string{"--root", r.root, "--log", logPath, "--log-format", "json", "exec", "--detach", "--pid-file", pidPath, id}, cmd...)
-	c := exec.Command(r.path, args...)
-	c.Stdout, c.Stderr = outW, errW
-	runErr := c.Run()
-	// Only the command (and what it starts) holds the write ends now.
-	outW.Close()
-	errW.Close()
-	// drained waits at most limit, in all, for the command's output to end, and returns
-	// what was read by then.
-	drained := func(limit time.Duration) ([]byte, []byte) {
+	var drains []*drain
+	// drained waits at most limit, in all, for the command's output to end; every
+	// copy has ended when it returns.
+	drained := func(limit time.Duration) {
 		deadline := time.Now().Add(limit)
-		return outs.stop(time.Until(deadline)), errs.stop(time.Until(deadline))
+		for _, d := range drains {
+			d.stop(time.Until(deadline))
+		}
+	}
+	defer drained(0)
+	c := exec.Command(r.path, "--root", r.root, "--log", logPath, "--log-format", "json", "exec", "--detach", "--pid-file", pidPath, id)
+	c.Args = append(c.Args, cmd...)
+	for _, out := range []struct {
+		to  io.Writer
+		set *io.Writer
+	}{{stdout, &c.Stdout}, {stderr, &c.Stderr}} {
+		w, d, err := newDrain(out.to)
+		if err != nil {
+			return -1, fmt.Errorf("exec in %s: %w", id, err)
+		}
+		defer w.Close()
+		drains = append(drains, d)
+		*out.set = w
+	}
+	if stdin != nil {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return -1, fmt.Errorf("exec in %s: %w", id, err)
+		}
+		defer pr.Close()
+		go func() {
+			defer pw.Close() // end of file for the command
+			_, _ = io.Copy(pw, stdin)
+		}()
+		c.Stdin = pr
+	}
+	runErr := c.Run()
+	// Only the command (and what it starts) holds the pipes' other ends now.
+	for _, f := range []any{c.Stdout, c.Stderr, c.Stdin} {
+		if f, ok := f.(*os.File); ok {
+			f.Close()
+		}
 	}
 	if runErr != nil {
-		out, errOut := drained(execWaitDelay)
-		_, _, code, rerr := r.execResult(ctx, id, logPath, out, errOut, runErr)
-		if rerr == nil {
-			rerr = fmt.Errorf("exec in %s: %s exec failed with status %d", id, filepath.Base(r.path), code)
+		drained(r.drain)
+		_, _, code, err := r.execResult(ctx, id, logPath, nil, nil, runErr)
+		if err == nil {
+			err = fmt.Errorf("exec in %s: %s exec failed with status %d", id, filepath.Base(r.path), code)
 		}
-		return out, errOut, -1, rerr
+		return -1, err
 	}
 	pid, fd, err := openExecPid(pidPath)
 	if err != nil {
-		out, errOut := drained(0)
-		return out, errOut, -1, fmt.Errorf("exec in %s: %w", id, err)
+		return -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
 	defer fd.Close()
 	if werr := waitPidfd(ctx, fd); werr != nil {
-		kerr := killTree(context.WithoutCancel(ctx), pid, fd, true)
-		stopErr := fmt.Errorf("exec %q in %s: %w", cmd, id, ctx.Err())
-		if errors.Is(context.Cause(ctx), ErrExecTimeout) {
-			stopErr = fmt.Errorf("exec %q in %s: %w after %s", cmd, id, ErrExecTimeout, timeout)
+		err := fmt.Errorf("exec %q in %s: %w", cmd, id, ctx.Err())
+		if kerr := killTree(context.WithoutCancel(ctx), pid, fd, true); kerr != nil {
+			err = fmt.Errorf("%w (kill: %v)", err, kerr)
 		}
-		if kerr != nil {
-			stopErr = fmt.Errorf("%w (kill: %v)", stopErr, kerr)
-		}
-		out, errOut := drained(0)
-		return out, errOut, -1, stopErr
+		return -1, err
 	}
 	code, err := reapExitCode(pid)
-	out, errOut := drained(r.drain)
+	drained(r.drain)
 	if err != nil {
-		return out, errOut, -1, fmt.Errorf("exec in %s: exit status of pid %d: %w", id, pid, err)
+		return -1, fmt.Errorf("exec in %s: exit status of pid %d: %w", id, pid, err)
 	}
-	return out, errOut, code, nil
+	return code, nil
 }
 
-// drain copies what is written to the write end of a pipe into a capped buffer.
+// drain copies what is written to the write end of a pipe to a writer.
 type drain struct {
 	r    *os.File
-	buf  cappedBuffer
 	done chan struct{}
 }
 
 // newDrain returns the write end of a pipe whose read end a goroutine of the drain copies
-// into its buffer, until it ends or stop stops it.
-func newDrain() (*os.File, *drain, error) {
-	r, w, err := os.Pipe()
+// to w (nil: discarded), until it ends or stop stops it.
+func newDrain(w io.Writer) (*os.File, *drain, error) {
+	if w == nil {
+		w = io.Discard
+	}
+	r, pw, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
 	}
 	d := &drain{r: r, done: make(chan struct{})}
 	go func() {
 		defer close(d.done)
-		_, _ = io.Copy(&d.buf, r)
+		_, _ = io.Copy(w, r)
 	}()
-	return w, d, nil
+	return pw, d, nil
 }
 
 // stop waits at most limit for the pipe to end (every writer gone), then closes the
-// read end, which ends the copy, and returns what was read.
-func (d *drain) stop(limit time.Duration) []byte {
+// read end, which ends the copy, and returns once the copy has ended. Calling it again
+// returns at once.
+func (d *drain) stop(limit time.Duration) {
 	t := time.NewTimer(max(limit, 0))
 	defer t.Stop()
 	select {
@@ -165,7 +199,6 @@ func (d *drain) stop(limit time.Duration) []byte {
 	}
 	d.r.Close()
 	<-d.done
-	return d.buf.Bytes()
 }
 
 // openExecPid reads the PID runc exec --pid-file wrote and opens a pidfd for it.

@@ -20,7 +20,8 @@ import (
 //
 // Without a terminal, the command's stdin is a pipe fed from s.Stdin (closed when
 // s.Stdin ends; /dev/null when it is nil) and its output goes to s.Stdout and
-// s.Stderr. With one (s.TTY), runc runs with a pseudo-terminal of this process as
+// s.Stderr; the session ends when the command exits, whatever it left running in the
+// background (see execDetached). With one (s.TTY), runc runs with a pseudo-terminal of this process as
 // its controlling terminal, as CRI-O does: runc gives the command a terminal of its
 // own in the container and relays between the two; s.Stdin is written to the
 // terminal, its output is copied to s.Stdout, TERM=xterm is set, and each size from
@@ -42,6 +43,17 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s Streams) 
 	}
 	if err := ctx.Err(); err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	if !s.TTY {
+		// Answered when the command exits, like ExecSync (see execDetached).
+		if s.Resize != nil {
+			var wg sync.WaitGroup
+			done := make(chan struct{})
+			defer wg.Wait()
+			defer close(done)
+			wg.Go(func() { forEachResize(s.Resize, done, func(remotecommand.TerminalSize) {}) })
+		}
+		return r.execDetached(ctx, id, cmd, s.Stdin, s.Stdout, s.Stderr)
 	}
 	logFile, err := os.CreateTemp(r.stateDir, "exec-*.log")
 	if err != nil {

@@ -54,6 +54,10 @@ func TestExecStreams(t *testing.T) {
 		{name: "terminal", cmd: []string{"sh", "-c", "sleep 1; tty; stty size; echo $TERM; exit 4"}, tty: true,
 			resize: &remotecommand.TerminalSize{Width: 91, Height: 27}, code: 4, stdout: "/dev/pts/0\r\n27 91\r\nxterm\r\n"},
 		{name: "terminal input", cmd: []string{"sh", "-c", "read line; echo got-$line"}, tty: true, stdin: "typed\n", stdout: "got-typed"},
+		// Answered when the command exits, although a process it left in the
+		// background holds the output open.
+		{name: "background process", cmd: []string{"sh", "-c", "sleep 30 & echo fg; exit 5"}, code: 5, stdout: "fg\n"},
+		{name: "terminal, background process", cmd: []string{"sh", "-c", "sleep 30 & echo fg; exit 5"}, tty: true, code: 5, stdout: "fg"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr lockedBuffer
@@ -70,7 +74,11 @@ func TestExecStreams(t *testing.T) {
 				resize <- *tc.resize
 				s.Resize = resize
 			}
+			start := time.Now()
 			code, err := r.Exec(ctxb, c.id, tc.cmd, s)
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("Exec answered after %v", took)
+			}
 			if err != nil || code != tc.code {
 				t.Fatalf("Exec = %d, %v; want %d (stdout %q, stderr %q)", code, err, tc.code, stdout.String(), stderr.String())
 			}

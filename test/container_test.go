@@ -84,8 +84,16 @@ func TestContainerLifecycle(t *testing.T) {
 	if took := time.Since(execStart); took > 10*time.Second {
 		t.Errorf("crictl exec --sync of a command leaving a background process took %v: it waited for the background process", took)
 	}
-	if ps := d.execSync(t, id, "ps", "-o", "args"); !strings.Contains(ps, "sleep 300") {
-		t.Errorf("the background sleep 300 no longer runs in the container:\n%s", ps)
+	// The same through the streaming server (crictl exec without --sync).
+	execStart = time.Now()
+	if out := strings.TrimSpace(d.mustCrictl(t, "exec", id, "sh", "-c", "sleep 301 & echo fg; exit 0")); out != "fg" {
+		t.Errorf("crictl exec %s sh -c 'sleep 301 & echo fg; exit 0' printed %q, want fg", id, out)
+	}
+	if took := time.Since(execStart); took > 10*time.Second {
+		t.Errorf("crictl exec of a command leaving a background process took %v: it waited for the background process", took)
+	}
+	if ps := d.execSync(t, id, "ps", "-o", "args"); !strings.Contains(ps, "sleep 300") || !strings.Contains(ps, "sleep 301") {
+		t.Errorf("the background sleeps 300 and 301 no longer run in the container:\n%s", ps)
 	}
 	if got := d.execSync(t, id, "hostname"); got != "e2e" {
 		t.Errorf("hostname in the container is %q, want the pod's e2e", got)
