@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 )
@@ -20,26 +21,40 @@ type Features struct {
 	UserNamespaces bool `json:"userNamespaces"`
 }
 
-// featuresCache holds a runtime's features once asked: the binary does not change under a
-// running daemon, and Status is polled, so the answer (or the failure) is kept.
+// featuresCache holds a runtime's features once the runtime has told them: the binary
+// does not change under a running daemon, and Status is polled. A failure (the runtime
+// slow or failing for a moment, say after a restart) is not kept for good: the next
+// call after featuresRetry asks again, so one bad moment does not refuse user
+// namespaces and rro until the daemon restarts; until then it is answered from the cache,
+// so that polling a runtime without the features command forks nothing.
 type featuresCache struct {
-	mu   sync.Mutex
-	done bool
-	f    Features
-	err  error
+	mu       sync.Mutex
+	known    bool // f is the runtime's answer
+	f        Features
+	err      error     // the last failure, while !known
+	failedAt time.Time // when it happened
 }
 
-// Features asks the runtime binary what it supports (`<runtime> features`), once; later
-// calls return what the first one found, a failure too (a runtime without the features
-// command supports none of them as far as crijournal can tell).
+// featuresRetry is how long a failure to read the features is answered from the cache.
+var featuresRetry = 30 * time.Second
+
+// Features asks the runtime binary what it supports (`<runtime> features`). An answer
+// is kept for the runtime's life; a failure for featuresRetry (a runtime without the
+// features command supports none of them as far as crijournal can tell).
 func (r *Runtime) Features(ctx context.Context) (Features, error) {
-	r.features.mu.Lock()
-	defer r.features.mu.Unlock()
-	if !r.features.done {
-		r.features.f, r.features.err = r.readFeatures(ctx)
-		r.features.done = true
+	c := &r.features
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.known || (c.err != nil && time.Since(c.failedAt) < featuresRetry) {
+		return c.f, c.err
 	}
-	return r.features.f, r.features.err
+	f, err := r.readFeatures(ctx)
+	if err != nil {
+		c.err, c.failedAt = err, time.Now()
+		return Features{}, err
+	}
+	c.known, c.f, c.err = true, f, nil
+	return f, nil
 }
 
 func (r *Runtime) readFeatures(ctx context.Context) (Features, error) {

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/opencontainers/cgroups"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 func TestConvertStats(t *testing.T) {
@@ -110,5 +114,63 @@ func TestRuntimeStats(t *testing.T) {
 	}
 	if _, err := r.Stats("../x"); !errors.Is(err, ErrInvalidID) {
 		t.Errorf("Stats of an invalid ID: %v, want ErrInvalidID", err)
+	}
+}
+
+// TestFeaturesFailureIsNotKept: a failed `runc features` (a runtime failing for a
+// moment) is answered from the cache only for featuresRetry; once the runtime answers,
+// its answer is kept, and asked no more.
+func TestFeaturesFailureIsNotKept(t *testing.T) {
+	conmon, err := exec.LookPath("conmon")
+	if err != nil {
+		testenv.Need(t, "conmon: %v", err)
+	}
+	dir := shortTempDir(t)
+	calls := filepath.Join(dir, "calls")
+	script := filepath.Join(dir, "fake-runc")
+	if err := os.WriteFile(script, []byte(`#!/bin/sh
+echo "$*" >> `+calls+`
+[ -e `+filepath.Join(dir, "fail")+` ] && { echo "runtime unavailable" >&2; exit 1; }
+echo '{"mountOptions":["rro"]}'
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFlag := func(on bool) {
+		if on {
+			if err := os.WriteFile(filepath.Join(dir, "fail"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.Remove(filepath.Join(dir, "fail")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := New(Config{Handler: "fake", Path: script, ConmonPath: conmon, Root: filepath.Join(dir, "root"), StateDir: filepath.Join(dir, "s")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func(d time.Duration) { featuresRetry = d }(featuresRetry)
+	featuresRetry = 200 * time.Millisecond
+	count := func() int {
+		b, _ := os.ReadFile(calls)
+		return strings.Count(string(b), "features")
+	}
+
+	writeFlag(true)
+	if _, err := r.Features(ctxb); err == nil {
+		t.Fatal("Features of a failing runtime succeeded")
+	}
+	if _, err := r.Features(ctxb); err == nil || count() != 1 {
+		t.Fatalf("second call at once: %v after %d runs, want the failure from the cache (1 run)", err, count())
+	}
+	writeFlag(false)
+	time.Sleep(featuresRetry)
+	f, err := r.Features(ctxb)
+	if err != nil || !f.RecursiveReadOnlyMounts {
+		t.Fatalf("Features once the runtime answers = %+v, %v; want rro", f, err)
+	}
+	writeFlag(true)
+	time.Sleep(featuresRetry)
+	if f, err := r.Features(ctxb); err != nil || !f.RecursiveReadOnlyMounts || count() != 2 {
+		t.Fatalf("after an answer = %+v, %v after %d runs; want the kept answer (2 runs)", f, err, count())
 	}
 }
