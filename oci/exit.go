@@ -40,6 +40,8 @@ func (r *Runtime) ExitStatus(id string) (code int, exitedAt time.Time, ok bool, 
 	if err != nil {
 		return 0, time.Time{}, false, fmt.Errorf("exit status of %s: bad exit file %q", id, b[:n])
 	}
+	// Running no longer needs the conmon's pidfd: the exit file answers.
+	r.conmons.forget(id, nil)
 	return code, st.ModTime(), true, nil
 }
 

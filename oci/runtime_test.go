@@ -254,6 +254,25 @@ func TestExecSyncAnswersAtExit(t *testing.T) {
 	requireNoZombies(t)
 }
 
+// TestExitReleasesConmonPidfd: the pidfd of a container's conmon that Create keeps (for
+// Running) is closed once the exit is read, not kept until the container is removed.
+func TestExitReleasesConmonPidfd(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"true"}, nil)
+	if r.conmons.take(c.id) == nil {
+		t.Fatal("Create kept no pidfd of the conmon: the test no longer tests anything")
+	}
+	eventually(t, 5*time.Second, func() error {
+		if _, _, ok, _ := r.ExitStatus(c.id); !ok {
+			return errors.New("no exit recorded")
+		}
+		return nil
+	})
+	if r.conmons.take(c.id) != nil {
+		t.Error("the conmon's pidfd is still kept after the exit was read")
+	}
+}
+
 func TestExecSyncInStoppedContainer(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"true"}, nil)
