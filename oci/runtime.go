@@ -450,8 +450,10 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		// Keep the state directory: it is how a retry finds conmon and the bundle.
 		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
 	}
-	r.cgroups.forget(id)
-	r.conmons.forget(id, nil)
+	// The caches are emptied once the state directory is gone (below): a Stats or
+	// Running until then could put the container back into them from its meta.
+	defer r.conmons.forget(id, nil)
+	defer r.cgroups.forget(id)
 	meta := r.readMeta(id)
 	if cg := cgroupsPathOf(meta); cg != "" {
 		if err := removeCgroup(cg); err != nil {

@@ -273,6 +273,38 @@ func TestExitReleasesConmonPidfd(t *testing.T) {
 	}
 }
 
+// TestStatsDuringDeleteKeepsNoCgroup: Stats polled while the container is deleted (a
+// kubelet's ListContainerStats racing a removal) does not put the deleted container's
+// cgroup back into the cache, where nothing would remove it again.
+func TestStatsDuringDeleteKeepsNoCgroup(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, nil)
+	stop := make(chan struct{})
+	polled := make(chan struct{})
+	go func() {
+		defer close(polled)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				_, _ = r.Stats(c.id)
+			}
+		}
+	}()
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	close(stop)
+	<-polled
+	r.cgroups.mu.Lock()
+	_, kept := r.cgroups.m[c.id]
+	r.cgroups.mu.Unlock()
+	if kept {
+		t.Error("the deleted container's cgroup is back in the stats cache")
+	}
+}
+
 func TestExecSyncInStoppedContainer(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"true"}, nil)
