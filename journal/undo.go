@@ -287,7 +287,8 @@ func (j *Journal) UndoSteps(ctx context.Context, id string, markers map[string]*
 }
 
 // ExpireCached rolls back every cached record whose expiry has passed. It returns how many
-// were rolled back, and the errors of those whose undo failed (they are retried later).
+// were rolled back, and the errors of those whose undo failed, one per record (they are
+// retried later).
 func (j *Journal) ExpireCached(ctx context.Context) (int, error) {
 	expired, _, _ := j.dueWork(j.opts.Now(), nil)
 	var errs []error
@@ -312,8 +313,8 @@ func (j *Journal) RetryUndos(ctx context.Context) (int, error) {
 	return len(due), errors.Join(errs...)
 }
 
-// expire rolls back one cached record whose expiry passed; a failed undo is logged, and
-// returned, and retried later.
+// expire rolls back one cached record whose expiry passed; a failed undo is returned
+// (for the caller to report), and retried later.
 func (j *Journal) expire(ctx context.Context, id string) error {
 	rec, err := j.current(id)
 	if err != nil {
@@ -328,14 +329,13 @@ func (j *Journal) expire(ctx context.Context, id string) error {
 		return err // the daemon stops, saying why, once
 	}
 	if err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
-		j.log.Warn("cache expiry: undo failed, will retry", "id", rec.ID, "name", rec.Name, "kind", rec.Kind, "err", err)
-		return err
+		return fmt.Errorf("cache expiry of %s %q: %w", rec.Kind, rec.Name, err)
 	}
 	return nil
 }
 
 // retry runs the rollback (or removal) of one undoing (or removing) record again; a
-// failure is logged, and returned.
+// failure is returned (for the caller to report), and retried later.
 func (j *Journal) retry(ctx context.Context, id string) error {
 	rec, err := j.current(id)
 	if err != nil {
@@ -349,8 +349,7 @@ func (j *Journal) retry(ctx context.Context, id string) error {
 	case errors.Is(err, ErrFailed):
 		return err // the daemon stops, saying why, once
 	default:
-		j.log.Warn("undo retry failed, will retry", "id", id, "name", rec.Name, "kind", rec.Kind, "err", err)
-		return err
+		return fmt.Errorf("undo retry of %s %q: %w", rec.Kind, rec.Name, err)
 	}
 	return nil
 }
@@ -438,11 +437,14 @@ func (j *Journal) Maintain(ctx context.Context, interval time.Duration) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			// Failures are logged per record, and retried at their next due time.
+			// Failures are logged per record, and retried at their next due time; a
+			// failed journal is reported by the daemon, once.
+			run := j.retry
 			if what == jobExpire {
-				_ = j.expire(ctx, id)
-			} else {
-				_ = j.retry(ctx, id)
+				run = j.expire
+			}
+			if err := run(ctx, id); err != nil && !errors.Is(err, ErrFailed) {
+				j.log.Warn("undo failed, will retry", "id", id, "err", err)
 			}
 			ended <- id
 		}()

@@ -73,10 +73,14 @@ func Run(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile Re
 	if err := j.Err(); err != nil {
 		return sum // the caller stops the daemon; the next start recovers again
 	}
-	// Undos that fail are logged per record by ExpireCached, and retried in the background.
-	if n, _ := j.ExpireCached(ctx); n > 0 {
+	// Undos that fail are retried in the background.
+	n, err := j.ExpireCached(ctx)
+	if n > 0 {
 		sum.Kept -= n
 		sum.RolledBack += n
+	}
+	if err != nil {
+		log.Warn("recovery: an expired cached record's undo failed, will retry", "err", err)
 	}
 	log.Info("recovery done", "rolled_back", sum.RolledBack, "cached", sum.Cached, "kept", sum.Kept,
 		"resumed", sum.Resumed, "reconciled", sum.Reconciled, "retrying", sum.Retrying)

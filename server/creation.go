@@ -118,9 +118,13 @@ func (c *creation) finish(object any) (journal.Record, error) {
 }
 
 // fail rolls back a creation that could not be finished and returns err, saying which
-// creation failed at which stage.
+// creation failed at which stage (and, if the rollback itself failed otherwise than by
+// an undo the journal retries, why).
 func (c *creation) fail(stage string, err error) error {
-	c.s.log.Info("creation failed: rolling back", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "stage", stage, "err", err)
-	c.s.rollback(c.ctx, c.rec)
-	return fmt.Errorf("%s %s: %s: %w", c.rec.Kind, c.rec.Name, stage, err)
+	c.s.log.Info("creation failed: rolling back", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "stage", stage)
+	err = fmt.Errorf("%s %s: %s: %w", c.rec.Kind, c.rec.Name, stage, err)
+	if rerr := c.s.rollback(c.ctx, c.rec); rerr != nil {
+		err = fmt.Errorf("%w; and rolling it back: %w", err, rerr)
+	}
+	return err
 }

@@ -46,13 +46,17 @@ func (u *undoLog) list() []string {
 	return slices.Clone(u.runs)
 }
 
-// flowServer returns a server over a journal whose registry undoes the fake step kinds.
-func flowServer(t *testing.T) (*Server, *undoLog) {
+// flowServer returns a server over a journal whose registry undoes the fake step kinds,
+// and the extra ones with their undos.
+func flowServer(t *testing.T, extra ...fakeUndo) (*Server, *undoLog) {
 	t.Helper()
 	undos := &undoLog{}
 	reg := journal.NewRegistry()
 	reg.Register(fakeFirst, undos.undo)
 	reg.Register(fakeSecond, undos.undo)
+	for _, u := range extra {
+		reg.Register(u.kind, u.undo)
+	}
 	log := slog.New(slog.DiscardHandler)
 	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Logger: log, CacheTTL: time.Minute, Registry: reg})
 	if err != nil {
@@ -67,6 +71,12 @@ func flowServer(t *testing.T) (*Server, *undoLog) {
 		j.Close()
 	})
 	return s, undos
+}
+
+// fakeUndo is the undo of a step kind of a test's own.
+type fakeUndo struct {
+	kind journal.StepKind
+	undo journal.UndoFunc
 }
 
 // fakeStep is a step of kind that makes thing: run is its action.
@@ -241,4 +251,41 @@ func TestCreationOutlivingItsRequestIsCached(t *testing.T) {
 	if u := undos.list(); len(u) != 0 {
 		t.Errorf("undos ran for a cached creation: %q", u)
 	}
+}
+
+// TestFailedUndoIsNotTheRequestsError: when a creation fails and an undo of its rollback
+// fails too, the request's error is the step's, and the failed undo is left to the
+// journal's retries (the name released), not returned; a rollback that fails otherwise
+// (here: the record already gone) is told in the request's error.
+func TestFailedUndoIsNotTheRequestsError(t *testing.T) {
+	const stuck journal.StepKind = "fake-stuck"
+	t.Run("undo fails", func(t *testing.T) {
+		s, _ := flowServer(t, fakeUndo{stuck, func(context.Context, journal.Record, journal.Step) error {
+			return errors.New("plugin unreachable")
+		}})
+		c := beginFlow(t, s, context.Background(), "pod")
+		if _, err := runStep(c, long, fakeStep(stuck, "a thing", returns(1))); err != nil {
+			t.Fatal(err)
+		}
+		_, err := runStep(c, long, fakeStep(fakeSecond, "another", fails(errors.New("step broke"))))
+		if err == nil || !strings.Contains(err.Error(), "step broke") || strings.Contains(err.Error(), "rolling it back") {
+			t.Fatalf("error %v, want the step's alone", err)
+		}
+		rec, gerr := s.journal.Get(c.rec.ID)
+		if gerr != nil || rec.State != journal.StateUndoing || rec.HoldsName {
+			t.Fatalf("record %+v, %v; want undoing, its name released", rec, gerr)
+		}
+	})
+	t.Run("record gone", func(t *testing.T) {
+		s, _ := flowServer(t)
+		c := beginFlow(t, s, context.Background(), "pod")
+		if err := s.journal.Rollback(context.Background(), c.rec.ID); err != nil {
+			t.Fatal(err)
+		}
+		err := c.fail("a stage", errors.New("step broke"))
+		if err == nil || !strings.Contains(err.Error(), "step broke") || !strings.Contains(err.Error(), "rolling it back") ||
+			!errors.Is(err, journal.ErrNotFound) {
+			t.Fatalf("error %v, want the step's and the rollback's", err)
+		}
+	})
 }

@@ -71,7 +71,7 @@ func (s *Server) reserve(ctx context.Context, req journal.BeginRequest, same sam
 				// fingerprint. Free the name, and say so; this request is refused like
 				// any other that finds the name taken by a different one.
 				s.log.Info("name reused by a different request: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name)
-				if err := s.rollback(ctx, h); err != nil && !errors.As(err, new(*journal.UndoError)) {
+				if err := s.rollback(ctx, h); err != nil {
 					return reservation{}, err
 				}
 				return reservation{}, newError(errExists,
@@ -157,10 +157,7 @@ func (s *Server) supersede(ctx context.Context, req journal.BeginRequest, h jour
 		return s.waitForChange(ctx, req.Kind, h.Name, h)
 	}
 	s.log.Info("asked for again differently: rolling back the cached creation", "kind", h.Kind, "id", h.ID, "name", h.Name, "requested", req.Name)
-	if err := s.rollback(ctx, h); err != nil && !errors.As(err, new(*journal.UndoError)) {
-		return err
-	}
-	return nil
+	return s.rollback(ctx, h)
 }
 
 // waitForChange blocks until the record holding name is no longer h in h's state, or ctx
@@ -211,15 +208,24 @@ func detached(ctx context.Context, timeout time.Duration) (context.Context, cont
 const undoTimeout = 2 * time.Minute
 
 // rollback undoes a record's steps on behalf of a request. An undo that fails leaves the
-// record to the journal's background retries and is logged, not returned as the request's
-// failure: the caller's own error says what went wrong.
+// record to the journal's background retries: that is logged here and is not the
+// request's failure (nil is returned; the caller's own error says what went wrong). Any
+// other error (the journal failed, the record is gone) is returned, not logged.
 func (s *Server) rollback(ctx context.Context, rec journal.Record) error {
 	uctx, cancel := detached(ctx, undoTimeout)
 	defer cancel()
-	err := s.journal.Rollback(uctx, rec.ID)
+	return s.undo(uctx, rec)
+}
+
+// undo runs a record's rollback under ctx; see rollback for its errors. Work the server
+// starts by itself runs it under the server's lifetime: an undo cut short when the
+// daemon stops is the journal's to retry at the next start.
+func (s *Server) undo(ctx context.Context, rec journal.Record) error {
+	err := s.journal.Rollback(ctx, rec.ID)
 	var uerr *journal.UndoError
 	if errors.As(err, &uerr) {
 		s.log.Warn("undo failed; the name is released and the undo will be retried", "id", rec.ID, "name", rec.Name, "err", err)
+		return nil
 	}
 	return err
 }

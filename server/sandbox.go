@@ -227,7 +227,9 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 				return nil, fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
 			}
 		} else if c.State == journal.StateCached {
-			s.rollback(ctx, c)
+			if err := s.rollback(ctx, c); err != nil {
+				return nil, fmt.Errorf("remove sandbox %s: rolling back its cached container %s: %w", rec.ID, c.ID, err)
+			}
 		}
 	}
 	rctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
@@ -346,7 +348,12 @@ func (s *Server) watchPause(id, name, path string) {
 		switch rec.State {
 		case journal.StateCached:
 			s.log.Warn("the pause process of the cached sandbox exited: rolling it back", "id", id, "name", rec.Name)
-			s.rollback(context.Background(), rec)
+			uctx, cancel := context.WithTimeout(s.lifetime, undoTimeout)
+			err := s.undo(uctx, rec)
+			cancel()
+			if err != nil {
+				s.log.Warn("cannot roll back the cached sandbox whose pause process exited; its expiry will", "id", id, "name", rec.Name, "err", err)
+			}
 		case journal.StateCreated:
 			s.log.Warn("the pause process of the sandbox exited: the sandbox is not ready", "id", id, "name", rec.Name)
 			if err := s.journal.SetMarker(id, markerPauseExited, nowMarker()); err != nil {
