@@ -5,7 +5,7 @@
 # its CRI plugin, overlayfs snapshotter, runc) side by side, each on private paths with a
 # bridge network of its own, gives both the busybox image (crijournal pulls it from the
 # loopback registry $REG_ADDR, containerd imports the tarballs of $IMAGEDIR; both made
-# by /work/shared/conformance: mk-local-images.sh and local-registry.sh), then runs
+# by the conformance kit, $KIT (default ../shared/conformance beside the repository): mk-local-images.sh and local-registry.sh), then runs
 # `crijournal bench --compare-endpoint` (the workload alternates between the two, round
 # by round) with the floor measured after each round, and prints the ratios. Then it
 # stops both daemons by PID and removes what they made. Run as root from the repository,
@@ -20,11 +20,12 @@ args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(-n 20 -c 1 --rounds 4)
 IMAGE="${IMAGE:-docker.io/library/busybox:latest}"
 IMAGEDIR="${IMAGEDIR:-/var/tmp/crij-images}"
+KIT="${KIT:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/conformance}"
 for c in containerd ctr jq crictl; do
 	command -v "$c" >/dev/null || { echo "$0: no $c (apt-get install containerd jq; crictl: make deps)" >&2; exit 1; }
 done
 [ -f "$IMAGEDIR/busybox.tar" ] && [ -f "$IMAGEDIR/pause-sandbox.tar" ] || {
-	echo "$0: no image tarballs in $IMAGEDIR: run /work/shared/conformance/mk-local-images.sh $IMAGEDIR" >&2
+	echo "$0: no image tarballs in $IMAGEDIR: run $KIT/mk-local-images.sh $IMAGEDIR" >&2
 	exit 1
 }
 

@@ -8,7 +8,7 @@
 # what they made; then it runs the commands in $cleanups (other daemons' cleanups).
 #
 # mirror_config <file> writes a daemon configuration whose registries are mirrored by the
-# loopback registry $REG_ADDR (default 127.0.0.1:5000, see /work/shared/conformance), and
+# loopback registry $REG_ADDR (default 127.0.0.1:5000, see the conformance kit in ../shared/conformance beside the repository), and
 # pull <side> <image> pulls an image into a side's daemon with crictl.
 
 bin="${CRIJOURNAL_BIN:-$(pwd)/bin/crijournal}"
