@@ -79,7 +79,7 @@ func Run(ctx context.Context, j *journal.Journal, log *slog.Logger, reconcile Re
 		sum.Kept -= n
 		sum.RolledBack += n
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, journal.ErrFailed) { // a failed journal: the daemon says so, once
 		log.Warn("recovery: an expired cached record's undo failed, will retry", "err", err)
 	}
 	log.Info("recovery done", "rolled_back", sum.RolledBack, "cached", sum.Cached, "kept", sum.Kept,
