@@ -178,82 +178,6 @@ func TestCreateTimeoutKillsSlowConmon(t *testing.T) {
 	requireNoZombies(t)
 }
 
-func TestExecSync(t *testing.T) {
-	r := newRuntime(t)
-	c := startContainer(t, r, []string{"sleep", "30"}, nil)
-
-	stdout, stderr, code, err := r.ExecSync(ctxb, c.id, []string{"echo", "hi"}, 10*time.Second)
-	if err != nil || code != 0 || string(stdout) != "hi\n" || len(stderr) != 0 {
-		t.Fatalf("echo hi: stdout %q stderr %q code %d err %v", stdout, stderr, code, err)
-	}
-	_, stderr, code, err = r.ExecSync(ctxb, c.id, []string{"sh", "-c", "echo bad >&2; exit 3"}, 10*time.Second)
-	if err != nil || code != 3 || string(stderr) != "bad\n" {
-		t.Fatalf("exit 3: stderr %q code %d err %v", stderr, code, err)
-	}
-	if _, _, code, err := r.ExecSync(ctxb, c.id, []string{"sh", "-c", "echo x >/dev/null && echo y >/dev/zero"}, 10*time.Second); err != nil || code != 0 {
-		t.Fatalf("the default devices are not usable: code %d err %v", code, err)
-	}
-	if _, _, _, err := r.ExecSync(ctxb, c.id, []string{"/no/such/binary"}, 10*time.Second); err == nil {
-		t.Fatal("exec of a missing binary did not fail")
-	}
-
-	start := time.Now()
-	_, _, code, err = r.ExecSync(ctxb, c.id, []string{"sleep", "10"}, time.Second)
-	took := time.Since(start)
-	if !errors.Is(err, ErrExecTimeout) || code != -1 {
-		t.Fatalf("sleep 10 with a 1s timeout: code %d err %v, want ErrExecTimeout", code, err)
-	}
-	if took > 4*time.Second {
-		t.Fatalf("timed-out exec returned after %s", took)
-	}
-	requireNoZombies(t)
-	// The sleep is gone from the container too.
-	for _, p := range descendants(c.pid) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(b), "10") {
-			t.Fatalf("timed-out command still runs as %d: %q", p, b)
-		}
-	}
-	// The container survives.
-	if st, err := r.State(ctxb, c.id); err != nil || st.Status != StatusRunning {
-		t.Fatalf("state after timed-out exec = %+v, %v", st, err)
-	}
-	// A cancelled context also kills.
-	ctx, cancel := context.WithTimeout(ctxb, 500*time.Millisecond)
-	defer cancel()
-	if _, _, _, err := r.ExecSync(ctx, c.id, []string{"sleep", "10"}, 0); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("exec with an expiring context: %v", err)
-	}
-	requireNoZombies(t)
-}
-
-// TestExecSyncAnswersAtExit: a command that leaves a process running in the background
-// (an exec probe written as `sh -c 'daemon & ...; exit N'`) is answered when it exits,
-// with its code and output, although the background process holds the output open; the
-// background process goes on running in the container.
-func TestExecSyncAnswersAtExit(t *testing.T) {
-	r := newRuntime(t)
-	c := startContainer(t, r, []string{"sleep", "60"}, nil)
-	start := time.Now()
-	stdout, _, code, err := r.ExecSync(ctxb, c.id, []string{"sh", "-c", "sleep 30 & echo fg; exit 4"}, 20*time.Second)
-	took := time.Since(start)
-	if err != nil || code != 4 || string(stdout) != "fg\n" {
-		t.Fatalf("stdout %q code %d err %v, want \"fg\\n\", 4", stdout, code, err)
-	}
-	if took > execWaitDelay+3*time.Second {
-		t.Fatalf("answered after %v: it waited for the background sleep", took)
-	}
-	var sleeping bool
-	for _, p := range descendants(c.pid) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.HasPrefix(string(b), "sleep\x0030") {
-			sleeping = true
-		}
-	}
-	if !sleeping {
-		t.Error("the background sleep 30 does not run in the container any more")
-	}
-	requireNoZombies(t)
-}
-
 // TestExitReleasesConmonPidfd: the pidfd of a container's conmon that Create keeps (for
 // Running) is closed once the exit is read, not kept until the container is removed.
 func TestExitReleasesConmonPidfd(t *testing.T) {
@@ -302,20 +226,6 @@ func TestStatsDuringDeleteKeepsNoCgroup(t *testing.T) {
 	r.cgroups.mu.Unlock()
 	if kept {
 		t.Error("the deleted container's cgroup is back in the stats cache")
-	}
-}
-
-func TestExecSyncInStoppedContainer(t *testing.T) {
-	r := newRuntime(t)
-	c := startContainer(t, r, []string{"true"}, nil)
-	eventually(t, 5*time.Second, func() error {
-		if _, _, ok, _ := r.ExitStatus(c.id); !ok {
-			return errors.New("no exit recorded")
-		}
-		return nil
-	})
-	if _, _, _, err := r.ExecSync(ctxb, c.id, []string{"true"}, 5*time.Second); !errors.Is(err, ErrNotRunning) {
-		t.Fatalf("exec in a stopped container: %v, want ErrNotRunning", err)
 	}
 }
 
@@ -607,80 +517,6 @@ func TestNegativeOOMScoreIsClamped(t *testing.T) {
 	want := strconv.Itoa(max(-998, ownN))
 	if got := readCgroupFile(t, fmt.Sprintf("/proc/%d/oom_score_adj", c.pid)); got != want {
 		t.Fatalf("container oom_score_adj = %s, want %s", got, want)
-	}
-}
-
-func TestReopenLog(t *testing.T) {
-	r := newRuntime(t)
-	c := startContainer(t, r, []string{"sh", "-c", "while true; do echo tick; sleep 0.1; done"}, nil)
-	eventually(t, 5*time.Second, func() error {
-		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "tick") {
-			return errors.New("no tick logged yet")
-		}
-		return nil
-	})
-	if err := os.Rename(c.logPath, c.logPath+".1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.ReopenLog(ctxb, c.id); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, func() error {
-		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "stdout F tick") {
-			return errors.New("no tick in the reopened log")
-		}
-		return nil
-	})
-	if err := r.Stop(ctxb, c.id, syscall.SIGKILL, 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.ReopenLog(ctxb, c.id); !errors.Is(err, ErrNotRunning) {
-		t.Fatalf("ReopenLog of a stopped container: %v, want ErrNotRunning", err)
-	}
-}
-
-// TestMovedLog: a log moved (as a claim by a retry with another log path does) keeps
-// receiving the container's output at its new path, MoveLog again is a no-op, and after
-// a rotation the file conmon reopens at its own path is brought to the new one; nothing
-// is left at the old path.
-func TestMovedLog(t *testing.T) {
-	r := newRuntime(t)
-	c := startContainer(t, r, []string{"sh", "-c", "while true; do echo tick; sleep 0.1; done"}, nil)
-	moved := filepath.Join(filepath.Dir(c.logPath), "1.log")
-	for range 2 {
-		if err := r.MoveLog(c.id, moved); err != nil {
-			t.Fatal(err)
-		}
-	}
-	logged := func(path string) func() error {
-		return func() error {
-			if b, _ := os.ReadFile(path); !strings.Contains(string(b), "stdout F tick") {
-				return fmt.Errorf("no tick in %s", path)
-			}
-			return nil
-		}
-	}
-	eventually(t, 5*time.Second, logged(moved))
-	if err := os.Rename(moved, moved+".1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.ReopenLog(ctxb, c.id); err != nil {
-		t.Fatal(err)
-	}
-	if exists(c.logPath) {
-		t.Fatalf("the reopened log was left at conmon's path %s", c.logPath)
-	}
-	eventually(t, 5*time.Second, logged(moved))
-	// Moved back where conmon writes: a reopen leaves it there.
-	if err := r.MoveLog(c.id, c.logPath); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.ReopenLog(ctxb, c.id); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, logged(c.logPath))
-	if exists(moved) {
-		t.Fatalf("%s still there after the log moved back", moved)
 	}
 }
 
