@@ -21,6 +21,9 @@ VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 BIN := bin/crijournal
+# The pause program of shared pid namespaces, which the daemon looks for beside its own
+# binary. Built without cgo: it drops its privileges on every thread (see internal/pause).
+PAUSE_BIN := bin/crijournal-pause
 # End-to-end tests run this binary.
 export CRIJOURNAL_BIN := $(abspath $(BIN))
 # The real kubelet (Kubernetes v1.37.2, from the nested module test/kubelet) that the
@@ -114,6 +117,7 @@ deps:
 
 build:
 	go build -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/crijournal
+	CGO_ENABLED=0 go build -trimpath -o $(PAUSE_BIN) ./cmd/crijournal-pause
 
 # The kubelet takes minutes to build cold: rebuilt only when its module changed.
 kubelet: $(KUBELET_BIN)
@@ -150,16 +154,17 @@ run: deps build
 	fi
 	exec ./$(BIN) serve $(RUN_ARGS)
 
-# install copies the binary built by `make build` (it does not build: run it as root after
-# building as anyone), the systemd unit, bash completion and a crictl.yaml example; and,
+# install copies the binaries built by `make build` (it does not build: run it as root
+# after building as anyone), the systemd unit, bash completion and a crictl.yaml example; and,
 # only where the node has none yet, a configuration file written by `crijournal config`,
 # the default CNI network and the permissive signature policy. Files already there are
 # never replaced, except the binary, the unit and the completion.
 install:
-	@test -x $(BIN) || { echo 'install: $(BIN) missing: run make build first' >&2; exit 1; }
+	@for b in $(BIN) $(PAUSE_BIN); do test -x $$b || { echo "install: $$b missing: run make build first" >&2; exit 1; }; done
 	@set -euo pipefail; d='$(DESTDIR)'; written=(); \
 	put() { install -D -m "$$1" "$$2" "$$d$$3"; written+=("$$3"); echo "install: $$3"; }; \
 	put 0755 $(BIN) $(BINDIR)/crijournal; \
+	put 0755 $(PAUSE_BIN) $(BINDIR)/crijournal-pause; \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	sed 's|@BINDIR@|$(BINDIR)|g' contrib/systemd/crijournal.service > "$$tmp/crijournal.service"; \
 	put 0644 "$$tmp/crijournal.service" $(SYSTEMDDIR)/crijournal.service; \

@@ -180,6 +180,11 @@ type Config struct {
 	// up in PATH.
 	ConmonPath string `toml:"conmon_path" help:"conmon binary (empty: look up in PATH)"`
 
+	// PausePath is the pause program, the init of pods' shared pid namespaces
+	// (cmd/crijournal-pause). Default: "", meaning crijournal-pause beside the
+	// daemon's own binary, where make build and make install put it.
+	PausePath string `toml:"pause_path" help:"pause program (empty: crijournal-pause beside the daemon's binary)"`
+
 	// CDISpecDirs are the directories of Container Device Interface (CDI) spec
 	// files (*.json, *.yaml) that name the devices a container may ask for in
 	// CDI_devices or cdi.k8s.io/ annotations. A device defined in several
@@ -519,6 +524,7 @@ func (c Config) Validate() error {
 		bad("default_runtime", "must name a handler of runtimes (%s), got %q", quoteList(sortedKeys(c.Runtimes)), c.DefaultRuntime)
 	}
 	absolute("conmon_path", c.ConmonPath, false)
+	absolute("pause_path", c.PausePath, false)
 	for _, dir := range c.CDISpecDirs {
 		absolute("cdi_spec_dirs", dir, true)
 	}

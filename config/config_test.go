@@ -393,6 +393,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 			"crun": {Path: "/usr/bin/crun"},
 		},
 		ConmonPath:    "/usr/bin/conmon",
+		PausePath:     "/usr/libexec/crijournal/crijournal-pause",
 		CDISpecDirs:   []string{"/etc/cdi", "/srv/cdi"},
 		StreamAddress: "0.0.0.0",
 		StreamPort:    "10010",

@@ -9,7 +9,8 @@ package netns
 // process as the namespace's init ([StartPause]), and the namespace is pinned
 // at <dir>/pidns/<sandboxID> so that containers join it by path.
 //
-// The pause process is `<binary> pause <sandboxID>`, forked from a disposable
+// The pause process is `<program> pause <sandboxID>` (the pause program, see
+// pauseproc.go), forked from a disposable
 // thread that unshared its pid namespace for children, then the namespace is
 // pinned. [StopPause] finds the process through the pin (PID 1 of the pinned
 // namespace) and, when there is no pin (a crash between the start and the
@@ -24,7 +25,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -32,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/crijournal/crijournal/internal/pause"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,65 +42,27 @@ import (
 // fails, keeps the pin (the handle on the process) and can be retried.
 const pauseStopWait = 10 * time.Second
 
-// RunPause is the body of the pause process (`crijournal pause`): it is meant
-// to run as PID 1 of a pod's pid namespace. It reaps every child it is handed
-// (orphans of the pod's containers) and returns on SIGTERM or SIGINT, after
-// which the caller exits with status 0, as the Kubernetes pause image does. It
-// never returns otherwise. SIGHUP, SIGQUIT and SIGABRT, which the Go runtime
-// would turn into an exit, are ignored: the kernel shields a namespace's init
-// only from signals it has no handler for, and the death of the pause process
-// kills every process of the pod.
-func RunPause() {
-	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT)
-	// SIGHUP last: once /proc/<pid>/status shows it ignored, so are the others.
-	signal.Ignore(unix.SIGQUIT, unix.SIGABRT, unix.SIGHUP)
-	reapChildren() // anything that died before the handler was there
-	for sig := range sigs {
-		if sig != unix.SIGCHLD {
-			signal.Stop(sigs)
-			return
-		}
-		reapChildren()
-	}
-}
-
-// reapChildren waits for every child that has exited, without blocking.
-func reapChildren() {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
-	}
-}
-
 // StartPause creates a new pid namespace with a pause process as its init and
-// pins it at PinPath(dir, PID, sandboxID). The process runs binary with the
-// arguments "pause" and sandboxID (see RunPause), in its own session, with an
-// empty environment, / as its working directory and /dev/null as stdin, stdout
-// and stderr. It has no parent-death signal: like a container, it outlives a
-// restart of the daemon. The caller's process reaps it if it dies while the
-// caller runs.
+// pins it at PinPath(dir, PID, sandboxID). The process runs the pause program
+// prog (see newPauseStart) in a mount namespace of its own, in prog's cgroup,
+// and StartPause returns once it reports that it is confined. It has no
+// parent-death signal: like a container, it outlives a restart of the daemon.
+// The caller's process reaps it if it dies while the caller runs.
 //
 // StartPause returns the pin's path and the process's PID (in the caller's pid
 // namespace). A pin that already exists is an error (wrapping fs.ErrExist) and
-// is left alone. If StartPause fails part way it removes what it made itself,
-// so a failed StartPause leaves nothing behind. ctx is only checked before it
-// starts.
-func StartPause(ctx context.Context, dir, sandboxID, binary string) (path string, pid int, err error) {
+// is left alone. If StartPause fails part way it removes what it made itself
+// (the process, the pin and the cgroup), so a failed StartPause leaves nothing
+// behind. ctx bounds the wait for the process to confine itself.
+func StartPause(ctx context.Context, dir, sandboxID string, prog PauseProgram) (path string, pid int, err error) {
 	if err := validateID(sandboxID); err != nil {
 		return "", 0, fmt.Errorf("start pause process: %w", err)
 	}
 	if !filepath.IsAbs(dir) {
 		return "", 0, fmt.Errorf("start pause process of %s: directory %q: %w: not an absolute path", sandboxID, dir, ErrInvalid)
 	}
-	if !filepath.IsAbs(binary) {
-		return "", 0, fmt.Errorf("start pause process of %s: program %q: %w: not an absolute path", sandboxID, binary, ErrInvalid)
+	if err := prog.validate(); err != nil {
+		return "", 0, fmt.Errorf("start pause process of %s: %w", sandboxID, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", 0, fmt.Errorf("start pause process of %s: %w", sandboxID, err)
@@ -108,23 +71,14 @@ func StartPause(ctx context.Context, dir, sandboxID, binary string) (path string
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return "", 0, fmt.Errorf("start pause process of %s: %w", sandboxID, err)
 	}
-	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	// No Pdeathsig: it would also fire when the forking thread dies, which it does at
+	// once (see onDisposableThread). The thread makes the new pid namespace.
+	start, err := newPauseStart(prog, sandboxID, &syscall.SysProcAttr{})
 	if err != nil {
 		return "", 0, fmt.Errorf("start pause process of %s: %w", sandboxID, err)
 	}
-	defer devNull.Close()
-	cmd := &exec.Cmd{
-		Path:   binary,
-		Args:   []string{binary, pauseArg, sandboxID},
-		Env:    []string{},
-		Dir:    "/",
-		Stdin:  devNull,
-		Stdout: devNull,
-		Stderr: devNull,
-		// No Pdeathsig: it would also fire when the forking thread dies, which
-		// it does at once (see onDisposableThread).
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
-	}
+	defer start.close()
+	cmd := start.cmd
 
 	primeForkChecks()
 	var res struct {
@@ -138,6 +92,12 @@ func StartPause(ctx context.Context, dir, sandboxID, binary string) (path string
 		// The process is the caller's child until the caller dies: reap it.
 		pid = cmd.Process.Pid
 		reapWhenExited(cmd)
+	}
+	if res.err == nil && prog.Cgroup != "" {
+		res.err = joinCgroup(prog.Cgroup, pid)
+	}
+	if res.err == nil {
+		res.err = start.waitReady(ctx)
 	}
 	if res.err == nil {
 		var pin nsID
@@ -153,6 +113,10 @@ func StartPause(ctx context.Context, dir, sandboxID, binary string) (path string
 		// The undo must run even if ctx is done.
 		if err := StopPause(context.WithoutCancel(ctx), path, pid); err != nil {
 			errs = append(errs, fmt.Errorf("undo: %w", err))
+		} else if prog.Cgroup != "" {
+			if err := RemoveCgroup(prog.Cgroup); err != nil {
+				errs = append(errs, fmt.Errorf("undo: %w", err))
+			}
 		}
 	}
 	return "", 0, errors.Join(errs...)
@@ -204,9 +168,6 @@ func pidfdExited(fd int) bool {
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0 && fds[0].Revents != 0
 }
-
-// pauseArg is the subcommand of the pause process, its first argument.
-const pauseArg = "pause"
 
 // startPauseOnThisThread does the work of StartPause on a locked thread that
 // will die afterwards: a new pid namespace for the thread's children, the
@@ -419,7 +380,7 @@ func (m pauseMatcher) matches(pid int) bool {
 		return false
 	}
 	args := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
-	return len(args) == 3 && args[1] == pauseArg && args[2] == m.sandboxID
+	return len(args) == 3 && args[1] == pause.Arg && args[2] == m.sandboxID
 }
 
 // isLiveInit reports whether the process at proc (/proc/<pid>) is not a zombie

@@ -3,10 +3,13 @@ package netns
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,17 +18,43 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/internal/testenv"
 )
 
-// TestMain lets the test binary serve as the pause process: StartPause runs it
-// as "<test binary> pause <sandbox ID>", as the daemon runs "crijournal pause".
+// TestMain builds the pause program that StartPause and PinUser run, and lets the
+// test binary serve as a process that only looks like a pause process ("<test
+// binary> pause <sandbox ID>", see startLookalike), which waits for a signal.
 func TestMain(m *testing.M) {
 	if len(os.Args) >= 2 && os.Args[1] == "pause" {
-		RunPause()
+		sigs := make(chan os.Signal, 1)
+		signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+		<-sigs
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	dir, err := os.MkdirTemp("", "netns-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	pauseProgram, pauseBuildErr = testenv.BuildPause(dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// The pause program TestMain built, or why it could not.
+var pauseProgram string
+var pauseBuildErr error
+
+// testPause returns the pause program to start for a test: the one TestMain built,
+// running as 65535.
+func testPause(t *testing.T) PauseProgram {
+	t.Helper()
+	if pauseBuildErr != nil {
+		t.Fatal(pauseBuildErr)
+	}
+	return PauseProgram{Path: pauseProgram, UID: 65535, GID: 65535}
 }
 
 // requireNsenter stops the test unless it runs as root with nsenter.
@@ -37,8 +66,8 @@ func requireNsenter(t *testing.T) {
 	}
 }
 
-// testBinary is the path of this test binary, which serves as the pause
-// binary (see TestMain).
+// testBinary is the path of this test binary, which serves as a process that
+// looks like a pause process (see TestMain).
 func testBinary(t *testing.T) string {
 	t.Helper()
 	exe, err := os.Executable()
@@ -48,12 +77,62 @@ func testBinary(t *testing.T) string {
 	return exe
 }
 
-// startTestPause starts a pause process for a new sandbox under a temp dir and
-// stops it when the test ends.
+// testCgroupParent is the cgroup under which the tests put their pause processes.
+const testCgroupParent = "/crijournal-netns-test"
+
+// testPauseCgroup returns a pause program whose process goes in a cgroup of its own
+// for sandbox id, and removes the cgroup (and the parent, once empty) when the test
+// ends.
+func testPauseCgroup(t *testing.T, id string) PauseProgram {
+	t.Helper()
+	prog := testPause(t)
+	prog.Cgroup = testCgroupParent + "/" + id
+	t.Cleanup(func() {
+		for _, cg := range []string{prog.Cgroup, testCgroupParent} {
+			_ = RemoveCgroup(cg) // the parent stays while another test uses it
+		}
+	})
+	return prog
+}
+
+// cgroupDirs returns the directories of the cgroup at path that exist on this node,
+// in the cgroup v2 hierarchy or in any of the v1 ones.
+func cgroupDirs(path string) []string {
+	var dirs []string
+	for _, pattern := range []string{"/sys/fs/cgroup" + path, "/sys/fs/cgroup/*" + path} {
+		m, _ := filepath.Glob(pattern)
+		for _, d := range m {
+			if st, err := os.Stat(d); err == nil && st.IsDir() {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
+}
+
+// requireInCgroup fails the test unless pid is in the cgroup at path, in every
+// hierarchy that has it.
+func requireInCgroup(t *testing.T, pid int, path string) {
+	t.Helper()
+	dirs := cgroupDirs(path)
+	if len(dirs) == 0 {
+		t.Fatalf("no cgroup %s", path)
+	}
+	for _, d := range dirs {
+		procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(pid)) {
+			t.Errorf("process %d is not in %s (%q, %v)", pid, d, procs, err)
+		}
+	}
+}
+
+// startTestPause starts a pause process for a new sandbox under a temp dir, in a
+// cgroup of its own (see testPauseCgroup), and stops it when the test ends.
 func startTestPause(t *testing.T) (dir, id, path string, pid int) {
 	t.Helper()
 	dir, id = t.TempDir(), newSandboxID(t)
-	path, pid, err := StartPause(context.Background(), dir, id, testBinary(t))
+	prog := testPauseCgroup(t, id)
+	path, pid, err := StartPause(context.Background(), dir, id, prog)
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
@@ -63,6 +142,55 @@ func startTestPause(t *testing.T) (dir, id, path string, pid int) {
 		}
 	})
 	return dir, id, path, pid
+}
+
+// envHasOnly reports whether a /proc/<pid>/environ holds exactly the given keys.
+func envHasOnly(environ string, keys ...string) bool {
+	var got []string
+	for _, kv := range strings.Split(strings.TrimRight(environ, "\x00"), "\x00") {
+		k, _, _ := strings.Cut(kv, "=")
+		got = append(got, k)
+	}
+	slices.Sort(got)
+	slices.Sort(keys)
+	return slices.Equal(got, keys)
+}
+
+// requireConfined fails the test unless the pause process pid is confined (see package
+// internal/pause): hostUID and hostGID as the node sees them, no capability, no new
+// privileges, a seccomp filter, and an empty read-only root and working directory in a
+// mount namespace of its own.
+func requireConfined(t *testing.T, pid int, hostUID, hostGID uint32) {
+	t.Helper()
+	for field, want := range map[string]string{
+		"Uid":        strings.Repeat(strconv.Itoa(int(hostUID))+"\t", 3) + strconv.Itoa(int(hostUID)),
+		"Gid":        strings.Repeat(strconv.Itoa(int(hostGID))+"\t", 3) + strconv.Itoa(int(hostGID)),
+		"Groups":     "",
+		"CapInh":     "0000000000000000",
+		"CapPrm":     "0000000000000000",
+		"CapEff":     "0000000000000000",
+		"CapBnd":     "0000000000000000",
+		"CapAmb":     "0000000000000000",
+		"NoNewPrivs": "1",
+		"Seccomp":    "2",
+	} {
+		if got := procStatus(pid, field); got != want {
+			t.Errorf("pause process %d: %s %q, want %q", pid, field, got, want)
+		}
+	}
+	proc := "/proc/" + strconv.Itoa(pid)
+	if inode(t, proc+"/ns/mnt") == inode(t, "/proc/self/ns/mnt") {
+		t.Errorf("pause process %d is in the node's mount namespace", pid)
+	}
+	for _, dir := range []string{proc + "/root", proc + "/cwd", proc + "/root/..", proc + "/cwd/.."} {
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) != 0 {
+			t.Errorf("pause process %d: %s holds %v (%v), want an empty directory", pid, dir, entries, err)
+		}
+	}
+	if err := os.WriteFile(proc+"/root/x", nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		t.Errorf("pause process %d: writing to its root: %v, want EROFS", pid, err)
+	}
 }
 
 // procStatus returns a field of /proc/<pid>/status ("" if the process is gone).
@@ -163,12 +291,14 @@ func TestStartPause(t *testing.T) {
 	if sid, _ := unix.Getsid(pid); sid != pid {
 		t.Errorf("pause process %d is in session %d, want its own", pid, sid)
 	}
-	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err != nil || len(env) != 0 {
-		t.Errorf("pause process environment %q (%v), want empty", env, err)
+	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err != nil || !envHasOnly(string(env), pause.EnvUser, pause.EnvStarterMountNS) {
+		t.Errorf("pause process environment %q (%v), want only %s and %s", env, err, pause.EnvUser, pause.EnvStarterMountNS)
 	}
 	if !PauseAlive(path) {
 		t.Fatal("PauseAlive = false for a running pause process")
 	}
+	requireConfined(t, pid, 65535, 65535)
+	requireInCgroup(t, pid, testCgroupParent+"/"+id)
 
 	// A process that joins the namespace is not PID 1 there, and an orphan it
 	// leaves is reaped by the pause process.
@@ -190,7 +320,7 @@ func TestStartPause(t *testing.T) {
 
 	// A second pause process for the same sandbox is refused, and the first
 	// stays.
-	if _, _, err := StartPause(context.Background(), dir, id, testBinary(t)); !errors.Is(err, fs.ErrExist) {
+	if _, _, err := StartPause(context.Background(), dir, id, testPause(t)); !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("StartPause of an existing pin: %v, want fs.ErrExist", err)
 	}
 	if !alive(pid) || !IsPinned(path) {
@@ -311,7 +441,7 @@ func TestStopPauseEmptyOrGone(t *testing.T) {
 	}
 
 	// A failed start leaves nothing.
-	if _, _, err := StartPause(ctx, dir, id, "/nonexistent/pause"); err == nil {
+	if _, _, err := StartPause(ctx, dir, id, PauseProgram{Path: "/nonexistent/pause"}); err == nil {
 		t.Fatal("StartPause of a missing program succeeded")
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
@@ -319,8 +449,9 @@ func TestStopPauseEmptyOrGone(t *testing.T) {
 	}
 }
 
-// startUnpinned starts "<test binary> pause <id>", in a new pid namespace or
-// not, without a pin, and kills it when the test ends.
+// startUnpinned starts a process that looks like a pause process, "<test
+// binary> pause <id>", in a new pid namespace or not, without a pin, and kills
+// it when the test ends.
 func startUnpinned(t *testing.T, id string, newNS bool) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(testBinary(t), "pause", id)
@@ -377,7 +508,7 @@ func TestStartPauseInvalid(t *testing.T) {
 		"no program":       {dir, id, ""},
 		"relative program": {dir, id, "true"},
 	} {
-		if _, _, err := StartPause(ctx, tc.dir, tc.id, tc.binary); !errors.Is(err, ErrInvalid) {
+		if _, _, err := StartPause(ctx, tc.dir, tc.id, PauseProgram{Path: tc.binary}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
 		}
 	}
@@ -391,52 +522,5 @@ func TestStartPauseInvalid(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("refused calls left %d entries in %s", len(entries), dir)
-	}
-}
-
-// TestRunPause checks the pause process's signals: SIGHUP, SIGQUIT and SIGABRT
-// are ignored, SIGTERM and SIGINT end it with status 0.
-func TestRunPause(t *testing.T) {
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		cmd := exec.Command(testBinary(t), "pause")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		// Ready once SIGHUP is ignored (SigIgn), which RunPause does after
-		// asking for the other signals.
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			mask, _ := strconv.ParseUint(procStatus(cmd.Process.Pid, "SigIgn"), 16, 64)
-			if mask&(1<<(syscall.SIGHUP-1)) != 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				t.Fatal("the pause process did not set up its signals within 5s")
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		for _, ignored := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGABRT} {
-			_ = cmd.Process.Signal(ignored)
-		}
-		time.Sleep(100 * time.Millisecond)
-		if !alive(cmd.Process.Pid) {
-			_ = cmd.Wait()
-			t.Fatalf("SIGHUP, SIGQUIT or SIGABRT ended the pause process: %v", cmd.ProcessState)
-		}
-		_ = cmd.Process.Signal(sig)
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("pause process after %v: %v, want exit status 0", sig, err)
-			}
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Fatalf("pause process still running 5s after %v", sig)
-		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -20,14 +21,16 @@ const (
 	// AttachStep).
 	StepAttach journal.StepKind = "cni-attach"
 	// StepPause starts a sandbox's pause process in a new, pinned pid namespace.
-	// Args: ArgPath. Made by PauseStep.
+	// Args: ArgPath, and ArgCgroup when it has a cgroup of its own (records written
+	// before the pause process had one lack it). Made by PauseStep.
 	StepPause journal.StepKind = "pause-process"
 	// StepUserPin pins a sandbox's own user namespace with the namespaces it owns
 	// (net, ipc, uts) and, for a shared pid namespace, keeps the pause process that
 	// made them (see PinUser). Args: one path per kind ("user", "net", "ipc", "uts",
 	// and always "pid": the pause process is looked for even when the pod has no
-	// shared pid namespace, since PinUser's child may outlive a crash). Made by
-	// UserPinStep; it replaces StepPin and StepPause for such a sandbox.
+	// shared pid namespace, since PinUser's child may outlive a crash), and ArgCgroup
+	// when a kept pause process has a cgroup of its own. Made by UserPinStep; it
+	// replaces StepPin and StepPause for such a sandbox.
 	StepUserPin journal.StepKind = "userns-pin"
 )
 
@@ -44,6 +47,11 @@ const (
 // process's PID is not recorded: it is only known after the intent is committed, and
 // the undo finds the process through the pin (see StopPause).
 const ArgPath = "path"
+
+// ArgCgroup is the key of StepPause's and StepUserPin's argument that names the cgroup
+// the pause process is put in (see PauseProgram.Cgroup), removed by the undo once the
+// process is gone.
+const ArgCgroup = "cgroup"
 
 // Keys of StepAttach's arguments.
 const (
@@ -86,15 +94,18 @@ type UserPins struct {
 
 // UserPinStep returns the step that creates and pins a sandbox's user namespace with
 // the given maps and, owned by it, namespaces of the given kinds (net, ipc, uts, and
-// pid for a shared pid namespace held by the pause process binary; see PinUser).
-func UserPinStep(dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, binary string) journal.Action[UserPins] {
+// pid for a shared pid namespace held by a pause process running prog; see PinUser).
+func UserPinStep(dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, prog PauseProgram) journal.Action[UserPins] {
 	args := map[string]string{string(User): PinPath(dir, User, sandboxID), string(PID): PinPath(dir, PID, sandboxID)}
 	for _, k := range kinds {
 		args[string(k)] = PinPath(dir, k, sandboxID)
 	}
+	if prog.Cgroup != "" && slices.Contains(kinds, PID) {
+		args[ArgCgroup] = prog.Cgroup
+	}
 	return journal.Action[UserPins]{Kind: StepUserPin, Stage: StageUserPin, Args: args,
 		Run: func(ctx context.Context) (UserPins, error) {
-			paths, pid, err := PinUser(ctx, dir, sandboxID, kinds, hostname, uids, gids, binary)
+			paths, pid, err := PinUser(ctx, dir, sandboxID, kinds, hostname, uids, gids, prog)
 			return UserPins{Paths: paths, PID: pid}, err
 		}}
 }
@@ -105,13 +116,16 @@ type PauseProcess struct {
 	PID  int    // the pause process, in the caller's pid namespace
 }
 
-// PauseStep returns the step that starts a sandbox's pause process, running binary, in a
+// PauseStep returns the step that starts a sandbox's pause process, running prog, in a
 // new pid namespace pinned in dir (see StartPause).
-func PauseStep(dir, sandboxID, binary string) journal.Action[PauseProcess] {
-	return journal.Action[PauseProcess]{Kind: StepPause, Stage: StagePause,
-		Args: map[string]string{ArgPath: PinPath(dir, PID, sandboxID)},
+func PauseStep(dir, sandboxID string, prog PauseProgram) journal.Action[PauseProcess] {
+	args := map[string]string{ArgPath: PinPath(dir, PID, sandboxID)}
+	if prog.Cgroup != "" {
+		args[ArgCgroup] = prog.Cgroup
+	}
+	return journal.Action[PauseProcess]{Kind: StepPause, Stage: StagePause, Args: args,
 		Run: func(ctx context.Context) (PauseProcess, error) {
-			path, pid, err := StartPause(ctx, dir, sandboxID, binary)
+			path, pid, err := StartPause(ctx, dir, sandboxID, prog)
 			return PauseProcess{Path: path, PID: pid}, err
 		}}
 }
@@ -251,7 +265,10 @@ func RegisterUndos(reg *journal.Registry, networks *Networks) {
 		return errors.Join(errs...)
 	})
 	reg.Register(StepPause, func(ctx context.Context, rec journal.Record, step journal.Step) error {
-		return StopPause(ctx, step.Args[ArgPath], 0)
+		if err := StopPause(ctx, step.Args[ArgPath], 0); err != nil {
+			return err
+		}
+		return removePauseCgroup(step.Args)
 	})
 	reg.Register(StepUserPin, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		return undoUserPin(ctx, step.Args)
@@ -262,17 +279,28 @@ func RegisterUndos(reg *journal.Registry, networks *Networks) {
 	registerPodFileUndos(reg)
 }
 
+// removePauseCgroup removes the cgroup a step's arguments name (ArgCgroup), if any.
+func removePauseCgroup(args map[string]string) error {
+	if cg := args[ArgCgroup]; cg != "" {
+		return RemoveCgroup(cg)
+	}
+	return nil
+}
+
 // undoUserPin undoes a StepUserPin: the pause process first (while it lives, its
-// namespaces do too), then every pin.
+// namespaces do too), its cgroup, then every pin.
 func undoUserPin(ctx context.Context, args map[string]string) error {
 	if p := args[string(PID)]; p != "" {
 		if err := StopPause(ctx, p, 0); err != nil {
 			return err
 		}
 	}
+	if err := removePauseCgroup(args); err != nil {
+		return err
+	}
 	var errs []error
 	for k, path := range args {
-		if k == string(PID) {
+		if k == string(PID) || k == ArgCgroup {
 			continue
 		}
 		if err := Unpin(ctx, path); err != nil {

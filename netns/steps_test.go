@@ -26,8 +26,8 @@ func TestStepArgsAreStable(t *testing.T) {
 	}{
 		{"pin", PinStep(dir, id, []Kind{IPC, Net, UTS}, "web").Args, map[string]string{
 			"ipc": PinPath(dir, IPC, id), "net": PinPath(dir, Net, id), "uts": PinPath(dir, UTS, id)}},
-		{"pause", PauseStep(dir, id, "/usr/bin/crijournal").Args, map[string]string{"path": PinPath(dir, PID, id)}},
-		{"userns-pin", UserPinStep(dir, id, []Kind{IPC, Net, UTS}, "web", nil, nil, "/x").Args, map[string]string{
+		{"pause", PauseStep(dir, id, PauseProgram{Path: "/usr/bin/crijournal-pause"}).Args, map[string]string{"path": PinPath(dir, PID, id)}},
+		{"userns-pin", UserPinStep(dir, id, []Kind{IPC, Net, UTS}, "web", nil, nil, PauseProgram{Path: "/x"}).Args, map[string]string{
 			"user": PinPath(dir, User, id), "pid": PinPath(dir, PID, id),
 			"ipc": PinPath(dir, IPC, id), "net": PinPath(dir, Net, id), "uts": PinPath(dir, UTS, id)}},
 		{"attach", attach.Args, map[string]string{
@@ -65,9 +65,9 @@ func TestStepArgsAreStable(t *testing.T) {
 		t.Errorf("CNI args %v", got)
 	}
 	for kind, step := range map[string]string{"pin": string(PinStep(dir, id, []Kind{Net}, "").Kind),
-		"pause": string(PauseStep(dir, id, "/x").Kind), "attach": string(attach.Kind),
+		"pause": string(PauseStep(dir, id, PauseProgram{Path: "/x"}).Kind), "attach": string(attach.Kind),
 		"resolv": string(ResolvConfStep(podFiles, id, DNS{}, "").Kind), "hostname": string(HostnameStep(podFiles, id, "h").Kind),
-		"shm": string(ShmStep(podFiles, id).Kind), "userns-pin": string(UserPinStep(dir, id, nil, "", nil, nil, "/x").Kind)} {
+		"shm": string(ShmStep(podFiles, id).Kind), "userns-pin": string(UserPinStep(dir, id, nil, "", nil, nil, PauseProgram{Path: "/x"}).Kind)} {
 		if want := map[string]string{"pin": "netns-pin", "pause": "pause-process", "attach": "cni-attach",
 			"resolv": "pod-resolv-conf", "hostname": "pod-hostname", "shm": "pod-shm", "userns-pin": "userns-pin"}[kind]; step != want {
 			t.Errorf("%s step kind %q, want %q", kind, step, want)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -30,23 +29,29 @@ type IDMap struct {
 // root mount sysfs, mqueue and proc, and set sysctls of their own network.
 // hostname and lo are set as Pin sets them.
 //
-// The namespaces are made by one child process, binary run as a pause
-// process ("<binary> pause <sandboxID>", see RunPause), cloned into all of
-// them at once and always into a new pid namespace, as its init. With PID
+// The namespaces are made by one child process, the pause program prog
+// ("<program> pause <sandboxID>", see package internal/pause), cloned into all
+// of them at once and always into new pid and mount namespaces, as the pid
+// namespace's init. It is pinned once it reports that it is confined. With PID
 // among kinds the child stays, as the pause process of the pod's shared pid
-// namespace (as StartPause's does), and its PID is returned; otherwise it is
-// killed once the namespaces are pinned and the PID returned is 0. Either way
+// namespace (as StartPause's does), in prog's cgroup, and its PID is returned;
+// otherwise it is killed once the namespaces are pinned and the PID returned
+// is 0. Either way
 // a child left by a crash is found by StopPause (PID 1 of another pid
 // namespace running "pause <sandboxID>"). A pin that already exists is an
 // error (wrapping fs.ErrExist). If PinUser fails part way it removes what it
 // made itself. The undo of a pinned set is StopPause of PinPath(dir, PID,
-// sandboxID), then Unpin of every path (see UserPinStep).
-func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, binary string) (Paths, int, error) {
+// sandboxID), then RemoveCgroup of prog's cgroup, then Unpin of every path (see
+// UserPinStep).
+func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname string, uids, gids []IDMap, prog PauseProgram) (Paths, int, error) {
 	if err := validateID(sandboxID); err != nil {
 		return nil, 0, fmt.Errorf("pin user namespace: %w", err)
 	}
-	if !filepath.IsAbs(dir) || !filepath.IsAbs(binary) {
-		return nil, 0, fmt.Errorf("pin user namespace of %s: directory %q, program %q: %w: not absolute paths", sandboxID, dir, binary, ErrInvalid)
+	if !filepath.IsAbs(dir) {
+		return nil, 0, fmt.Errorf("pin user namespace of %s: directory %q: %w: not an absolute path", sandboxID, dir, ErrInvalid)
+	}
+	if err := prog.validate(); err != nil {
+		return nil, 0, fmt.Errorf("pin user namespace of %s: %w", sandboxID, err)
 	}
 	if len(uids) == 0 || len(gids) == 0 {
 		return nil, 0, fmt.Errorf("pin user namespace of %s: %w: a uid and a gid map are needed", sandboxID, ErrInvalid)
@@ -87,7 +92,7 @@ func PinUser(ctx context.Context, dir, sandboxID string, kinds []Kind, hostname 
 		}
 	}
 
-	created, pid, err := pinUser(flags, all, paths, hostname, uids, gids, binary, sandboxID, keep)
+	created, pid, err := pinUser(ctx, flags, all, paths, hostname, uids, gids, prog, sandboxID, keep)
 	if err == nil {
 		return paths, pid, nil
 	}
@@ -109,39 +114,32 @@ func sysProcIDMap(maps []IDMap) []syscall.SysProcIDMap {
 	return out
 }
 
-// pinUser starts the child that makes the namespaces, pins them from its
-// /proc/<pid>/ns and sets the host name and lo. It kills the child unless keep
-// is set and all went well; a kept child is reaped when it exits (see
+// pinUser starts the child that makes the namespaces, a pause process (see
+// newPauseStart), waits until it is confined, pins the namespaces from its
+// /proc/<pid>/ns and sets the host name and lo. It kills the child unless keep is set
+// and all went well; a kept child is put in prog's cgroup and reaped when it exits (see
 // reapWhenExited). It returns the pin files it created and the kept child's PID.
-func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids []IDMap, binary, sandboxID string, keep bool) (created []string, pid int, err error) {
-	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+func pinUser(ctx context.Context, flags int, kinds []Kind, paths Paths, hostname string, uids, gids []IDMap, prog PauseProgram, sandboxID string, keep bool) (created []string, pid int, err error) {
+	start, err := newPauseStart(prog, sandboxID, &syscall.SysProcAttr{
+		Cloneflags:                 uintptr(flags),
+		UidMappings:                sysProcIDMap(uids),
+		GidMappings:                sysProcIDMap(gids),
+		GidMappingsEnableSetgroups: true,
+		// The root of the new user namespace, which owns its new mount namespace: a
+		// clone keeps the caller's host IDs, unmapped there, which exec would leave
+		// without the capabilities the process needs to confine itself.
+		Credential: &syscall.Credential{Uid: 0, Gid: 0},
+	})
 	if err != nil {
 		return nil, 0, err
 	}
-	defer devNull.Close()
-	// The child runs as the namespace's root, a host ID that may not reach binary
-	// through directories only the host's root may enter: /proc/self/exe of the
-	// forked child is binary itself, reached without walking its directories, when
-	// binary is this process's own program (the daemon's pause binary is).
-	path := binary
-	if self, err := os.Executable(); err == nil && self == binary {
-		path = "/proc/self/exe"
-	}
-	cmd := &exec.Cmd{
-		Path: path, Args: []string{binary, pauseArg, sandboxID}, Env: []string{}, Dir: "/",
-		Stdin: devNull, Stdout: devNull, Stderr: devNull,
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 uintptr(flags),
-			UidMappings:                sysProcIDMap(uids),
-			GidMappings:                sysProcIDMap(gids),
-			GidMappingsEnableSetgroups: true,
-			Setsid:                     true,
-		},
-	}
+	defer start.close()
+	cmd := start.cmd
 	primeForkChecks()
 	if err := cmd.Start(); err != nil {
-		return nil, 0, fmt.Errorf("start %s in new namespaces: %w", binary, err)
+		return nil, 0, fmt.Errorf("start %s in new namespaces: %w", prog.Path, err)
 	}
+	joined := false
 	defer func() {
 		if keep && err == nil {
 			pid = cmd.Process.Pid
@@ -151,7 +149,21 @@ func pinUser(flags int, kinds []Kind, paths Paths, hostname string, uids, gids [
 		// The init of its pid namespace: SIGKILL from here ends it (and the namespace).
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		if joined {
+			if rerr := RemoveCgroup(prog.Cgroup); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("undo: %w", rerr))
+			}
+		}
 	}()
+	if keep && prog.Cgroup != "" {
+		joined = true // Apply may create the cgroup and then fail
+		if err := joinCgroup(prog.Cgroup, cmd.Process.Pid); err != nil {
+			return nil, 0, err
+		}
+	}
+	if err := start.waitReady(ctx); err != nil {
+		return nil, 0, err
+	}
 	created, err = pinFrom("/proc/"+strconv.Itoa(cmd.Process.Pid)+"/ns/", kinds, paths)
 	if err != nil || (hostname == "" && flags&unix.CLONE_NEWNET == 0) {
 		return created, 0, err

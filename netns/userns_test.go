@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/pause"
 )
 
 // TestPinUser pins a user namespace with a mapping and net, ipc and uts
@@ -20,7 +22,7 @@ func TestPinUser(t *testing.T) {
 	requireNsenter(t)
 	dir, id := t.TempDir(), newSandboxID(t)
 	maps := []IDMap{{ContainerID: 0, HostID: 200000, Size: 65536}}
-	paths, pid, err := PinUser(context.Background(), dir, id, []Kind{Net, IPC, UTS}, "pod-userns", maps, maps, testBinary(t))
+	paths, pid, err := PinUser(context.Background(), dir, id, []Kind{Net, IPC, UTS}, "pod-userns", maps, maps, testPause(t))
 	if err != nil {
 		t.Fatalf("PinUser: %v", err)
 	}
@@ -74,7 +76,7 @@ func TestPinUserPause(t *testing.T) {
 	requireNsenter(t)
 	dir, id := t.TempDir(), newSandboxID(t)
 	maps := []IDMap{{ContainerID: 0, HostID: 200000, Size: 65536}}
-	step := UserPinStep(dir, id, []Kind{Net, IPC, UTS, PID}, "pod-userns", maps, maps, testBinary(t))
+	step := UserPinStep(dir, id, []Kind{Net, IPC, UTS, PID}, "pod-userns", maps, maps, testPauseCgroup(t, id))
 	pins, err := step.Run(context.Background())
 	if err != nil {
 		t.Fatalf("PinUser: %v", err)
@@ -94,6 +96,9 @@ func TestPinUserPause(t *testing.T) {
 	if inode(t, "/proc/"+strconv.Itoa(pins.PID)+"/ns/user") != inode(t, pins.Paths[User]) {
 		t.Errorf("the pause process is not in the pinned user namespace")
 	}
+	// 65535 in the pod's user namespace, 200000+65535 on the node.
+	requireConfined(t, pins.PID, 265535, 265535)
+	requireInCgroup(t, pins.PID, step.Args[ArgCgroup])
 	// Root of the pod's user namespace mounts a proc of the pinned pid namespace.
 	run(t, "nsenter", "--user="+pins.Paths[User], "--pid="+pins.Paths[PID], "--",
 		"unshare", "--mount", "--fork", "sh", "-c", "mount -t proc proc /proc && test -e /proc/1/status")
@@ -107,6 +112,12 @@ func TestPinUserPause(t *testing.T) {
 		t.Errorf("pause process still runs after the undo: %v", procs)
 	}
 	for k, p := range step.Args {
+		if k == ArgCgroup {
+			if dirs := cgroupDirs(p); len(dirs) > 0 {
+				t.Errorf("cgroup %s after the undo: %v, want it gone", p, dirs)
+			}
+			continue
+		}
 		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s pin %s after the undo: %v, want it gone", k, p, err)
 		}
@@ -127,7 +138,7 @@ func TestPinUserInvalid(t *testing.T) {
 		{"no maps", []Kind{Net}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := PinUser(context.Background(), dir, id, tc.kinds, "", tc.maps, tc.maps, testBinary(t)); !errors.Is(err, ErrInvalid) {
+			if _, _, err := PinUser(context.Background(), dir, id, tc.kinds, "", tc.maps, tc.maps, testPause(t)); !errors.Is(err, ErrInvalid) {
 				t.Errorf("PinUser = %v, want ErrInvalid", err)
 			}
 		})
@@ -149,7 +160,7 @@ func pauseProcessesOf(t *testing.T, id string) []string {
 			continue
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if len(args) == 3 && args[1] == pauseArg && args[2] == id {
+		if len(args) == 3 && args[1] == pause.Arg && args[2] == id {
 			if st, err := os.ReadFile(filepath.Join(d, "stat")); err == nil && !strings.Contains(string(st), ") Z ") {
 				pids = append(pids, filepath.Base(d))
 			}

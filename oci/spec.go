@@ -30,6 +30,25 @@ const SpecVersion = "1.0.2"
 // DefaultCgroupParent is the cgroup parent of containers whose sandbox names none.
 const DefaultCgroupParent = "/crijournal"
 
+// cgroupsPath returns the cgroupfs path of the cgroup of a container, or of a sandbox's
+// pause process, with the given ID under parent ("" for DefaultCgroupParent).
+func cgroupsPath(parent, id string) (string, error) {
+	if parent == "" {
+		parent = DefaultCgroupParent
+	}
+	if !path.IsAbs(parent) || hasDotDot(parent) {
+		return "", invalid("cgroup parent %q is not an absolute cgroupfs path", parent)
+	}
+	return path.Join(parent, cgroupPrefix+id), nil
+}
+
+// SandboxCgroup returns the cgroupfs path of the cgroup of a sandbox's pause process: a
+// sibling of its containers' under the sandbox's cgroup_parent, as runc makes the
+// cgroup of a pause container.
+func SandboxCgroup(sandboxID string, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
+	return cgroupsPath(sandbox.GetLinux().GetCgroupParent(), sandboxID)
+}
+
 // cgroupPrefix starts the name of each container's own cgroup under its parent.
 const cgroupPrefix = "crijournal-"
 
@@ -213,13 +232,9 @@ func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
 	if parent == "" {
 		parent = in.Sandbox.GetLinux().GetCgroupParent()
 	}
-	if parent == "" {
-		parent = DefaultCgroupParent
+	if s.Linux.CgroupsPath, err = cgroupsPath(parent, in.ID); err != nil {
+		return nil, err
 	}
-	if !path.IsAbs(parent) || hasDotDot(parent) {
-		return nil, invalid("cgroup parent %q is not an absolute cgroupfs path", parent)
-	}
-	s.Linux.CgroupsPath = path.Join(parent, cgroupPrefix+in.ID)
 
 	res, err := resources(c.GetLinux().GetResources(), h)
 	if err != nil {

@@ -3,14 +3,17 @@ package server
 import (
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/oci"
 )
 
 // stageSandboxReserve is the stage of a sandbox creation before its first step, as
@@ -99,8 +102,13 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 			kinds = append(kinds, netns.PID)
 		}
 		u := namespaces.GetUsernsOptions()
+		uids, gids := idMaps(u.GetUids()), idMaps(u.GetGids())
+		pause, err := s.pauseFor(id, cfg, uids, gids)
+		if err != nil {
+			return nil, err
+		}
 		pins, err := runStep(c, limit{d: namespaceTimeout}, netns.UserPinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg),
-			idMaps(u.GetUids()), idMaps(u.GetGids()), s.pauseBinary))
+			uids, gids, pause))
 		if err != nil {
 			return nil, err
 		}
@@ -150,8 +158,8 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 }
 
 // pinHostUserNamespaces pins the namespaces of a pod in the node's user namespace: those it
-// does not share with the node, and a shared pid namespace held by a pause process (this
-// very binary) as its init, which stays until the sandbox is removed, as CRI-O's infra
+// does not share with the node, and a shared pid namespace held by a pause process as its
+// init, which stays until the sandbox is removed, as CRI-O's infra
 // container does.
 func (s *Server) pinHostUserNamespaces(c *creation, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) error {
 	if kinds := podNamespaces(namespaces); len(kinds) > 0 {
@@ -164,7 +172,11 @@ func (s *Server) pinHostUserNamespaces(c *creation, id string, cfg *runtimeapi.P
 		}
 	}
 	if namespaces.GetPid() == runtimeapi.NamespaceMode_POD {
-		pause, err := runStep(c, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, s.pauseBinary))
+		prog, err := s.pauseFor(id, cfg, nil, nil)
+		if err != nil {
+			return err
+		}
+		pause, err := runStep(c, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, prog))
 		if err != nil {
 			return err
 		}
@@ -172,6 +184,42 @@ func (s *Server) pinHostUserNamespaces(c *creation, id string, cfg *runtimeapi.P
 		s.log.Debug("pause process started", "id", id, "name", c.rec.Name, "pid", pause.PID, "pidns", pause.Path)
 	}
 	return nil
+}
+
+// pauseFor says how the pause process of sandbox id runs (see netns.PauseProgram): as the
+// pod's run_as_user and run_as_group, else 65535 as the Kubernetes pause image does; in a
+// pod's own user namespace (uids and gids its maps, nil for none), as the namespace's
+// root when that user is not mapped; in a cgroup of its own under the pod's cgroup_parent.
+func (s *Server) pauseFor(id string, cfg *runtimeapi.PodSandboxConfig, uids, gids []netns.IDMap) (netns.PauseProgram, error) {
+	sc := cfg.GetLinux().GetSecurityContext()
+	uid, gid := int64(pause.DefaultUser), int64(pause.DefaultUser)
+	if v := sc.GetRunAsUser(); v != nil {
+		uid = v.GetValue()
+	}
+	if v := sc.GetRunAsGroup(); v != nil {
+		gid = v.GetValue()
+	}
+	if uid < 0 || uid > math.MaxUint32 || gid < 0 || gid > math.MaxUint32 {
+		return netns.PauseProgram{}, invalidf("pod security context: run_as_user %d, run_as_group %d: not user and group IDs", uid, gid)
+	}
+	if uids != nil && (!idMapped(uids, uint32(uid)) || !idMapped(gids, uint32(gid))) {
+		uid, gid = 0, 0
+	}
+	cgroup, err := oci.SandboxCgroup(id, cfg)
+	if err != nil {
+		return netns.PauseProgram{}, err
+	}
+	return netns.PauseProgram{Path: s.pauseProgram, UID: uint32(uid), GID: uint32(gid), Cgroup: cgroup}, nil
+}
+
+// idMapped reports whether maps map id (an ID inside the user namespace).
+func idMapped(maps []netns.IDMap, id uint32) bool {
+	for _, m := range maps {
+		if id >= m.ContainerID && uint64(id) < uint64(m.ContainerID)+uint64(m.Size) {
+			return true
+		}
+	}
+	return false
 }
 
 // answerSandbox answers a RunPodSandbox settled by its reservation: the sandbox that

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,8 +64,8 @@ type Server struct {
 	// listedSandbox and listedContainer put the current one in.
 	sandboxCache   decodeCache[sandbox]
 	containerCache decodeCache[container]
-	// pauseBinary is the program a pause process runs: this daemon's own binary.
-	pauseBinary string
+	// pauseProgram is the program a pause process runs (see PauseProgramPath).
+	pauseProgram string
 	// lifetime is the context of the work the server starts by itself (the watches of
 	// pause processes); Close ends it.
 	lifetime context.Context
@@ -95,13 +96,24 @@ func New(d Deps) *Server {
 		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log,
 		cdi: oci.NewCDI(d.Config.CDISpecDirs)}
 	s.lifetime, s.end = context.WithCancel(context.Background())
+	s.pauseProgram, _ = PauseProgramPath(d.Config) // StartPause refuses "": the daemon checks it at start
+	return s
+}
+
+// PauseProgramName is the pause program's file name (cmd/crijournal-pause).
+const PauseProgramName = "crijournal-pause"
+
+// PauseProgramPath returns the pause program the daemon runs: pause_path, else
+// crijournal-pause beside the daemon's own binary.
+func PauseProgramPath(cfg config.Config) (string, error) {
+	if cfg.PausePath != "" {
+		return cfg.PausePath, nil
+	}
 	exe, err := os.Executable()
 	if err != nil {
-		// StartPause refuses the empty path: pods with a shared pid namespace fail.
-		s.log.Warn("cannot find the daemon's own binary: pods that share a pid namespace cannot be created", "err", err)
+		return "", fmt.Errorf("find the pause program beside the daemon's binary: %w", err)
 	}
-	s.pauseBinary = exe
-	return s
+	return filepath.Join(filepath.Dir(exe), PauseProgramName), nil
 }
 
 // Close stops the work the server started by itself: the watches of pause processes. Call

@@ -12,6 +12,7 @@ import (
 
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/internal/testenv"
+	"github.com/crijournal/crijournal/server"
 )
 
 // Helpers of the tests' prerequisites: root, crictl, the tools and the CNI
@@ -108,6 +109,9 @@ func findOrBuildDaemon() (string, error) {
 		if !isExecutable(p) {
 			return "", fmt.Errorf("CRIJOURNAL_BIN=%q is not an executable file (run make build)", p)
 		}
+		if pause := pauseBinary(p); !isExecutable(pause) {
+			return "", fmt.Errorf("no pause program %s beside CRIJOURNAL_BIN (run make build)", pause)
+		}
 		return p, nil
 	}
 	gobin, err := exec.LookPath("go")
@@ -137,7 +141,15 @@ func findOrBuildDaemon() (string, error) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build ./cmd/crijournal (CRIJOURNAL_BIN is not set): %v\n%s", err, out)
 	}
+	if _, err := testenv.BuildPause(dir); err != nil {
+		return "", err
+	}
 	return bin, nil
+}
+
+// pauseBinary is the pause program the daemon at bin runs: the one beside it.
+func pauseBinary(bin string) string {
+	return filepath.Join(filepath.Dir(bin), server.PauseProgramName)
 }
 
 func removeBuiltBinary() {

@@ -18,13 +18,14 @@ import (
 
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/oci"
 )
 
 // Shared pid namespaces: a pod whose namespace option pid is POD (the
-// kubelet's shareProcessNamespace) gets a pause process, the daemon's own
-// binary run as "crijournal pause <sandbox ID>", as PID 1 of a pid namespace
-// pinned at <namespace_dir>/pidns/<sandbox ID>; its containers with pid POD
-// join it. Other pods have no pause process.
+// kubelet's shareProcessNamespace) gets a pause process, the pause program run
+// as "crijournal-pause pause <sandbox ID>", as PID 1 of a pid namespace pinned
+// at <namespace_dir>/pidns/<sandbox ID>; its containers with pid POD join it.
+// Other pods have no pause process.
 
 // CRI namespace modes, as crictl reads them from JSON (numbers).
 const (
@@ -104,6 +105,32 @@ func procState(pid int) string {
 		return ""
 	}
 	return string(b[i+2])
+}
+
+// procStatusField returns a field of /proc/<pid>/status ("" if it cannot be read).
+func procStatusField(pid int, field string) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return ""
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// defaultPauseCgroups returns the directories of the cgroup of a sandbox's pause
+// process, for a pod that names no cgroup_parent (oci.DefaultCgroupParent), in every
+// hierarchy that has it.
+func defaultPauseCgroups(id string) []string {
+	var dirs []string
+	for _, pattern := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/*"} {
+		m, _ := filepath.Glob(filepath.Join(pattern, oci.DefaultCgroupParent, "crijournal-"+id))
+		dirs = append(dirs, m...)
+	}
+	return dirs
 }
 
 // nsInode returns the inode of a namespace file (0 if it cannot be read).
@@ -259,7 +286,7 @@ func TestPidNamespaceShared(t *testing.T) {
 	t.Parallel()
 	reaper := newPauseReaper(t)
 	d, _ := startContainerDaemon(t, daemonOptions{})
-	bin := daemonBinary(t)
+	bin := pauseBinary(daemonBinary(t))
 
 	pod := d.pidPod(t, "shared", nsModePod)
 	podID := d.mustRunp(t, pod)
@@ -388,11 +415,17 @@ func TestPidNamespaceCrash(t *testing.T) {
 			if !slices.ContainsFunc(recs[0].Steps, func(s journal.Step) bool { return s.Kind == "pause-process" }) {
 				t.Fatalf("no pause-process step in the journal at the crash")
 			}
-			// The pause process outlived the daemon, pinned.
+			// The pause process outlived the daemon, pinned, in its cgroup.
 			d.requirePause(t, id)
+			if len(defaultPauseCgroups(id)) == 0 {
+				t.Errorf("no cgroup of the pause process of %s at the crash", id)
+			}
 
 			d.restartUnarmed(t)
 			d.requireNoPause(t, id, "after recovery", 15*time.Second)
+			if dirs := defaultPauseCgroups(id); len(dirs) > 0 {
+				t.Errorf("the cgroup of the pause process of %s is left after recovery: %v", id, dirs)
+			}
 			d.requirePods(t, "after recovery")
 			d.requireNoPidnsPins(t)
 			d.stopClean(t)

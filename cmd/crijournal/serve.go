@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -60,6 +61,9 @@ func runServe(cmd *cobra.Command, args []string) error {
 	var j *journal.Journal
 	if cfg.MetricsAddress != "" {
 		m = metrics.New(func() []journal.Record { return j.List(nil) })
+	}
+	if err := checkPauseProgram(cfg); err != nil {
+		return err
 	}
 	if err := oci.BecomeSubreaper(); err != nil {
 		log.Warn("cannot become a child subreaper: processes killed by ExecSync timeouts may linger as zombies", "err", err)
@@ -267,4 +271,22 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return host == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
+// checkPauseProgram refuses to start without the pause program: every pod that shares
+// its pid namespace (the CRI's default) or has a user namespace of its own needs it.
+func checkPauseProgram(cfg config.Config) error {
+	p, err := server.PauseProgramPath(cfg)
+	if err != nil {
+		return err
+	}
+	st, err := os.Stat(p)
+	if err == nil && (st.IsDir() || st.Mode().Perm()&0o111 == 0) {
+		err = errors.New("not an executable file")
+	}
+	if err != nil {
+		return fmt.Errorf("pause program %s: %w (build it with make build, which puts %s beside the daemon's binary, or set pause_path)",
+			p, err, server.PauseProgramName)
+	}
+	return nil
 }

@@ -1,0 +1,197 @@
+package netns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/internal/pause"
+)
+
+// # The pause program
+//
+// A pause process runs the pause program (cmd/crijournal-pause, package
+// internal/pause), a small binary of its own, not the daemon's: it is cloned into new
+// pid and mount namespaces, confines itself (an empty read-only root, an unprivileged
+// user, no capabilities, no new privileges, a seccomp filter) and reports it on a pipe,
+// which the starter waits for: a container never joins the pid namespace of a pause
+// process that is not confined yet. It is put in a cgroup of its own under the pod's
+// cgroup parent, as runc puts a pause container.
+
+// PauseProgram says what a pause process runs, as whom and where.
+type PauseProgram struct {
+	// Path is the pause program, an absolute path.
+	Path string
+	// UID and GID are the user the process runs as once confined: in the pod's user
+	// namespace when it has one.
+	UID, GID uint32
+	// Cgroup is the cgroupfs path (as an OCI cgroupsPath) of the cgroup the process is
+	// put in, created if missing; "" leaves it in the daemon's.
+	Cgroup string
+}
+
+// pauseReadyWait bounds how long a starter waits for a pause process to report that it
+// is confined: a few system calls.
+const pauseReadyWait = 10 * time.Second
+
+// validate checks what a pause process cannot start without.
+func (p PauseProgram) validate() error {
+	if !filepath.IsAbs(p.Path) {
+		return fmt.Errorf("pause program %q: %w: not an absolute path", p.Path, ErrInvalid)
+	}
+	if p.Cgroup != "" && (!path.IsAbs(p.Cgroup) || strings.Contains(p.Cgroup, "..")) {
+		return fmt.Errorf("pause cgroup %q: %w: not an absolute cgroupfs path", p.Cgroup, ErrInvalid)
+	}
+	return nil
+}
+
+// pauseStart is a pause process being started: the command, and the read end of the
+// pipe on which the process reports that it is confined.
+type pauseStart struct {
+	cmd   *exec.Cmd
+	ready *os.File
+	// closeAfterStart are the parent's copies of what the child inherits.
+	closeAfterStart []*os.File
+}
+
+// newPauseStart prepares the command of a pause process for sandboxID: "<program> pause
+// <sandboxID>", with an environment that names its user and the caller's mount
+// namespace only, / as its working
+// directory, /dev/null as stdin, stdout and stderr, the ready pipe as fd 3 and the
+// program itself as fd 4. It is run through /proc/self/fd/4, so that a process that runs
+// as the root of a user namespace (a host ID that may not search the directories on the
+// way to the program) still runs it. attr is the process's SysProcAttr (which makes or
+// finds its new pid namespace), to which CLONE_NEWNS and a new session are added. Call
+// close once it started (or failed to).
+func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) (*pauseStart, error) {
+	program, err := os.OpenFile(p.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pause program: %w", err)
+	}
+	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		program.Close()
+		return nil, err
+	}
+	// The process checks that it is not in this (the node's) mount namespace before it
+	// changes its mounts.
+	starterNS, err := pause.MountNamespace("/proc/thread-self/ns/mnt")
+	if err != nil {
+		program.Close()
+		devNull.Close()
+		return nil, err
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		program.Close()
+		devNull.Close()
+		return nil, err
+	}
+	attr.Cloneflags |= unix.CLONE_NEWNS
+	attr.Setsid = true
+	cmd := &exec.Cmd{
+		Path: "/proc/self/fd/" + strconv.Itoa(pause.ReadyFD+1),
+		Args: []string{p.Path, pause.Arg, sandboxID},
+		Env: []string{
+			pause.EnvUser + "=" + strconv.FormatUint(uint64(p.UID), 10) + ":" + strconv.FormatUint(uint64(p.GID), 10),
+			pause.EnvStarterMountNS + "=" + starterNS,
+		},
+		Dir:         "/",
+		Stdin:       devNull,
+		Stdout:      devNull,
+		Stderr:      devNull,
+		ExtraFiles:  []*os.File{w, program}, // fds 3 and 4
+		SysProcAttr: attr,
+	}
+	return &pauseStart{cmd: cmd, ready: r, closeAfterStart: []*os.File{w, program, devNull}}, nil
+}
+
+// started closes the parent's copies of the child's files, so that the ready pipe reads
+// EOF once the child closed it or died.
+func (s *pauseStart) started() {
+	for _, f := range s.closeAfterStart {
+		f.Close()
+	}
+	s.closeAfterStart = nil
+}
+
+// close releases what the start holds.
+func (s *pauseStart) close() {
+	s.started()
+	s.ready.Close()
+}
+
+// waitReady waits until the started process reports that it is confined (see package
+// pause), for at most pauseReadyWait or until ctx ends. Its error carries the process's
+// own message when it could not confine itself.
+func (s *pauseStart) waitReady(ctx context.Context) error {
+	s.started()
+	deadline := time.Now().Add(pauseReadyWait)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	wait := time.Until(deadline).Round(time.Millisecond)
+	if err := s.ready.SetReadDeadline(deadline); err != nil {
+		return fmt.Errorf("wait for the pause process: %w", err)
+	}
+	msg, err := io.ReadAll(io.LimitReader(s.ready, 4096))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("the pause process did not report that it is confined within %v", wait)
+	case err != nil:
+		return fmt.Errorf("wait for the pause process: %w", err)
+	case string(msg) == pause.Ready:
+		return nil
+	case len(msg) == 0:
+		return errors.New("the pause process exited before it was confined")
+	default:
+		return errors.New(strings.TrimSpace(string(msg)))
+	}
+}
+
+// joinCgroup puts pid into the cgroup at path (see PauseProgram.Cgroup), creating it, on
+// cgroup v1 or v2, as runc does for a container.
+func joinCgroup(path string, pid int) error {
+	m, err := cgroupManager(path)
+	if err != nil {
+		return err
+	}
+	if err := m.Apply(pid); err != nil {
+		return fmt.Errorf("put process %d in cgroup %s: %w", pid, path, err)
+	}
+	return nil
+}
+
+// RemoveCgroup removes the cgroup at path that a pause process was put in. It is
+// idempotent (a missing cgroup is success) and fails while a process is in it.
+func RemoveCgroup(path string) error {
+	m, err := cgroupManager(path)
+	if err != nil {
+		return err
+	}
+	if err := m.Destroy(); err != nil {
+		return fmt.Errorf("remove cgroup %s: %w", path, err)
+	}
+	return nil
+}
+
+func cgroupManager(path string) (cgroups.Manager, error) {
+	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{SkipDevices: true}})
+	if err != nil {
+		return nil, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	return m, nil
+}
