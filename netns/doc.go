@@ -59,10 +59,13 @@
 // # Shared PID namespaces
 //
 // A PID namespace cannot be pinned empty: it dies with its init. For pods that
-// share one (pid POD), [StartPause] starts `crijournal pause` ([RunPause]) as
-// PID 1 of a new PID namespace and pins it at <dir>/pidns/<sandboxID>;
+// share one (pid POD), [StartPause] starts the pause program
+// (cmd/crijournal-pause, see [PauseProgram]) as PID 1 of a new PID namespace, in
+// a mount namespace and a cgroup of its own, waits until it has confined itself
+// (package internal/pause) and pins the namespace at <dir>/pidns/<sandboxID>;
 // [StopPause] kills only a process it has identified as that pause (through a
-// pidfd, so a recycled PID is never hit) and unpins it. See pause.go.
+// pidfd, so a recycled PID is never hit) and unpins it. See pause.go and
+// pauseproc.go.
 //
 // # Port forwarding
 //
