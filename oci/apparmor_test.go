@@ -3,8 +3,10 @@
 package oci
 
 import (
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -100,5 +102,82 @@ func TestLoadedAppArmor(t *testing.T) {
 	}
 	if got, err := loadedAppArmor(filepath.Join(t.TempDir(), "none"), "x"); got || err != nil {
 		t.Errorf("missing list: %v, %v", got, err)
+	}
+}
+
+// TestAppArmorProfileText: the default profile names itself, confines with the
+// rules it follows (containerd's default), and is the same text for the same input.
+func TestAppArmorProfileText(t *testing.T) {
+	full := appArmorProfileInput{Name: DefaultAppArmorProfile, Daemon: "crijournald", ABI: true, Tunables: true, Base: true}
+	text := appArmorProfile(full)
+	for _, want := range []string{
+		"abi <abi/3.0>,\n",
+		"#include <tunables/global>\n",
+		"profile crijournal-default flags=(attach_disconnected,mediate_deleted) {\n",
+		"  #include <abstractions/base>\n",
+		"  signal (receive) peer=unconfined,\n",
+		"  signal (receive) peer=runc,\n",
+		"  signal (receive) peer=crijournald,\n",
+		"  signal (send,receive) peer=crijournal-default,\n",
+		"  deny @{PROC}/* w,\n",
+		"  deny @{PROC}/sys/[^k]** w,\n",
+		"  deny @{PROC}/sysrq-trigger rwklx,\n",
+		"  deny @{PROC}/kcore rwklx,\n",
+		"  deny mount,\n",
+		"  deny /sys/firmware/** rwklx,\n",
+		"  deny /sys/kernel/security/** rwklx,\n",
+		"  ptrace (trace,tracedby,read,readby) peer=crijournal-default,\n}\n",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("profile lacks %q:\n%s", want, text)
+		}
+	}
+	if again := appArmorProfile(full); again != text {
+		t.Errorf("the same input gave two texts:\n%s\n---\n%s", text, again)
+	}
+	if strings.Count(text, "{") != strings.Count(text, "}") {
+		t.Errorf("unbalanced braces:\n%s", text)
+	}
+
+	bare := appArmorProfile(appArmorProfileInput{Name: DefaultAppArmorProfile, Daemon: "unconfined"})
+	for _, absent := range []string{"abi <", "#include", "peer=crijournald"} {
+		if strings.Contains(bare, absent) {
+			t.Errorf("profile without the node's policy files has %q:\n%s", absent, bare)
+		}
+	}
+	if !strings.HasPrefix(bare, "@{PROC}=/proc/\n") {
+		t.Errorf("profile without tunables does not define @{PROC}:\n%s", bare)
+	}
+	if n := strings.Count(bare, "peer=unconfined,"); n != 1 {
+		t.Errorf("an unconfined daemon gives %d unconfined peers, want 1", n)
+	}
+
+	spaced := appArmorProfile(appArmorProfileInput{Name: DefaultAppArmorProfile, Daemon: "my daemon"})
+	if !strings.Contains(spaced, `signal (receive) peer="my daemon",`) {
+		t.Errorf("a daemon profile with a space is not quoted:\n%s", spaced)
+	}
+	for _, bad := range []string{"a,b", `a"b`, "a\nb", "{x}"} {
+		if p := appArmorProfile(appArmorProfileInput{Name: DefaultAppArmorProfile, Daemon: bad}); strings.Contains(p, bad) {
+			t.Errorf("the daemon profile %q, which the policy language cannot hold, is in the profile:\n%s", bad, p)
+		}
+	}
+}
+
+// TestAppArmorProfileParses: apparmor_parser, where installed, compiles the profile
+// without loading it (-Q), with and without the node's policy files.
+func TestAppArmorProfileParses(t *testing.T) {
+	parser, err := appArmorParser()
+	if err != nil {
+		t.Skip(err)
+	}
+	for _, in := range []appArmorProfileInput{
+		{Name: DefaultAppArmorProfile, Daemon: "crijournald"},
+		readAppArmorProfileInput(DefaultAppArmorProfile),
+	} {
+		cmd := exec.CommandContext(t.Context(), parser, "-QK")
+		cmd.Stdin = strings.NewReader(appArmorProfile(in))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s -QK with %+v: %v\n%s", parser, in, err, out)
+		}
 	}
 }
