@@ -2,10 +2,12 @@ package oci
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -17,29 +19,47 @@ import (
 // what its pod asked for without anyone noticing. RuntimeDefault, Unconfined and unset
 // run without a profile, as the node allows.
 //
-// Where AppArmor is enabled, a Localhost profile must be loaded and is applied;
-// RuntimeDefault (and unset, as containerd and CRI-O treat it) applies
-// [DefaultAppArmorProfile] when that profile is loaded, and nothing otherwise:
-// crijournal does not write or load profiles itself. A privileged container gets no
-// default profile, only a Localhost one it names.
+// Where AppArmor is enabled, a Localhost profile must be loaded and is applied.
+// RuntimeDefault, and unset (as containerd and CRI-O treat it), apply
+// [DefaultAppArmorProfile]. When that profile is not loaded, the container's
+// creation generates it (apparmor_profile.go) and loads it with apparmor_parser
+// first: lazily, as containerd does, so the daemon starts without it and a profile
+// unloaded later (an AppArmor service restart) comes back with the next container.
+// When it cannot be loaded (no apparmor_parser, a parser error, a timeout), the
+// container is refused with [ErrNoDefaultAppArmor], never run unconfined; containerd
+// refuses the container the same way, and CRI-O refuses to start at all. A
+// privileged container gets no default profile, only a Localhost one it names.
 
-// DefaultAppArmorProfile is the profile RuntimeDefault applies where AppArmor is enabled
-// and a profile of this name is loaded.
+// DefaultAppArmorProfile is the profile RuntimeDefault applies where AppArmor is
+// enabled. The daemon generates and loads it when a container needs it and it is not
+// loaded.
 const DefaultAppArmorProfile = "crijournal-default"
+
+// ErrNoDefaultAppArmor is returned when a container is to run under
+// [DefaultAppArmorProfile] (it asks for RuntimeDefault or for nothing, on a node with
+// AppArmor) and the profile is not loaded and cannot be loaded: the container is
+// refused rather than run unconfined. The node is at fault, not the request: the
+// server maps it to FailedPrecondition.
+var ErrNoDefaultAppArmor = errors.New("the default AppArmor profile is not available")
 
 // errNoAppArmor is the reason Localhost AppArmor profiles are refused on this node.
 const errNoAppArmor = "AppArmor is not available on this node (the kernel has it disabled or not built in)"
 
-// appArmorHost says whether AppArmor confines processes here and which profiles are
-// loaded.
+// appArmorHost says whether AppArmor confines processes here, which profiles are
+// loaded, and how to load one.
 type appArmorHost struct {
 	enabled bool
 	// loaded says whether a profile of the name is loaded; nil means none is.
 	loaded func(name string) (bool, error)
+	// load loads the profile called name from its text, replacing one of that name;
+	// nil means profiles cannot be loaded here.
+	load func(ctx context.Context, name, text string) error
 }
 
-// appArmorFor returns the AppArmor profile of a container: "" for none.
-func appArmorFor(sc *runtimeapi.LinuxContainerSecurityContext, aa appArmorHost) (string, error) {
+// appArmorFor returns the AppArmor profile of a container: "" for none. It loads
+// the default profile when the container needs it and it is not loaded; ctx bounds
+// that.
+func appArmorFor(ctx context.Context, sc *runtimeapi.LinuxContainerSecurityContext, aa appArmorHost) (string, error) {
 	//lint:ignore SA1019 older kubelets send only the deprecated string.
 	p, err := requestedProfile(sc.GetApparmor(), sc.GetApparmorProfile(), "AppArmor", false)
 	if err != nil {
@@ -67,11 +87,40 @@ func appArmorFor(sc *runtimeapi.LinuxContainerSecurityContext, aa appArmorHost) 
 	if !aa.enabled || sc.GetPrivileged() {
 		return "", nil
 	}
-	ok, err := aa.isLoaded(DefaultAppArmorProfile)
-	if err != nil || !ok {
+	if err := aa.ensureDefault(ctx); err != nil {
 		return "", err
 	}
 	return DefaultAppArmorProfile, nil
+}
+
+// appArmorDefaultMu makes the check and load of the default profile one step, so
+// that containers created together run apparmor_parser once.
+var appArmorDefaultMu sync.Mutex
+
+// ensureDefault loads [DefaultAppArmorProfile] unless it is loaded. Its errors wrap
+// ErrNoDefaultAppArmor, but for a load that ctx ended, which wraps ctx's error.
+func (aa appArmorHost) ensureDefault(ctx context.Context) error {
+	appArmorDefaultMu.Lock()
+	defer appArmorDefaultMu.Unlock()
+	ok, err := aa.isLoaded(DefaultAppArmorProfile)
+	if err != nil {
+		return fmt.Errorf("%w: cannot tell whether %q is loaded: %w", ErrNoDefaultAppArmor, DefaultAppArmorProfile, err)
+	}
+	if ok {
+		return nil
+	}
+	if aa.load == nil {
+		return fmt.Errorf("%w: %q is not loaded, and this node cannot load profiles", ErrNoDefaultAppArmor, DefaultAppArmorProfile)
+	}
+	text := appArmorProfile(readAppArmorProfileInput(DefaultAppArmorProfile))
+	if err := aa.load(ctx, DefaultAppArmorProfile, text); err != nil {
+		if ctx.Err() != nil {
+			// The request ended, not the node failing: the context's error decides.
+			return fmt.Errorf("load the default AppArmor profile %q: %w", DefaultAppArmorProfile, err)
+		}
+		return fmt.Errorf("%w: %q is not loaded, and loading it failed: %w", ErrNoDefaultAppArmor, DefaultAppArmorProfile, err)
+	}
+	return nil
 }
 
 func (aa appArmorHost) isLoaded(name string) (bool, error) {
@@ -91,9 +140,11 @@ func readAppArmor() appArmorHost {
 	if err != nil || !strings.HasPrefix(string(b), "Y") || !exists("/sys/kernel/security/apparmor") {
 		return appArmorHost{}
 	}
-	return appArmorHost{enabled: true, loaded: func(name string) (bool, error) {
-		return loadedAppArmor(appArmorProfiles, name)
-	}}
+	return appArmorHost{
+		enabled: true,
+		loaded:  func(name string) (bool, error) { return loadedAppArmor(appArmorProfiles, name) },
+		load:    loadAppArmorProfile,
+	}
 }
 
 // loadedAppArmor says whether the profiles list (the kernel's file of that name)

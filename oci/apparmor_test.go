@@ -3,10 +3,13 @@
 package oci
 
 import (
+	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -18,7 +21,6 @@ func TestSpecAppArmor(t *testing.T) {
 	}
 	off := appArmorHost{}
 	on := appArmorHost{enabled: true, loaded: loaded("mine", DefaultAppArmorProfile)}
-	onNoDefault := appArmorHost{enabled: true, loaded: loaded("mine")}
 	for _, tc := range []struct {
 		name       string
 		aa         appArmorHost
@@ -59,9 +61,6 @@ func TestSpecAppArmor(t *testing.T) {
 			s.Apparmor = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
 		}, want: DefaultAppArmorProfile},
 		{name: "on: unset applies the loaded default", aa: on, edit: func(*runtimeapi.LinuxContainerSecurityContext) {}, want: DefaultAppArmorProfile},
-		{name: "on: RuntimeDefault without a loaded default runs", aa: onNoDefault, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
-			s.Apparmor = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
-		}, want: ""},
 		{name: "on: privileged gets no default", aa: on, edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
 			s.Privileged = true
 		}, want: ""},
@@ -74,7 +73,7 @@ func TestSpecAppArmor(t *testing.T) {
 			tc.edit(sc(&in))
 			h := testHost()
 			h.apparmor = tc.aa
-			s, err := buildSpec(in, h)
+			s, err := buildSpec(t.Context(), in, h)
 			if tc.want == "-" {
 				requireInvalidSpec(t, err, tc.errMention)
 				return
@@ -86,6 +85,179 @@ func TestSpecAppArmor(t *testing.T) {
 				t.Fatalf("apparmorProfile = %q, want %q", s.Process.ApparmorProfile, tc.want)
 			}
 		})
+	}
+}
+
+// fakeAppArmor describes an AppArmor node for tests.
+type fakeAppArmor struct {
+	enabled bool
+	have    []string // the profiles loaded at the start
+	listErr error    // reading the loaded profiles fails with it
+	loadErr error    // loading a profile fails with it
+	noLoad  bool     // the node cannot load profiles (no load func)
+}
+
+// start returns the node as the spec sees it, and a func that returns the texts it
+// was asked to load so far. A profile loaded without error is loaded from then on.
+func (f fakeAppArmor) start() (appArmorHost, func() []string) {
+	var mu sync.Mutex
+	have := map[string]bool{}
+	for _, n := range f.have {
+		have[n] = true
+	}
+	var loads []string
+	aa := appArmorHost{enabled: f.enabled, loaded: func(name string) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return have[name], f.listErr
+	}}
+	if !f.noLoad {
+		aa.load = func(_ context.Context, name, text string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			loads = append(loads, text)
+			if f.loadErr != nil {
+				return f.loadErr
+			}
+			have[name] = true
+			return nil
+		}
+	}
+	return aa, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(loads)
+	}
+}
+
+// TestSpecAppArmorDefaultLoad: the default profile is generated and loaded when a
+// container needs it and it is missing, never reloaded when loaded, and a container
+// that needs it is refused when it cannot be loaded.
+func TestSpecAppArmorDefaultLoad(t *testing.T) {
+	runtimeDefault := func(s *runtimeapi.LinuxContainerSecurityContext) {
+		s.Apparmor = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
+	}
+	unset := func(*runtimeapi.LinuxContainerSecurityContext) {}
+	loaded := []string{DefaultAppArmorProfile, "mine"}
+	for _, tc := range []struct {
+		name      string
+		node      fakeAppArmor
+		edit      func(*runtimeapi.LinuxContainerSecurityContext)
+		want      string // the profile applied; "-" means refused with ErrNoDefaultAppArmor
+		wantLoads int
+		mention   string // in the refusal
+	}{
+		{name: "missing: generated, loaded, applied", node: fakeAppArmor{enabled: true},
+			edit: runtimeDefault, want: DefaultAppArmorProfile, wantLoads: 1},
+		{name: "missing, unset: generated, loaded, applied", node: fakeAppArmor{enabled: true},
+			edit: unset, want: DefaultAppArmorProfile, wantLoads: 1},
+		{name: "loaded: applied, not reloaded", node: fakeAppArmor{enabled: true, have: loaded},
+			edit: runtimeDefault, want: DefaultAppArmorProfile},
+		{name: "load fails: refused", node: fakeAppArmor{enabled: true, loadErr: errors.New("parser says no")},
+			edit: runtimeDefault, want: "-", wantLoads: 1, mention: "loading it failed: parser says no"},
+		{name: "load fails, unset: refused", node: fakeAppArmor{enabled: true, loadErr: errNoAppArmorParser},
+			edit: unset, want: "-", wantLoads: 1, mention: "apparmor_parser not found"},
+		{name: "no loader: refused", node: fakeAppArmor{enabled: true, noLoad: true},
+			edit: runtimeDefault, want: "-", mention: "cannot load profiles"},
+		{name: "loaded profiles unreadable: refused", node: fakeAppArmor{enabled: true, listErr: errors.New("EACCES")},
+			edit: runtimeDefault, want: "-", mention: "EACCES"},
+		{name: "disabled node: nothing loaded, no profile", node: fakeAppArmor{},
+			edit: runtimeDefault, want: ""},
+		{name: "disabled node, unset: nothing loaded, no profile", node: fakeAppArmor{},
+			edit: unset, want: ""},
+		{name: "privileged: nothing loaded, no profile", node: fakeAppArmor{enabled: true},
+			edit: func(s *runtimeapi.LinuxContainerSecurityContext) { s.Privileged = true }, want: ""},
+		{name: "privileged RuntimeDefault: nothing loaded, no profile", node: fakeAppArmor{enabled: true, loadErr: errNoAppArmorParser},
+			edit: func(s *runtimeapi.LinuxContainerSecurityContext) { s.Privileged = true; runtimeDefault(s) }, want: ""},
+		{name: "Unconfined: nothing loaded", node: fakeAppArmor{enabled: true},
+			edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+				s.Apparmor = profile(runtimeapi.SecurityProfile_Unconfined, "")
+			}, want: ""},
+		{name: "Localhost: applied, the default not loaded", node: fakeAppArmor{enabled: true, have: []string{"mine"}},
+			edit: func(s *runtimeapi.LinuxContainerSecurityContext) {
+				s.Apparmor = profile(runtimeapi.SecurityProfile_Localhost, "mine")
+			}, want: "mine"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			tc.edit(sc(&in))
+			h := testHost()
+			var loads func() []string
+			h.apparmor, loads = tc.node.start()
+			s, err := buildSpec(t.Context(), in, h)
+			if n := len(loads()); n != tc.wantLoads {
+				t.Fatalf("%d loads, want %d", n, tc.wantLoads)
+			}
+			for _, text := range loads() {
+				if !strings.Contains(text, "profile "+DefaultAppArmorProfile+" ") || !strings.Contains(text, "deny mount,") {
+					t.Fatalf("loaded a text that is not the default profile:\n%s", text)
+				}
+			}
+			if tc.want == "-" {
+				if !errors.Is(err, ErrNoDefaultAppArmor) || errors.Is(err, ErrInvalidSpec) || !strings.Contains(err.Error(), tc.mention) {
+					t.Fatalf("err = %v, want ErrNoDefaultAppArmor saying %q", err, tc.mention)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("buildSpec: %v", err)
+			}
+			if s.Process.ApparmorProfile != tc.want {
+				t.Fatalf("apparmorProfile = %q, want %q", s.Process.ApparmorProfile, tc.want)
+			}
+		})
+	}
+}
+
+// TestSpecAppArmorDefaultLoadCanceled: a load that the request's end stopped is the
+// request's error, not the node's.
+func TestSpecAppArmorDefaultLoadCanceled(t *testing.T) {
+	aa, _ := fakeAppArmor{enabled: true, loadErr: context.Canceled}.start()
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := appArmorFor(ctx, &runtimeapi.LinuxContainerSecurityContext{}, aa)
+	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrNoDefaultAppArmor) {
+		t.Fatalf("err = %v, want context.Canceled and not ErrNoDefaultAppArmor", err)
+	}
+}
+
+// TestSpecAppArmorDefaultLoadOnce: containers created together load the missing
+// default profile once.
+func TestSpecAppArmorDefaultLoadOnce(t *testing.T) {
+	aa, loads := fakeAppArmor{enabled: true}.start()
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if p, err := appArmorFor(t.Context(), &runtimeapi.LinuxContainerSecurityContext{}, aa); err != nil || p != DefaultAppArmorProfile {
+				t.Errorf("appArmorFor = %q, %v", p, err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := len(loads()); n != 1 {
+		t.Fatalf("%d loads, want 1", n)
+	}
+}
+
+// TestLoadAppArmorProfileWithoutKernel: on a machine whose kernel has no AppArmor,
+// apparmor_parser (where installed) fails to load the profile, and the error names
+// the profile and says what the parser said; a context that has ended stops it.
+func TestLoadAppArmorProfileWithoutKernel(t *testing.T) {
+	if exists("/sys/kernel/security/apparmor") {
+		t.Skip("this kernel has AppArmor: the test would load a profile into it")
+	}
+	if _, err := appArmorParser(); err != nil {
+		t.Skip(err)
+	}
+	text := appArmorProfile(appArmorProfileInput{Name: "crijournal-test"})
+	err := loadAppArmorProfile(t.Context(), "crijournal-test", text)
+	if err == nil || !strings.Contains(err.Error(), `load AppArmor profile "crijournal-test"`) || !strings.Contains(err.Error(), "apparmor_parser -Kr") {
+		t.Fatalf("err = %v, want a failed load naming the profile and the parser", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := loadAppArmorProfile(ctx, "crijournal-test", text); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 }
 
@@ -178,6 +350,30 @@ func TestAppArmorProfileParses(t *testing.T) {
 		cmd.Stdin = strings.NewReader(appArmorProfile(in))
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("%s -QK with %+v: %v\n%s", parser, in, err, out)
+		}
+	}
+}
+
+// TestAppArmorNote: the verbose Status says what RuntimeDefault gets.
+func TestAppArmorNote(t *testing.T) {
+	_, noParser := appArmorParser()
+	missing := "the daemon loads for the first container that needs it"
+	if noParser != nil {
+		missing = "containers that need it (RuntimeDefault, unset) are refused"
+	}
+	for _, tc := range []struct {
+		name string
+		node fakeAppArmor
+		want string
+	}{
+		{"disabled", fakeAppArmor{}, "AppArmor is not available on this node"},
+		{"loaded", fakeAppArmor{enabled: true, have: []string{DefaultAppArmorProfile}}, `RuntimeDefault and unset apply the profile "crijournal-default"`},
+		{"unreadable", fakeAppArmor{enabled: true, listErr: errors.New("EACCES")}, "loaded profiles not readable: EACCES"},
+		{"missing", fakeAppArmor{enabled: true}, missing},
+	} {
+		aa, _ := tc.node.start()
+		if got := appArmorNote(aa); !strings.Contains(got, tc.want) {
+			t.Errorf("%s: note %q does not say %q", tc.name, got, tc.want)
 		}
 	}
 }

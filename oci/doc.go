@@ -75,12 +75,16 @@
 //     Localhost.
 //   - AppArmor (apparmor.go): a Localhost profile is applied where AppArmor is
 //     enabled and the profile loaded, and refused otherwise (on this project's
-//     machines AppArmor is absent); RuntimeDefault and unset apply
-//     [DefaultAppArmorProfile] when it is loaded, else nothing. There is no SELinux
+//     machines AppArmor is absent). Where AppArmor is enabled, RuntimeDefault and
+//     unset (non-privileged) apply [DefaultAppArmorProfile], which Spec generates
+//     from Docker's and containerd's default rules (apparmor_profile.go) and loads
+//     with apparmor_parser when it is not loaded; a container that needs it when it
+//     cannot be loaded is refused with [ErrNoDefaultAppArmor] (FailedPrecondition),
+//     not run unconfined. Without AppArmor they get no profile. There is no SELinux
 //     label.
 //
-// Every refusal wraps [ErrInvalidSpec] (InvalidArgument). The spec claims
-// [SpecVersion], the version runc 1.1 implements.
+// Every refusal of a configuration wraps [ErrInvalidSpec] (InvalidArgument). The
+// spec claims [SpecVersion], the version runc 1.1 implements.
 //
 // # Runtime
 //
@@ -171,5 +175,6 @@
 // files, cgroups and runtime containers. Calls that run the runtime take a context
 // and kill the runtime when it ends. Nothing is logged: errors are returned, with
 // the runtime's message. Typed errors: [ErrNotFound], [ErrAlreadyExists],
-// [ErrNotRunning], [ErrExecTimeout], [ErrInvalidSpec], [ErrInvalidID].
+// [ErrNotRunning], [ErrExecTimeout], [ErrInvalidSpec], [ErrNoDefaultAppArmor],
+// [ErrInvalidID].
 package oci

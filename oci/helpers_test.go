@@ -197,7 +197,7 @@ func tryCreateCtx(ctx context.Context, t *testing.T, r *Runtime, args []string, 
 		edit(&in)
 	}
 	id, parent = in.ID, in.CgroupParent
-	spec, err := Spec(in)
+	spec, err := Spec(t.Context(), in)
 	if err != nil {
 		t.Fatalf("Spec: %v", err)
 	}

@@ -30,7 +30,7 @@ func mountAt(t *testing.T, s *specs.Spec, dst string) specs.Mount {
 // want.
 func specRefused(t *testing.T, in SpecInput, want string) {
 	t.Helper()
-	_, err := buildSpec(in, testHost())
+	_, err := buildSpec(t.Context(), in, testHost())
 	requireInvalidSpec(t, err, want)
 }
 

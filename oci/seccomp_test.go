@@ -124,7 +124,7 @@ func TestSpecSeccomp(t *testing.T) {
 			in.NoSeccomp = tc.noSeccomp
 			h := testHost()
 			h.seccomp = true
-			s, err := buildSpec(in, h)
+			s, err := buildSpec(t.Context(), in, h)
 			if tc.want == "" {
 				if !errors.Is(err, ErrInvalidSpec) {
 					t.Fatalf("err = %v, want ErrInvalidSpec", err)
@@ -189,7 +189,7 @@ func TestSpecSeccompDefaultFollowsCapabilities(t *testing.T) {
 func TestSpecSeccompKernelWithout(t *testing.T) {
 	in := baseInput(t)
 	sc(&in).Seccomp = profile(runtimeapi.SecurityProfile_RuntimeDefault, "")
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("err = %v, want ErrInvalidSpec", err)
 	}
 }

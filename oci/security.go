@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -75,31 +76,37 @@ func NodeConfinement(seccompOff bool) Confinement {
 	}
 	aa := readAppArmor()
 	c.AppArmor = aa.enabled
-	switch {
-	case !aa.enabled:
-		c.AppArmorNote = errNoAppArmor
-	default:
-		loaded, err := aa.loaded(DefaultAppArmorProfile)
-		switch {
-		case err != nil:
-			c.AppArmorNote = fmt.Sprintf("loaded profiles not readable: %v", err)
-		case loaded:
-			c.AppArmorNote = fmt.Sprintf("RuntimeDefault applies the profile %q", DefaultAppArmorProfile)
-		default:
-			c.AppArmorNote = fmt.Sprintf("the default profile %q is not loaded: RuntimeDefault runs unconfined", DefaultAppArmorProfile)
-		}
-	}
+	c.AppArmorNote = appArmorNote(aa)
 	return c
 }
 
+// appArmorNote says what RuntimeDefault gets on a node with aa.
+func appArmorNote(aa appArmorHost) string {
+	if !aa.enabled {
+		return errNoAppArmor
+	}
+	loaded, err := aa.isLoaded(DefaultAppArmorProfile)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("loaded profiles not readable: %v", err)
+	case loaded:
+		return fmt.Sprintf("RuntimeDefault and unset apply the profile %q", DefaultAppArmorProfile)
+	}
+	if _, err := appArmorParser(); err != nil {
+		return fmt.Sprintf("the default profile %q is not loaded and cannot be: %v; containers that need it (RuntimeDefault, unset) are refused", DefaultAppArmorProfile, err)
+	}
+	return fmt.Sprintf("RuntimeDefault and unset apply the profile %q, which the daemon loads for the first container that needs it", DefaultAppArmorProfile)
+}
+
 // confine sets the seccomp filter and AppArmor profile of the container whose spec s
-// has its capabilities set.
-func confine(s *specs.Spec, sc *runtimeapi.LinuxContainerSecurityContext, h host, noSeccomp bool) error {
+// has its capabilities set. It may load the default AppArmor profile, which ctx
+// bounds.
+func confine(ctx context.Context, s *specs.Spec, sc *runtimeapi.LinuxContainerSecurityContext, h host, noSeccomp bool) error {
 	f, err := seccompFor(sc, s, h.seccomp && !noSeccomp)
 	if err != nil {
 		return err
 	}
 	s.Linux.Seccomp = f
-	s.Process.ApparmorProfile, err = appArmorFor(sc, h.apparmor)
+	s.Process.ApparmorProfile, err = appArmorFor(ctx, sc, h.apparmor)
 	return err
 }

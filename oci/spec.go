@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -113,16 +114,19 @@ type SpecInput struct {
 }
 
 // Spec builds the OCI runtime spec of a CRI container. See the package documentation
-// for the rules; every refusal wraps ErrInvalidSpec. It reads the daemon's own
-// capability bounding set and oom_score_adj from /proc/self, the cgroup layout from
-// /sys/fs/cgroup, the user and group databases from the container's root filesystem
-// and, for a privileged container, the host's /dev.
-func Spec(in SpecInput) (*specs.Spec, error) {
+// for the rules; every refusal of the configuration wraps ErrInvalidSpec. It reads
+// the daemon's own capability bounding set and oom_score_adj from /proc/self, the
+// cgroup layout from /sys/fs/cgroup, the user and group databases from the
+// container's root filesystem and, for a privileged container, the host's /dev. Where AppArmor is enabled and the
+// container needs the default AppArmor profile, it loads that profile if it is not
+// loaded (see [DefaultAppArmorProfile]); ctx bounds that, and a failure is
+// [ErrNoDefaultAppArmor].
+func Spec(ctx context.Context, in SpecInput) (*specs.Spec, error) {
 	h, err := readHost()
 	if err != nil {
 		return nil, err
 	}
-	return buildSpec(in, h)
+	return buildSpec(ctx, in, h)
 }
 
 // host is what the spec depends on outside its input: facts about the daemon and the
@@ -149,7 +153,7 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
 }
 
-func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
+func buildSpec(ctx context.Context, in SpecInput, h host) (*specs.Spec, error) {
 	c := in.Container
 	if c == nil {
 		return nil, invalid("no container config")
@@ -273,7 +277,7 @@ func buildSpec(in SpecInput, h host) (*specs.Spec, error) {
 			s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, rule)
 		}
 	}
-	if err := confine(s, sc, h, in.NoSeccomp); err != nil {
+	if err := confine(ctx, s, sc, h, in.NoSeccomp); err != nil {
 		return nil, err
 	}
 	return s, nil

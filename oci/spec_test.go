@@ -70,7 +70,7 @@ func resourcesOf(in *SpecInput) *runtimeapi.LinuxContainerResources {
 
 func mustSpec(t *testing.T, in SpecInput, h host) *specs.Spec {
 	t.Helper()
-	s, err := buildSpec(in, h)
+	s, err := buildSpec(t.Context(), in, h)
 	if err != nil {
 		t.Fatalf("buildSpec: %v", err)
 	}
@@ -84,7 +84,7 @@ func specOrInvalid(t *testing.T, in SpecInput, h host, invalid bool) *specs.Spec
 	if !invalid {
 		return mustSpec(t, in, h)
 	}
-	if _, err := buildSpec(in, h); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, h); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("err = %v, want ErrInvalidSpec", err)
 	}
 	return nil
@@ -116,7 +116,7 @@ func TestSpecArgs(t *testing.T) {
 	}
 	in := baseInput(t)
 	in.Container.Command = nil
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("no command anywhere: %v, want ErrInvalidSpec", err)
 	}
 }
@@ -146,7 +146,7 @@ func TestSpecEnvAndCwd(t *testing.T) {
 		t.Fatalf("default cwd = %q", s.Process.Cwd)
 	}
 	in.Container.WorkingDir = "rel"
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("relative working dir: %v", err)
 	}
 }
@@ -233,7 +233,7 @@ func TestSpecUserDatabaseStaysInRootfs(t *testing.T) {
 		t.Fatalf("uid = %d, want 77 from the root filesystem's own file", s.Process.User.UID)
 	}
 	in.Image.User = "root" // on the host, not in the image
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("host user leaked into the container: %v", err)
 	}
 }
@@ -505,7 +505,7 @@ func TestSpecResources(t *testing.T) {
 	}
 
 	r.MemoryLimitInBytes = -1
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("negative memory limit: %v", err)
 	}
 }
@@ -614,7 +614,7 @@ func TestSpecNamespaces(t *testing.T) {
 	}
 
 	sc(&in).NamespaceOptions = &runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}}
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("user namespace mode POD in a pod without one: %v", err)
 	}
 	// The pod's user namespace is joined by path, without mappings (runc reads them).
@@ -628,7 +628,7 @@ func TestSpecNamespaces(t *testing.T) {
 	}
 	in = baseInput(t)
 	in.Namespaces = map[string]string{"mnt": "/x"}
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("unknown namespace kind: %v", err)
 	}
 }
@@ -646,7 +646,7 @@ func TestSpecDevices(t *testing.T) {
 		t.Fatalf("device rules %+v", rules)
 	}
 	in.Container.Devices = []*runtimeapi.Device{{ContainerPath: "/dev/x", HostPath: in.Rootfs}}
-	if _, err := buildSpec(in, testHost()); !errors.Is(err, ErrInvalidSpec) {
+	if _, err := buildSpec(t.Context(), in, testHost()); !errors.Is(err, ErrInvalidSpec) {
 		t.Fatalf("a directory as a device: %v", err)
 	}
 }
@@ -655,7 +655,7 @@ func TestSpecReadsTheRealHost(t *testing.T) {
 	// Spec (not buildSpec) works as any user: it only reads /proc/self and /sys.
 	in := baseInput(t)
 	resourcesOf(&in).OomScoreAdj = -998
-	s, err := Spec(in)
+	s, err := Spec(t.Context(), in)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		return nil, c.fail(stageContainerSpec, err)
 	}
 
-	spec, err := oci.Spec(oci.SpecInput{
+	spec, err := oci.Spec(ctx, oci.SpecInput{
 		ID: id, Container: cfg, Sandbox: sb.config, Rootfs: obj.Rootfs, Namespaces: sb.obj.Namespaces,
 		TargetPidNamespace: targetPid,
 		Hostname:           sandboxHostname(sb.config),

@@ -60,6 +60,7 @@ var classes = []struct {
 	{netns.ErrNoNetwork, codes.FailedPrecondition},
 	{oci.ErrInvalidSpec, codes.InvalidArgument},
 	{oci.ErrExecTimeout, codes.DeadlineExceeded},
+	{oci.ErrNoDefaultAppArmor, codes.FailedPrecondition},
 	{storage.ErrImageNotFound, codes.NotFound},
 	{storage.ErrImageInUse, codes.FailedPrecondition},
 	{storage.ErrInvalidReference, codes.InvalidArgument},

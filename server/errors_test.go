@@ -47,6 +47,7 @@ func TestToStatus(t *testing.T) {
 		{journal.ErrClosed, fmt.Errorf("intent: %w", journal.ErrClosed), codes.Unavailable},
 		{journal.ErrFailed, fmt.Errorf("intent: %w", journal.ErrFailed), codes.Unavailable},
 		{oci.ErrExecTimeout, fmt.Errorf("exec: %w", oci.ErrExecTimeout), codes.DeadlineExceeded},
+		{oci.ErrNoDefaultAppArmor, fmt.Errorf("spec: %w: loading it failed", oci.ErrNoDefaultAppArmor), codes.FailedPrecondition},
 		{context.DeadlineExceeded, fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{context.Canceled, fmt.Errorf("x: %w", context.Canceled), codes.Canceled},
 
