@@ -33,9 +33,10 @@ KUBELET_SRC := test/kubelet/go.mod test/kubelet/go.sum $(wildcard test/kubelet/*
 export CRIJOURNAL_KUBELET := $(abspath $(KUBELET_BIN))
 
 # Debian packages the daemon and its tests run (gcc and libc6-dev for cgo and -race).
-# (libseccomp-dev and pkg-config build the project's runc.)
+# (libseccomp-dev and pkg-config build the project's runc; apparmor's apparmor_parser loads
+# the default AppArmor profile on nodes that have AppArmor, and compiles it in the tests.)
 DEB_PACKAGES := runc conmon containernetworking-plugins iproute2 util-linux iptables gcc libc6-dev busybox-static \
-	libseccomp-dev pkg-config
+	libseccomp-dev pkg-config apparmor
 CRICTL_VERSION := v1.37.0
 # The project's runc: built by deps from its Go module (Debian's runc 1.1 has no idmapped
 # mounts, which user namespaces need). The daemon's handlers without a path use it when it
