@@ -99,6 +99,14 @@ type Config struct {
 	// for and undone. Default: 10s.
 	CacheSweepInterval time.Duration `toml:"cache_sweep_interval" help:"how often expired cached creations are undone"`
 
+	// StatsCollectPeriod is how often the disk usage of the containers' writable
+	// layers is measured, one container after another, by one background walk.
+	// Stats calls answer from the last measurement (with its time), so a shorter
+	// period gives fresher figures for more disk reads; a container created since
+	// the last pass has no writable-layer figure until the next one (containerd's
+	// stats_collect_period). Default: 10s.
+	StatsCollectPeriod time.Duration `toml:"stats_collect_period" help:"how often the containers' writable layers are measured for stats"`
+
 	// UndoRetryMin is the first delay before an undo that failed is retried;
 	// the delay doubles on each failure up to UndoRetryMax. Default: 1s.
 	UndoRetryMin time.Duration `toml:"undo_retry_min" help:"first delay before a failed undo is retried"`
@@ -308,6 +316,7 @@ func Default() Config {
 		NetworkTimeout:     5 * time.Minute,
 		CacheTTL:           2 * time.Minute,
 		CacheSweepInterval: 10 * time.Second,
+		StatsCollectPeriod: 10 * time.Second,
 		UndoRetryMin:       time.Second,
 		UndoRetryMax:       5 * time.Minute,
 		UndoTimeout:        2 * time.Minute,
@@ -474,6 +483,7 @@ func (c Config) Validate() error {
 	positive("network_timeout", c.NetworkTimeout)
 	positive("cache_ttl", c.CacheTTL)
 	positive("cache_sweep_interval", c.CacheSweepInterval)
+	positive("stats_collect_period", c.StatsCollectPeriod)
 	positive("undo_retry_min", c.UndoRetryMin)
 	positive("undo_retry_max", c.UndoRetryMax)
 	positive("undo_timeout", c.UndoTimeout)

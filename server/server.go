@@ -55,8 +55,10 @@ type Server struct {
 	teardowns teardowns                    // keeps the stops and removals of one sandbox apart
 	streams   atomic.Pointer[StreamServer] // set by StartStreaming
 	stats     statsState
-	node      nodeConfig // what UpdateRuntimeConfig said
-	cdi       *oci.CDI   // CDI devices, from cdi_spec_dirs
+	layers    *layerCollector // the writable layers' usage; nil without storage
+	collected chan struct{}   // closed when the collecting goroutine ends; nil until started
+	node      nodeConfig      // what UpdateRuntimeConfig said
+	cdi       *oci.CDI        // CDI devices, from cdi_spec_dirs
 
 	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 	// sandboxCache and containerCache keep decoded objects for the List calls: what
@@ -67,7 +69,7 @@ type Server struct {
 	// pauseProgram is the program a pause process runs (see PauseProgramPath).
 	pauseProgram string
 	// lifetime is the context of the work the server starts by itself (the watches of
-	// pause processes); Close ends it.
+	// pause processes, the collection of stats); Close ends it.
 	lifetime context.Context
 	end      context.CancelFunc
 }
@@ -96,6 +98,10 @@ func New(d Deps) *Server {
 		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log,
 		cdi: oci.NewCDI(d.Config.CDISpecDirs)}
 	s.lifetime, s.end = context.WithCancel(context.Background())
+	if d.Images != nil {
+		s.layers = &layerCollector{list: s.createdContainerIDs, find: d.Images.WritableLayerDir,
+			measure: storage.DirUsage, now: time.Now, log: d.Log}
+	}
 	s.pauseProgram, _ = PauseProgramPath(d.Config) // StartPause refuses "": the daemon checks it at start
 	return s
 }
@@ -116,10 +122,13 @@ func PauseProgramPath(cfg config.Config) (string, error) {
 	return filepath.Join(filepath.Dir(exe), PauseProgramName), nil
 }
 
-// Close stops the work the server started by itself: the watches of pause processes. Call
-// it once no request runs any more.
+// Close stops the work the server started by itself: the watches of pause processes and
+// the collection of stats, which it waits for. Call it once no request runs any more.
 func (s *Server) Close() {
 	s.end()
+	if s.collected != nil {
+		<-s.collected
+	}
 }
 
 // Register attaches the runtime and image services to g.

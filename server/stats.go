@@ -9,25 +9,25 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/oci"
-	"github.com/crijournal/crijournal/storage"
 )
 
 // The stats calls (ContainerStats, ListContainerStats, PodSandboxStats,
 // ListPodSandboxStats) answer from the journal's index, the containers' cgroups (through
-// the OCI runtime, which knows each cgroup from what it recorded at create), the storage's
-// writable layers and the pods' network namespaces. None of them starts a process: the
-// kubelet asks for every container every ~10 s.
+// the OCI runtime, which knows each cgroup from what it recorded at create), the usage of
+// the writable layers that a background pass measures every stats_collect_period
+// (stats_layers.go) and the pods' network namespaces. None of them starts a process or
+// walks a layer: the kubelet asks for every container every ~10 s.
 
 // statsState is what the stats calls keep between calls: the previous CPU sample of each
-// container (for usage_nano_cores) and each container's writable layer directory (it
-// never changes while the container exists).
+// container (for usage_nano_cores). The writable layers' usage is kept apart, by the
+// layerCollector that measures it in the background (stats_layers.go).
 type statsState struct {
-	mu       sync.Mutex
-	cpu      map[string]cpuSample
-	layerDir map[string]string
+	mu  sync.Mutex
+	cpu map[string]cpuSample
 }
 
 type cpuSample struct {
@@ -52,28 +52,6 @@ func (st *statsState) nanoCores(id string, at time.Time, usage uint64) uint64 {
 	return uint64(float64(usage-prev.usage) / d.Seconds())
 }
 
-// writableDir returns the cached writable layer directory of id, finding it with find
-// the first time.
-func (st *statsState) writableDir(id string, find func() (string, error)) (string, error) {
-	st.mu.Lock()
-	dir, ok := st.layerDir[id]
-	st.mu.Unlock()
-	if ok {
-		return dir, nil
-	}
-	dir, err := find()
-	if err != nil {
-		return "", err
-	}
-	st.mu.Lock()
-	if st.layerDir == nil {
-		st.layerDir = map[string]string{}
-	}
-	st.layerDir[id] = dir
-	st.mu.Unlock()
-	return dir, nil
-}
-
 // prune forgets every container that is not in live.
 func (st *statsState) prune(live map[string]bool) {
 	st.mu.Lock()
@@ -83,11 +61,37 @@ func (st *statsState) prune(live map[string]bool) {
 			delete(st.cpu, id)
 		}
 	}
-	for id := range st.layerDir {
-		if !live[id] {
-			delete(st.layerDir, id)
-		}
+}
+
+// StartStatsCollection starts measuring the containers' writable layers in the
+// background, one after another, every stats_collect_period, until Close (see
+// layerCollector). Without storage it does nothing. Call it at most once.
+func (s *Server) StartStatsCollection() {
+	if s.layers == nil {
+		return
 	}
+	period := s.cfg.StatsCollectPeriod
+	if period <= 0 {
+		period = config.Default().StatsCollectPeriod
+	}
+	s.collected = make(chan struct{})
+	go func() {
+		defer close(s.collected)
+		s.layers.run(s.lifetime, period)
+	}()
+}
+
+// createdContainerIDs returns the IDs of the created containers: those whose layers the
+// collector measures.
+func (s *Server) createdContainerIDs() []string {
+	recs := s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.State == journal.StateCreated
+	})
+	ids := make([]string, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	return ids
 }
 
 // ContainerStats reports one container's resource usage.
@@ -224,21 +228,18 @@ func memoryUsage(cg oci.CgroupStats) *runtimeapi.MemoryUsage {
 	return m
 }
 
-// writableLayer measures what a container has written over its image.
+// writableLayer reports what a container has written over its image, as the collector
+// last measured it, stamped with the time it did. errNotMeasured until it has.
 func (s *Server) writableLayer(id string) (*runtimeapi.FilesystemUsage, error) {
-	if s.images == nil {
+	if s.layers == nil {
 		return nil, errors.New("no storage")
 	}
-	dir, err := s.stats.writableDir(id, func() (string, error) { return s.images.WritableLayerDir(id) })
-	if err != nil {
-		return nil, err
-	}
-	u, err := storage.DirUsage(dir)
-	if err != nil {
-		return nil, err
+	u, at, ok := s.layers.usage(id)
+	if !ok {
+		return nil, errNotMeasured
 	}
 	return &runtimeapi.FilesystemUsage{
-		Timestamp: time.Now().UnixNano(),
+		Timestamp: at.UnixNano(),
 		// The filesystem is named as ImageFsInfo names it (as containerd does), so
 		// the kubelet counts writable layers against the same filesystem.
 		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: s.images.GraphRoot()},
@@ -246,6 +247,10 @@ func (s *Server) writableLayer(id string) (*runtimeapi.FilesystemUsage, error) {
 		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
 	}, nil
 }
+
+// errNotMeasured is writableLayer's answer for a container the collector has not
+// measured yet: its stats leave the writable layer out.
+var errNotMeasured = errors.New("writable layer not measured yet")
 
 // PodSandboxStats reports a pod's resource usage: its containers', summed, and its
 // network namespace's interface counters.

@@ -63,7 +63,8 @@ func requireRootBench(b *testing.B) {
 }
 
 // statsBenchServer returns a server over a fresh vfs store whose container id (no
-// storage container: its writable layer is known) has dir as its writable layer.
+// storage container: its writable layer is known) has dir as its writable layer, which
+// its collector has measured once (as its background pass does every period).
 func statsBenchServer(b *testing.B, dir string) (*Server, string) {
 	b.Helper()
 	root := b.TempDir()
@@ -79,6 +80,8 @@ func statsBenchServer(b *testing.B, dir string) (*Server, string) {
 		st.Close()
 	})
 	id := "c0ffee"
-	s.stats.writableDir(id, func() (string, error) { return dir, nil })
+	s.layers.list = func() []string { return []string{id} }
+	s.layers.find = func(string) (string, error) { return dir, nil }
+	s.layers.collect(context.Background())
 	return s, id
 }

@@ -272,6 +272,7 @@ func (d *daemon) writeConfig(t *testing.T) {
 		"network_timeout = " + q(d.opts.networkTimeout.String()),
 		"cache_ttl = " + q(d.opts.cacheTTL.String()),
 		"cache_sweep_interval = " + q(d.opts.sweepInterval.String()),
+		`stats_collect_period = "1s"`, // writable layers measured soon after a test writes them
 		`undo_retry_min = "200ms"`,
 		`undo_retry_max = "2s"`,
 		`journal_lock_timeout = "5s"`,

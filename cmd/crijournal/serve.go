@@ -158,6 +158,10 @@ func runServe(cmd *cobra.Command, args []string) error {
 		}()
 	}
 
+	// The writable layers' usage is measured in the background; srv.Close (deferred
+	// above) stops that and waits for it.
+	srv.StartStatsCollection()
+
 	maintained := make(chan struct{})
 	go func() {
 		defer close(maintained)

@@ -1,0 +1,148 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/crijournal/crijournal/storage"
+)
+
+// layerCollector keeps the disk usage of every created container's writable layer,
+// measured in the background, so that a stats call costs a map lookup however many files
+// a layer holds. Measuring a layer walks all of its files (storage.DirUsage); the kubelet
+// asks for the stats of every container every ~10 s, and a walk per call per container
+// had no bound. containerd's CRI plugin does the same with its snapshotsSyncer
+// (stats_collect_period, 10 s by default); so does this, with the choices below.
+//
+//   - Owner and stop. The Server owns the one collecting goroutine: StartStatsCollection
+//     starts it under the server's lifetime context, and Close cancels that context and
+//     waits for the goroutine. A pass checks the context between two containers, so
+//     Close waits for at most one container's walk.
+//   - Period and bound. A pass walks the layers one after another, never two at once,
+//     and the next pass starts one full period (config stats_collect_period) after the
+//     previous one ended, not on a fixed tick: however slow the walks, they take at most
+//     one core, and never back to back.
+//   - New containers. A container created since the last pass has no figure until the
+//     next pass measures it (at most one period plus one pass): its stats leave the
+//     writable layer out, which the kubelet reads as unknown. A stats call never walks a
+//     layer itself, so a burst of new containers (or a daemon restart) cannot make the
+//     calls walk every layer at once. containerd reports zeros in that case; none is more
+//     honest than a zero that looks measured.
+//   - Forgetting. Each pass measures the containers list names (the created ones) and
+//     drops the figures of every other: a removed container's figure stays until the
+//     next pass that does not list it, and is never served meanwhile, as stats are only
+//     asked of created containers and IDs are not reused.
+//
+// A figure carries the time it was measured, which stats report as the writable layer's
+// timestamp. When a walk fails, the previous figure (with its older time) is kept.
+type layerCollector struct {
+	// list returns the IDs of the containers to measure.
+	list func() []string
+	// find returns a container's writable layer directory; it is asked once per
+	// container, as the directory does not change while the container exists.
+	find func(id string) (string, error)
+	// measure walks a directory: storage.DirUsage, or a fake in tests.
+	measure func(dir string) (storage.FsUsage, error)
+	// now is the clock that stamps the figures: time.Now, or a fake in tests.
+	now func() time.Time
+	log *slog.Logger
+
+	mu     sync.Mutex
+	layers map[string]layerFigure // by container ID
+}
+
+// layerFigure is what the collector knows of one container's writable layer.
+type layerFigure struct {
+	dir   string
+	usage storage.FsUsage
+	at    time.Time // when usage was measured; zero while it has not been
+}
+
+// usage returns the last figure measured for container id and the time it was measured;
+// ok is false when none has been yet.
+func (lc *layerCollector) usage(id string) (u storage.FsUsage, at time.Time, ok bool) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	f, found := lc.layers[id]
+	if !found || f.at.IsZero() {
+		return storage.FsUsage{}, time.Time{}, false
+	}
+	return f.usage, f.at, true
+}
+
+// run collects once at once, then once every period after the previous pass ended,
+// until ctx ends.
+func (lc *layerCollector) run(ctx context.Context, period time.Duration) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		lc.collect(ctx)
+		timer.Reset(period)
+	}
+}
+
+// collect is one pass: it measures the layer of every container list names, one after
+// another, and forgets every other container. It stops early, keeping what it measured,
+// when ctx ends.
+func (lc *layerCollector) collect(ctx context.Context) {
+	ids := lc.list()
+	live := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		live[id] = true
+	}
+	lc.forget(live)
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
+		lc.measureOne(id)
+	}
+}
+
+// measureOne walks the writable layer of container id and records the figure.
+func (lc *layerCollector) measureOne(id string) {
+	lc.mu.Lock()
+	dir := lc.layers[id].dir
+	lc.mu.Unlock()
+	if dir == "" {
+		found, err := lc.find(id)
+		if err != nil {
+			lc.log.Debug("writable layer not found", "id", id, "err", err)
+			return
+		}
+		dir = found
+	}
+	u, err := lc.measure(dir) // without the lock: this is the long part
+	at := lc.now()
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if lc.layers == nil {
+		lc.layers = map[string]layerFigure{}
+	}
+	f := lc.layers[id]
+	f.dir = dir
+	if err != nil {
+		lc.log.Debug("writable layer not measured", "id", id, "dir", dir, "err", err)
+	} else {
+		f.usage, f.at = u, at
+	}
+	lc.layers[id] = f
+}
+
+// forget drops the figures of the containers that are not in live.
+func (lc *layerCollector) forget(live map[string]bool) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for id := range lc.layers {
+		if !live[id] {
+			delete(lc.layers, id)
+		}
+	}
+}
