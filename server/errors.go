@@ -63,6 +63,7 @@ var classes = []struct {
 	{oci.ErrNoDefaultAppArmor, codes.FailedPrecondition},
 	{storage.ErrImageNotFound, codes.NotFound},
 	{storage.ErrImageInUse, codes.FailedPrecondition},
+	{storage.ErrRootfsUnreachable, codes.FailedPrecondition},
 	{storage.ErrInvalidReference, codes.InvalidArgument},
 	{storage.ErrAmbiguousShortName, codes.InvalidArgument},
 	{storage.ErrRegistryBlocked, codes.PermissionDenied},

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	cstorage "go.podman.io/storage"
 	"go.podman.io/storage/pkg/idtools"
@@ -112,27 +110,6 @@ func (s *Store) existing(id, imageID string) (info ContainerInfo, ok bool, err e
 	return infoOf(c), true, nil
 }
 
-// makeSearchable lets every user search (not list) the directories above rootfs, up to
-// /, as Podman does for containers in a user namespace: the runtime's init reaches the
-// root filesystem by path as the root of the container's user namespace, a host ID
-// that the store's 0700 directories would keep out.
-func makeSearchable(rootfs string) error {
-	for dir := filepath.Dir(rootfs); ; dir = filepath.Dir(dir) {
-		st, err := os.Stat(dir)
-		if err != nil {
-			return fmt.Errorf("make %s reachable: %w", rootfs, err)
-		}
-		if mode := st.Mode().Perm(); mode&0o111 != 0o111 {
-			if err := os.Chmod(dir, mode|0o111); err != nil {
-				return fmt.Errorf("make %s reachable: %w", rootfs, err)
-			}
-		}
-		if dir == "/" || dir == "." {
-			return nil
-		}
-	}
-}
-
 func idtoolsMaps(maps []IDMap) []idtools.IDMap {
 	out := make([]idtools.IDMap, len(maps))
 	for i, m := range maps {
@@ -200,8 +177,12 @@ func (s *Store) Unmount(ctx context.Context, id string) error {
 }
 
 // DeleteContainer unmounts (however many times it was mounted) and deletes storage
-// container id, with its directories. No such container is success.
+// container id, with its directories, and first the bind mount of its root filesystem
+// for a user namespace (see rootfs.go) when there is one. No such container is success.
 func (s *Store) DeleteContainer(ctx context.Context, id string) error {
+	if err := s.unbindUserRootfs(id); err != nil {
+		return fmt.Errorf("delete storage container: %w", err)
+	}
 	if err := s.Unmount(ctx, id); err != nil {
 		return fmt.Errorf("delete storage container: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -267,18 +268,36 @@ func TestContainerStepArgsAreStable(t *testing.T) {
 
 // TestMappedContainer creates a container with the ID mappings of a user namespace:
 // its mounted root filesystem (and what the image put in it) is owned by the host IDs
-// that map to the container's, so that the container's root may write it.
+// that map to the container's, so that the container's root may write it. The runtime
+// is given a bind mount of it under the store's RootfsDir, and no directory above the
+// store's own mount changes mode (issue 20, item 4: they used to be opened up to /).
 func TestMappedContainer(t *testing.T) {
 	onEachDriver(t, func(t *testing.T, _ string, s *testStore) {
 		ctx := context.Background()
 		img, _ := pullTestImage(t, s)
 		id := newID(t)
 		maps := []IDMap{{ContainerID: 0, HostID: 300000, Size: 65536}}
+		modes := dirModes(t, filepath.Join(s.dir, "root"))
 		fs, err := ContainerStep(s.Store, ContainerRequest{ID: id, ImageID: img.ID, UIDMap: maps, GIDMap: maps}).Run(ctx)
 		if err != nil {
 			t.Fatalf("driver %s: %v", s.Driver(), err)
 		}
 		t.Cleanup(func() { _ = s.DeleteContainer(ctx, id) })
+		if want := filepath.Join(s.dir, "run", "rootfs", id); fs.Rootfs != want || !isMounted(t, fs.Rootfs) {
+			t.Errorf("driver %s: root filesystem for the runtime %s (mounted %v), want the bind mount %s",
+				s.Driver(), fs.Rootfs, isMounted(t, fs.Rootfs), want)
+		}
+		mounted, err := s.Mount(ctx, id) // the store's own path, mounted already
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dir, mode := range modes {
+			if strings.HasPrefix(mounted, dir+"/") {
+				if st, err := os.Stat(dir); err != nil || st.Mode().Perm() != mode {
+					t.Errorf("driver %s: %s above the root filesystem has mode %v, was %04o", s.Driver(), dir, st.Mode().Perm(), mode)
+				}
+			}
+		}
 		for _, p := range []string{fs.Rootfs, filepath.Join(fs.Rootfs, "bin")} {
 			st, err := os.Stat(p)
 			if err != nil {
@@ -290,4 +309,33 @@ func TestMappedContainer(t *testing.T) {
 			}
 		}
 	})
+}
+
+// dirModes returns the mode of every directory under root, and of root and the
+// directories above it.
+func dirModes(t *testing.T, root string) map[string]os.FileMode {
+	t.Helper()
+	modes := map[string]os.FileMode{}
+	for d := filepath.Dir(root); d != "/"; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		modes[d] = st.Mode().Perm()
+	}
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		modes[p] = info.Mode().Perm()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return modes
 }

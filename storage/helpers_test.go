@@ -58,7 +58,9 @@ func openTestStore(t *testing.T, driver string) *testStore {
 	requireRoot(t)
 	requireBusybox(t)
 	host := storagetest.StartRegistry(t)
-	dir := t.TempDir()
+	// Searchable by others, as a node's /run is, so that the default RootfsDir
+	// (<dir>/run/rootfs) can be reached from a user namespace.
+	dir := searchableTempDir(t)
 	s, err := Open(context.Background(), Options{
 		Root:          filepath.Join(dir, "root"),
 		RunRoot:       filepath.Join(dir, "run"),

@@ -79,6 +79,12 @@ type Options struct {
 	// when a pull's own credentials do not apply; it may be missing. Default:
 	// <ImageCacheDir>/auth.json.
 	AuthFile string
+	// RootfsDir is where the root filesystems of containers in a user namespace are
+	// bind-mounted, one directory per container, for their runtime to reach (see
+	// rootfs.go). Open creates it 0711; the directories above it must let every user
+	// search them (o+x), and are never changed. Default: <RunRoot>/rootfs. Absolute
+	// when set.
+	RootfsDir string
 	// ImageCacheDir holds containers/image's caches and the configuration generated for it
 	// (see the package comment). Default: <Root>/image-cache. Absolute when set.
 	ImageCacheDir string
@@ -96,6 +102,8 @@ type Store struct {
 	registriesConf, registriesConfDir string // the node's files, for messages
 
 	mountMu sync.Mutex // serializes Mount and Unmount, to make Mount idempotent
+
+	rootfsDir string // Options.RootfsDir: user-namespace root filesystems' bind mounts
 
 	configMu sync.Mutex
 	configs  map[string]ImageConfig // by image ID; an ID's config never changes
@@ -130,6 +138,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 	}
 
+	rootfsDir := opts.RootfsDir
+	if rootfsDir == "" {
+		rootfsDir = filepath.Join(opts.RunRoot, "rootfs")
+	}
+	// Before containers/storage makes the run root (0700): a run root made here is
+	// searchable, so the default RootfsDir can be reached.
+	if err := prepareRootfsDir(rootfsDir); err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+
 	sopts := storagetypes.StoreOptions{
 		GraphRoot:       opts.Root,
 		RunRoot:         opts.RunRoot,
@@ -153,6 +171,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		registriesConf:    opts.RegistriesConf,
 		registriesConfDir: opts.RegistriesConfDir,
 		configs:           map[string]ImageConfig{},
+		rootfsDir:         rootfsDir,
 	}
 	log.Debug("storage opened", "root", opts.Root, "run_root", opts.RunRoot, "driver", s.Driver())
 	return s, nil
@@ -167,7 +186,7 @@ func (o Options) validate() error {
 	}
 	for _, p := range []struct{ name, path string }{
 		{"image cache dir", o.ImageCacheDir}, {"registries.conf", o.RegistriesConf}, {"registries.conf.d", o.RegistriesConfDir},
-		{"signature policy", o.SignaturePolicy}, {"auth file", o.AuthFile},
+		{"signature policy", o.SignaturePolicy}, {"auth file", o.AuthFile}, {"rootfs dir", o.RootfsDir},
 	} {
 		if p.path != "" && !filepath.IsAbs(p.path) {
 			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", p.name, p.path))
