@@ -224,6 +224,47 @@ func crashContainerConfig(t *testing.T, pod string) string {
 	return path
 }
 
+// usernsContainerTrigger is trigger (one whose request is createCrashingContainer's) for
+// a container in a pod with its own user namespace: its root filesystem is bind-mounted
+// under the daemon's usernsRootfsDir, and neither the crash nor the undo may leave that
+// mount or its directory (leaks checks both).
+func usernsContainerTrigger(trigger *crashTrigger) *crashTrigger {
+	u := *trigger
+	u.variant = strings.TrimSpace(trigger.variant + " userns")
+	u.how += ", in a pod with its own user namespace"
+	u.pod = func(t *testing.T, d *daemon) string {
+		return d.usernsContainerPod(t, "crash", runtimeapi.NamespaceMode_CONTAINER)
+	}
+	u.provoke = func(t *testing.T, d *daemon, pod string) string {
+		return createCrashingContainerWith(t, d, pod, usernsCrashContainerConfig)
+	}
+	u.settle = func(t *testing.T, d *daemon, pod, crashed string) crashOutcome {
+		return settleContainerWith(t, d, pod, crashed, usernsCrashContainerConfig)
+	}
+	return &u
+}
+
+// usernsCrashContainerConfig is crashContainerConfig with the pod's user namespace, as
+// the kubelet copies it into each container's namespace options.
+func usernsCrashContainerConfig(t *testing.T, pod string) string {
+	t.Helper()
+	b, err := json.MarshalIndent(map[string]any{
+		"metadata": map[string]any{"name": "crash", "attempt": 0},
+		"image":    map[string]any{"image": testImage},
+		"command":  sleeper,
+		"log_path": "crash_0.log",
+		"linux": map[string]any{"security_context": map[string]any{
+			"namespace_options": usernsOptions(runtimeapi.NamespaceMode_CONTAINER),
+		}},
+	}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(filepath.Dir(pod), "ctr-crash-userns.json")
+	writeFile(t, path, string(b), 0o644)
+	return path
+}
+
 // settleContainer checks the invariant for a container whose request crashed
 // (crashed is its ID when known), after the restart: the pod is ready, and
 // either no container is listed and nothing of one is left (gone), or none

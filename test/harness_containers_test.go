@@ -149,6 +149,10 @@ func (d *daemon) requireWholeContainer(t *testing.T, id string) {
 func (d *daemon) runcRoot() string    { return filepath.Join(d.runRoot, "runc") }
 func (d *daemon) storageRoot() string { return filepath.Join(d.root, "storage") }
 
+// usernsRootfsDir is where the daemon bind-mounts the root filesystems of containers in
+// a user namespace, one directory per container (storage.Options.RootfsDir's default).
+func (d *daemon) usernsRootfsDir() string { return filepath.Join(d.runRoot, "storage", "rootfs") }
+
 // containerPod writes a pod configuration for the container tests: a pod
 // network (or the host's), no shared pid namespace, a log directory (made,
 // as the kubelet makes it) and the node's own cgroup parent, so that the

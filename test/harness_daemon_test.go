@@ -137,6 +137,12 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Searchable by others (not listable), as a node's /run is: the daemon binds the
+	// root filesystems of containers in a user namespace under <run_root>/storage/rootfs
+	// and never opens up the directories above its own.
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
 	d := &daemon{
 		opts:       opts,
 		base:       base,

@@ -346,6 +346,17 @@ func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 			keptLayers = append(keptLayers, layer)
 		}
 	}
+	// The directories of the bind mounts of user-namespace root filesystems (the
+	// mounts themselves are checked with the others, below).
+	bound, err := os.ReadDir(d.usernsRootfsDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	for _, e := range bound {
+		if !kept(e.Name()) {
+			leaks = append(leaks, "user namespace root filesystem "+filepath.Join(d.usernsRootfsDir(), e.Name()))
+		}
+	}
 	for _, sub := range []string{"containers", "exits", "attach"} {
 		entries, err := os.ReadDir(filepath.Join(d.ociStateDir, sub))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {

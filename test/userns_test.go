@@ -1,10 +1,13 @@
 package test
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -159,7 +162,9 @@ echo ready; sleep 3600`
 // process that made the pod's namespaces) and not (pid CONTAINER): the container sees
 // the mapping in /proc/self/uid_map, writes its root filesystem as its root (owned by
 // 0:0 inside), has /proc and sysfs mounted, and the pod gets an IP. The handler reports
-// user namespaces in Status. Removal leaves no pin and no pause process.
+// user namespaces in Status. The runtime gets the root filesystem through a bind mount
+// under the daemon's run root, and no directory of the store or above it changes mode
+// (issue 20, item 4). Removal leaves no pin, no pause process and no bind mount.
 func TestUsernsPod(t *testing.T) {
 	t.Parallel()
 	reaper := newPauseReaper(t)
@@ -184,8 +189,21 @@ func TestUsernsPod(t *testing.T) {
 			if ip := d.inspectp(t, podID).Status.Network.IP; ip == "" {
 				t.Errorf("the pod has no IP")
 			}
+			d.pull(t, testImage)
+			modes := storageDirModes(t, d.storageRoot())
 			ctr := d.run(t, podID, containerConfig(t, "c", 0, []string{"sh", "-c", usernsScript}, withUserns(tc.pid)), pod)
 			d.waitLog(t, ctr, "ready", 30*time.Second)
+			// The runtime reached the root filesystem through the daemon's bind mount,
+			// and no directory of the store (or above it) was opened up for it.
+			for dir, mode := range modes {
+				if st, err := os.Stat(dir); err == nil && st.Mode().Perm() != mode {
+					t.Errorf("%s has mode %04o after a user namespace container ran, was %04o", dir, st.Mode().Perm(), mode)
+				}
+			}
+			bound := filepath.Join(d.usernsRootfsDir(), ctr)
+			if !slices.Contains(mountsBelow(d.usernsRootfsDir()), bound) {
+				t.Errorf("the container's root filesystem is not bind-mounted at %s", bound)
+			}
 			logs := d.mustCrictl(t, "logs", ctr)
 			pid1 := tc.pid1
 			if tc.pid == runtimeapi.NamespaceMode_POD {
@@ -200,6 +218,9 @@ func TestUsernsPod(t *testing.T) {
 				}
 			}
 			d.removeCtr(t, ctr)
+			if _, err := os.Stat(bound); !errors.Is(err, fs.ErrNotExist) || slices.Contains(mountsBelow(d.usernsRootfsDir()), bound) {
+				t.Errorf("the bind mount %s is left after crictl rm (%v)", bound, err)
+			}
 			d.mustCrictl(t, "stopp", podID)
 			d.mustCrictl(t, "rmp", podID)
 			if pids := pauseProcesses(podID); len(pids) > 0 {
@@ -218,6 +239,38 @@ func TestUsernsPod(t *testing.T) {
 		}
 	}
 	d.stopClean(t)
+}
+
+// storageDirModes returns the modes of the directories from / down to the storage root
+// and of those up to three levels under it: every directory above a root filesystem of
+// the store that exists before the container (vfs: <root>/vfs/dir/<layer>, overlay:
+// <root>/overlay/<layer>/merged). Directories that vanish while it walks are skipped.
+func storageDirModes(t *testing.T, root string) map[string]os.FileMode {
+	t.Helper()
+	modes := map[string]os.FileMode{}
+	for d := root; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		modes[d] = st.Mode().Perm()
+		if d == "/" {
+			break
+		}
+	}
+	_ = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.IsDir() {
+			return nil
+		}
+		if strings.Count(strings.TrimPrefix(p, root), "/") > 3 {
+			return filepath.SkipDir
+		}
+		if info, err := e.Info(); err == nil {
+			modes[p] = info.Mode().Perm()
+		}
+		return nil
+	})
+	return modes
 }
 
 // TestUsernsIdmapMount bind-mounts a host directory (owned by the host's root,
