@@ -41,6 +41,7 @@ func TestToStatus(t *testing.T) {
 		{journal.ErrNameHeld, &journal.HeldError{}, codes.AlreadyExists},
 		{netns.ErrNoNetwork, fmt.Errorf("x: %w", netns.ErrNoNetwork), codes.FailedPrecondition},
 		{storage.ErrImageInUse, fmt.Errorf("remove image: %w", storage.ErrImageInUse), codes.FailedPrecondition},
+		{storage.ErrRootfsUnreachable, fmt.Errorf("create container: %w", storage.ErrRootfsUnreachable), codes.FailedPrecondition},
 		{storage.ErrAmbiguousShortName, fmt.Errorf("pull busybox: %w", storage.ErrAmbiguousShortName), codes.InvalidArgument},
 		{storage.ErrRegistryBlocked, fmt.Errorf("pull: %w", storage.ErrRegistryBlocked), codes.PermissionDenied},
 		{storage.ErrRejectedByPolicy, fmt.Errorf("pull: %w", storage.ErrRejectedByPolicy), codes.PermissionDenied},
