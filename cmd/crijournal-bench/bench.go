@@ -17,11 +17,8 @@ import (
 	"github.com/crijournal/crijournal/config"
 )
 
-func init() {
-	subcommands = append(subcommands, newBenchCommand)
-}
-
-func newBenchCommand() *cobra.Command {
+// newRootCommand returns the crijournal-bench command.
+func newRootCommand() *cobra.Command {
 	var o bench.Options
 	var asJSON bool
 	var compare string
@@ -33,11 +30,11 @@ func newBenchCommand() *cobra.Command {
 	var floor bench.FloorOptions
 	var withFloor bool
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "crijournal-bench",
 		Short: "Measure a CRI endpoint (crijournal, containerd or CRI-O) with a pod workload",
-		Long: `bench creates --pods pod sandboxes, --concurrency at a time (with --image, a container is
-created and started in each), then stops and removes everything it made, also when
-interrupted. It reports latency percentiles per operation and pods per second, and
+		Long: `crijournal-bench creates --pods pod sandboxes, --concurrency at a time (with
+--image, a container is created and started in each), then stops and removes
+everything it made, also when interrupted. It reports latency percentiles per operation and pods per second, and
 shows its progress on stderr (a bar on a terminal, whole lines otherwise). With
 --plot FILE.svg it draws each operation's latency distribution.
 With --client-timeout it behaves like a kubelet: a request that takes longer is
@@ -71,7 +68,9 @@ Workloads (--workload):
          is followed by the floor, at the same concurrency, and PodUp and PodDown are
          divided by it; with --workload scale, the floor (one at a time) is measured at
          every point too.`,
-		Args: cobra.NoArgs,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 			defer stop()
