@@ -24,6 +24,11 @@ BIN := bin/crijournal
 # The pause program of shared pid namespaces, which the daemon looks for beside its own
 # binary. Built without cgo: it drops its privileges on every thread (see internal/pause).
 PAUSE_BIN := bin/crijournal-pause
+# The benchmark program (contrib/bench, docs/BENCHMARKS.md): a binary of its own, so that the
+# daemon does not link gonum/plot and the progress bar (lint checks it). Not installed.
+BENCH_BIN := bin/crijournal-bench
+# Packages the daemon's binary must not link.
+DAEMON_FORBIDDEN_DEPS := gonum.org/|github.com/schollz/progressbar|github.com/crijournal/crijournal/bench$$
 # End-to-end tests run this binary.
 export CRIJOURNAL_BIN := $(abspath $(BIN))
 # The real kubelet (Kubernetes v1.37.2, from the nested module test/kubelet) that the
@@ -73,14 +78,14 @@ FUZZTIME ?= 3s
 
 help:
 	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
-	@echo 'make build  build $(BIN)'
+	@echo 'make build  build $(BIN), $(PAUSE_BIN) and $(BENCH_BIN)'
 	@echo 'make kubelet  build $(KUBELET_BIN), the kubelet of the end-to-end tests (only when test/kubelet changed)'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
 	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
 	@echo 'make uninstall  remove what install added (never the journal or the storage)'
-	@echo 'make lint   gofmt, go vet, staticcheck'
+	@echo 'make lint   gofmt, go vet, staticcheck; the daemon links no benchmark package'
 	@echo 'make bench  every benchmark, 5 times'
 	@echo 'make clean  remove build and test outputs'
 
@@ -119,6 +124,7 @@ deps:
 build:
 	go build -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/crijournal
 	CGO_ENABLED=0 go build -trimpath -o $(PAUSE_BIN) ./cmd/crijournal-pause
+	go build -tags '$(GOTAGS)' -o $(BENCH_BIN) ./cmd/crijournal-bench
 
 # The kubelet takes minutes to build cold: rebuilt only when its module changed.
 kubelet: $(KUBELET_BIN)
@@ -155,11 +161,12 @@ run: deps build
 	fi
 	exec ./$(BIN) serve $(RUN_ARGS)
 
-# install copies the binaries built by `make build` (it does not build: run it as root
-# after building as anyone), the systemd unit, bash completion and a crictl.yaml example; and,
-# only where the node has none yet, a configuration file written by `crijournal config`,
-# the default CNI network and the permissive signature policy. Files already there are
-# never replaced, except the binary, the unit and the completion.
+# install copies the daemon's binaries built by `make build` (it does not build: run it as
+# root after building as anyone; $(BENCH_BIN), a development tool, is not installed), the
+# systemd unit, bash completion and a crictl.yaml example; and, only where the node has none
+# yet, a configuration file written by `crijournal config`, the default CNI network and the
+# permissive signature policy. Files already there are never replaced, except the binary, the
+# unit and the completion.
 install:
 	@for b in $(BIN) $(PAUSE_BIN); do test -x $$b || { echo "install: $$b missing: run make build first" >&2; exit 1; }; done
 	@set -euo pipefail; d='$(DESTDIR)'; written=(); \
@@ -218,6 +225,8 @@ lint:
 		echo "lint: installing staticcheck $(STATICCHECK_VERSION) in $(TOOLS_BIN)"; \
 		GOBIN=$(TOOLS_BIN) go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION); }
 	staticcheck -tags '$(GOTAGS)' ./...
+	@linked="$$(go list -tags '$(GOTAGS)' -deps ./cmd/crijournal | grep -E '^($(DAEMON_FORBIDDEN_DEPS))' || true)"; \
+	if [ -n "$$linked" ]; then echo "lint: the daemon links benchmark packages (see BENCH_BIN):"; echo "$$linked"; exit 1; fi
 
 bench: build
 	go test -tags '$(GOTAGS)' -run '^$$' -bench . -count 5 ./...
