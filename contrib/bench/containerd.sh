@@ -6,10 +6,10 @@
 # bridge network of its own, gives both the busybox image (crijournal pulls it from the
 # loopback registry $REG_ADDR, containerd imports the tarballs of $IMAGEDIR; both made
 # by the conformance kit, $KIT (default ../shared/conformance beside the repository): mk-local-images.sh and local-registry.sh), then runs
-# `crijournal bench --compare-endpoint` (the workload alternates between the two, round
+# `crijournal-bench --compare-endpoint` (the workload alternates between the two, round
 # by round) with the floor measured after each round, and prints the ratios. Then it
 # stops both daemons by PID and removes what they made. Run as root from the repository,
-# after `make build`. Arguments go to `crijournal bench` (default: -n 20 -c 1 --rounds 4).
+# after `make build`. Arguments go to `crijournal-bench` (default: -n 20 -c 1 --rounds 4).
 #
 #   contrib/bench/containerd.sh -n 20 -c 4 --rounds 4
 #   contrib/bench/containerd.sh --workload idle -n 100 --duration 60s
@@ -118,9 +118,9 @@ first=$(tar -xOf "$IMAGEDIR/busybox.tar" index.json | jq -r '.manifests[0].annot
 echo "crijournal: unix://$base/cj/cri.sock (pid ${pids[0]}); containerd: unix://$ctdsock (pid $ctdpid)" >&2
 if [[ " ${args[*]} " == *" --workload "* ]]; then
 	for endpoint in "unix://$base/cj/cri.sock" "unix://$ctdsock"; do
-		"$bin" bench --endpoint "$endpoint" --image "$IMAGE" "${args[@]}"
+		"$bench" --endpoint "$endpoint" --image "$IMAGE" "${args[@]}"
 	done
 else
-	"$bin" bench --endpoint "unix://$base/cj/cri.sock" --compare-endpoint "unix://$ctdsock" \
+	"$bench" --endpoint "unix://$base/cj/cri.sock" --compare-endpoint "unix://$ctdsock" \
 		--image "$IMAGE" --floor "${args[@]}"
 fi

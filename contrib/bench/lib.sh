@@ -10,11 +10,16 @@
 # mirror_config <file> writes a daemon configuration whose registries are mirrored by the
 # loopback registry $REG_ADDR (default 127.0.0.1:5000, see the conformance kit in ../shared/conformance beside the repository), and
 # pull <side> <image> pulls an image into a side's daemon with crictl.
+#
+# $bin is the daemon (CRIJOURNAL_BIN, default bin/crijournal), $bench the benchmark program
+# (CRIJOURNAL_BENCH_BIN, default crijournal-bench beside the daemon): both from `make build`.
 
 bin="${CRIJOURNAL_BIN:-$(pwd)/bin/crijournal}"
+bench="${CRIJOURNAL_BENCH_BIN:-$(dirname "$bin")/crijournal-bench}"
 # Pulls into a bench node need a signature policy, also where the machine has none.
 policy="$(cd "$(dirname "${BASH_SOURCE[0]}")/../containers" && pwd)/policy.json"
 [ -x "$bin" ] || { echo "$0: $bin not found: run make build first" >&2; exit 1; }
+[ -x "$bench" ] || { echo "$0: $bench not found: run make build first" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || { echo "$0: must run as root" >&2; exit 1; }
 
 base="$(mktemp -d /tmp/cj-bench-XXXXXX)"

@@ -1,8 +1,8 @@
 #!/bin/bash
 # pods.sh: pod sandbox latency. Starts a crijournal daemon on a node of its own (bridge +
-# host-local), runs `crijournal bench` against it, then stops it by PID and removes what it
+# host-local), runs `crijournal-bench` against it, then stops it by PID and removes what it
 # made. Run as root from the repository, after `make build`. Arguments go to
-# `crijournal bench` (default: -n 50 -c 8). Extra daemon flags: SERVE_FLAGS="...".
+# `crijournal-bench` (default: -n 50 -c 8). Extra daemon flags: SERVE_FLAGS="...".
 # With IMAGE=ref, the daemon pulls it through the loopback registry $REG_ADDR and bench
 # gets --image ref (a running container in each pod). CNI_SUBNET widens the network, for
 # more than 250 pods:
@@ -22,4 +22,4 @@ fi
 # shellcheck disable=SC2086
 start_daemon pods 4 ${SERVE_FLAGS:-}
 [ -z "${IMAGE:-}" ] || pull pods "$IMAGE"
-"$bin" bench --endpoint "unix://$base/pods/cri.sock" "${args[@]}"
+"$bench" --endpoint "unix://$base/pods/cri.sock" "${args[@]}"

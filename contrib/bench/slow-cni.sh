@@ -1,9 +1,9 @@
 #!/bin/bash
 # slow-cni.sh: the kubelet-style timeout scenario. Starts a crijournal daemon whose
 # bridge plugin sleeps CNI_DELAY seconds (default 3) before each ADD, runs
-# `crijournal bench --client-timeout` against it, then stops it by PID and removes what
+# `crijournal-bench --client-timeout` against it, then stops it by PID and removes what
 # it made. Run as root from the repository, after `make build`. Arguments go to
-# `crijournal bench` (default: -n 8 -c 8 --client-timeout 2s).
+# `crijournal-bench` (default: -n 8 -c 8 --client-timeout 2s).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 args=("$@")
@@ -21,4 +21,4 @@ WRAP
 chmod +x "$base/plugins/bridge"
 
 start_daemon slow 3 --cni-plugin-dirs "$base/plugins,$real"
-"$bin" bench --endpoint "unix://$base/slow/cri.sock" "${args[@]}"
+"$bench" --endpoint "unix://$base/slow/cri.sock" "${args[@]}"

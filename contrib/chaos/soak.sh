@@ -1,5 +1,5 @@
 #!/bin/bash
-# soak.sh: the chaos soak. A crijournal daemon on a node of its own serves `crijournal bench`,
+# soak.sh: the chaos soak. A crijournal daemon on a node of its own serves `crijournal-bench`,
 # which brings PODS pods up the way a kubelet does (a request that takes longer than
 # CLIENT_TIMEOUT is abandoned and retried with the same name), then stops and removes them;
 # all the while the daemon is SIGKILLed at random every KILL_MIN..KILL_MAX seconds and
@@ -43,9 +43,11 @@ CACHE_TTL="${CACHE_TTL:-20s}"
 CNI_DIR="${CNI_DIR:-/usr/lib/cni}"
 
 bin="${CRIJOURNAL_BIN:-$(pwd)/bin/crijournal}"
+bench="${CRIJOURNAL_BENCH_BIN:-$(dirname "$bin")/crijournal-bench}"
 # Pulls need a signature policy, also where the machine has none: the repository's.
 policy="$(cd "$(dirname "${BASH_SOURCE[0]}")/../containers" && pwd)/policy.json"
 [ -x "$bin" ] || { echo "$0: $bin not found: run make build first" >&2; exit 2; }
+[ -x "$bench" ] || { echo "$0: $bench not found: run make build first" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "$0: must run as root" >&2; exit 2; }
 for tool in crictl jq runc ip; do
 	command -v "$tool" >/dev/null || { echo "$0: $tool is missing" >&2; exit 2; }
@@ -180,7 +182,7 @@ fi
 bench_args=(--endpoint "unix://$sock" -n "$PODS" -c "$CONCURRENCY" --client-timeout "$CLIENT_TIMEOUT"
 	--max-retries 200 --prefix "$prefix" --json)
 [ -z "$IMAGE" ] || bench_args+=(--image "$IMAGE")
-"$bin" bench "${bench_args[@]}" >"$base/bench.json" 2>"$base/bench.err" &
+"$bench" "${bench_args[@]}" >"$base/bench.json" 2>"$base/bench.err" &
 bench_pid=$!
 
 kills=0
