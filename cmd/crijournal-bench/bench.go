@@ -34,9 +34,10 @@ func newRootCommand() *cobra.Command {
 		Short: "Measure a CRI endpoint (crijournal, containerd or CRI-O) with a pod workload",
 		Long: `crijournal-bench creates --pods pod sandboxes, --concurrency at a time (with
 --image, a container is created and started in each), then stops and removes
-everything it made, also when interrupted. It reports latency percentiles per operation and pods per second, and
-shows its progress on stderr (a bar on a terminal, whole lines otherwise). With
---plot FILE.svg it draws each operation's latency distribution.
+everything it made, also when interrupted. It reports latency percentiles per
+operation and pods per second, and shows its progress on stderr (a bar on a
+terminal, whole lines otherwise). With --plot FILE.svg it draws each operation's
+latency distribution.
 With --client-timeout it behaves like a kubelet: a request that takes longer is
 abandoned, and a failed request is retried with the same name until it succeeds (at
 most --max-retries times); the report counts the retries and errors each pod took,
