@@ -66,35 +66,6 @@ func (s *Server) findContainer(id string) (container, error) {
 	return decodeContainer(rec)
 }
 
-// containerName validates a container config and returns its name,
-// k8s_<container>_<pod>_<namespace>_<uid>_<attempt>.
-func containerName(cfg *runtimeapi.ContainerConfig, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
-	if cfg == nil {
-		return "", invalidf("config is required")
-	}
-	md := cfg.GetMetadata()
-	if md == nil {
-		return "", invalidf("config.metadata is required")
-	}
-	if err := checkNamePart("metadata.name", md.GetName()); err != nil {
-		return "", err
-	}
-	if cfg.GetImage().GetImage() == "" {
-		return "", invalidf("config.image.image is required")
-	}
-	if sc := cfg.GetLinux().GetSecurityContext(); sc.GetRunAsGroup() != nil && sc.GetRunAsUser() == nil && sc.GetRunAsUsername() == "" {
-		return "", invalidf("config.linux.security_context.run_as_group needs run_as_user or run_as_username")
-	}
-	smd := sandbox.GetMetadata()
-	return fmt.Sprintf("k8s_%s_%s_%s_%s_%d", md.GetName(), smd.GetName(), smd.GetNamespace(), smd.GetUid(), md.GetAttempt()), nil
-}
-
-// containerIdentity is what a container creation makes whatever its attempt: the
-// container of that name in the sandbox (journal.Record.Identity).
-func containerIdentity(sandboxID string, cfg *runtimeapi.ContainerConfig) string {
-	return sandboxID + "/" + cfg.GetMetadata().GetName()
-}
-
 // logPath is where conmon writes the container's CRI log: the sandbox's log directory
 // joined with the container's log path, both as the kubelet gives them; "" when either is
 // missing (no log is kept, as in CRI-O).
