@@ -137,44 +137,6 @@ func (s *Server) Register(g *grpc.Server) {
 	runtimeapi.RegisterImageServiceServer(g, &imageService{s: s})
 }
 
-// Version reports the runtime's name and version.
-func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
-	return &runtimeapi.VersionResponse{
-		Version:           "0.1.0",
-		RuntimeName:       RuntimeName,
-		RuntimeVersion:    s.version,
-		RuntimeApiVersion: "v1",
-	}, nil
-}
-
-// Status reports RuntimeReady (false with a reason once the journal has failed: the
-// daemon is stopping), NetworkReady (false with a reason while no CNI network is
-// configured), the runtime handlers and features, and with verbose the effective
-// configuration.
-func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
-	runtime := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
-	if err := s.journal.Err(); err != nil {
-		runtime.Status = false
-		runtime.Reason = ReasonJournalFailed
-		runtime.Message = fmt.Sprintf("%v; the runtime is stopping, its next start recovers from the journal file", err)
-	}
-	network := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
-	if _, err := s.networks.Network(); err != nil {
-		network.Status = false
-		network.Reason = "NetworkPluginNotReady"
-		network.Message = fmt.Sprintf("Network plugin returns error: %v", err)
-	}
-	resp := &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
-		runtime,
-		network,
-	}}}
-	s.describeRuntime(ctx, req.GetVerbose(), resp)
-	return resp, nil
-}
-
-// ReasonJournalFailed is the reason of RuntimeReady false once a journal commit failed.
-const ReasonJournalFailed = "JournalFailed"
-
 // servedWhenFailed are the calls still answered once the journal has failed, so that the
 // kubelet learns why the runtime is not ready; every other call is refused (fail-stop).
 var servedWhenFailed = map[string]bool{
