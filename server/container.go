@@ -58,14 +58,6 @@ func decodeContainer(rec journal.Record) (container, error) {
 	return c, err
 }
 
-func (s *Server) findContainer(id string) (container, error) {
-	rec, err := s.findRecord(journal.KindContainer, id)
-	if err != nil {
-		return container{}, err
-	}
-	return decodeContainer(rec)
-}
-
 // logPath is where conmon writes the container's CRI log: the sandbox's log directory
 // joined with the container's log path, both as the kubelet gives them; "" when either is
 // missing (no log is kept, as in CRI-O).
@@ -94,20 +86,6 @@ func (c container) state() runtimeapi.ContainerState {
 	}
 	return runtimeapi.ContainerState_CONTAINER_CREATED
 }
-
-func markerTime(rec journal.Record, key string) int64 {
-	v, ok := rec.Marker(key)
-	if !ok {
-		return 0
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func stringPtr(s string) *string { return &s }
 
 // reasonUnknown is the reason of an exit recorded without conmon's word: the runtime
 // definitely lost the container (a reboot), or conmon died without writing the exit file.

@@ -150,14 +150,6 @@ func (s *Server) removeContainer(ctx context.Context, rec journal.Record) error 
 	return nil
 }
 
-// containersOf returns the records of a sandbox's containers that hold their names: created
-// ones, and those in progress or cached.
-func (s *Server) containersOf(sandboxID string) []journal.Record {
-	return s.journal.List(func(r *journal.Record) bool {
-		return r.Kind == journal.KindContainer && r.Parent == sandboxID && r.HoldsName
-	})
-}
-
 // ContainerStatus reports a container.
 func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
 	c, err := s.findContainer(req.GetContainerId())

@@ -2,13 +2,11 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
@@ -39,14 +37,6 @@ type sandboxObject struct {
 	Shm          string `json:"shm,omitempty"` // the pod's tmpfs, or netns.HostShm for ipc NODE
 }
 
-func mustMarshal(m proto.Message) []byte {
-	b, err := proto.Marshal(m)
-	if err != nil {
-		panic(fmt.Sprintf("marshal %T: %v", m, err))
-	}
-	return b
-}
-
 // sandbox is a created sandbox as the server sees it.
 type sandbox struct {
 	rec    journal.Record
@@ -60,18 +50,6 @@ func decodeSandbox(rec journal.Record) (sandbox, error) {
 	return sb, err
 }
 
-// decodeObject reads a record's object (JSON) into obj, then the CRI config that obj
-// carries as protobuf (*configBytes, filled by the first step) into config.
-func decodeObject(rec journal.Record, obj any, configBytes *[]byte, config proto.Message) error {
-	if err := json.Unmarshal(rec.Object, obj); err != nil {
-		return fmt.Errorf("%s %s: decode journal object: %w", rec.Kind, rec.ID, err)
-	}
-	if err := proto.Unmarshal(*configBytes, config); err != nil {
-		return fmt.Errorf("%s %s: decode config: %w", rec.Kind, rec.ID, err)
-	}
-	return nil
-}
-
 func (sb sandbox) state() runtimeapi.PodSandboxState {
 	if _, gone := sb.rec.Marker(markerPauseExited); gone {
 		return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
@@ -80,50 +58,6 @@ func (sb sandbox) state() runtimeapi.PodSandboxState {
 		return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	}
 	return runtimeapi.PodSandboxState_SANDBOX_READY
-}
-
-// findRecord returns the created record of kind whose ID is id or starts with it. An
-// unknown ID gives an error of class errNotFound, a hidden one of class errNotYetCreated.
-func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error) {
-	if id == "" {
-		return journal.Record{}, invalidf("%s ID is required", kind)
-	}
-	var matches []journal.Record
-	if journal.ValidID(id) {
-		// A whole ID: one look-up, not a scan of every record.
-		if r, err := s.journal.Get(id); err == nil && r.Kind == kind && r.HoldsName {
-			matches = []journal.Record{r}
-		}
-	} else {
-		matches = s.journal.List(func(r *journal.Record) bool {
-			return r.Kind == kind && r.HoldsName && strings.HasPrefix(r.ID, id)
-		})
-	}
-	for _, m := range matches {
-		if m.ID == id {
-			matches = []journal.Record{m}
-			break
-		}
-	}
-	switch {
-	case len(matches) == 0:
-		return journal.Record{}, newError(errNotFound, "%s %s not found", kind, id)
-	case len(matches) > 1:
-		return journal.Record{}, invalidf("%s ID prefix %q is ambiguous (%d matches)", kind, id, len(matches))
-	}
-	rec := matches[0]
-	if rec.State != journal.StateCreated {
-		return journal.Record{}, newError(errNotYetCreated, "%s %s is not yet created", kind, rec.ID)
-	}
-	return rec, nil
-}
-
-func (s *Server) findSandbox(id string) (sandbox, error) {
-	rec, err := s.findRecord(journal.KindSandbox, id)
-	if err != nil {
-		return sandbox{}, err
-	}
-	return decodeSandbox(rec)
 }
 
 // StopPodSandbox tears the pod's network down (CNI DEL, journaled as the undo of the
@@ -182,12 +116,6 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		s.log.Info("pod sandbox stopped", "id", sb.rec.ID, "name", sb.rec.Name)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
-}
-
-// nowMarker returns the time now as a marker's value (UTC, RFC 3339 with nanoseconds).
-func nowMarker() *string {
-	t := time.Now().UTC().Format(time.RFC3339Nano)
-	return &t
 }
 
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
@@ -314,15 +242,6 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSand
 		})
 	}
 	return resp, nil
-}
-
-func labelsMatch(labels, selector map[string]string) bool {
-	for k, v := range selector {
-		if labels[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // watchPause watches the pause process holding a sandbox's shared pid namespace, without

@@ -328,30 +328,6 @@ func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardReq
 	return st.lib.GetPortForward(req)
 }
 
-// runningContainer returns a container that exists and is running.
-func (s *Server) runningContainer(id string) (container, error) {
-	c, err := s.findContainer(id)
-	if err != nil {
-		return container{}, err
-	}
-	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_RUNNING {
-		return container{}, errContainerState(c.rec.ID, st, "RUNNING")
-	}
-	return c, nil
-}
-
-// readySandbox returns a sandbox that exists and is ready.
-func (s *Server) readySandbox(id string) (sandbox, error) {
-	sb, err := s.findSandbox(id)
-	if err != nil {
-		return sandbox{}, err
-	}
-	if sb.state() != runtimeapi.PodSandboxState_SANDBOX_READY {
-		return sandbox{}, newError(errWrongState, "pod sandbox %s is not ready", sb.rec.ID)
-	}
-	return sb, nil
-}
-
 // streamRuntime runs the sessions of the streaming server. The container or sandbox
 // is looked up again: it may have stopped since its URL was handed out.
 type streamRuntime struct{ s *Server }

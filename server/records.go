@@ -1,0 +1,150 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// The look-ups of records that the calls share: a created sandbox or container by its
+// ID or a unique prefix of it, in the state a call needs, and the helpers that read and
+// write what a record holds (its object, its markers).
+
+// findRecord returns the created record of kind whose ID is id or starts with it. An
+// unknown ID gives an error of class errNotFound, a hidden one of class errNotYetCreated.
+func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error) {
+	if id == "" {
+		return journal.Record{}, invalidf("%s ID is required", kind)
+	}
+	var matches []journal.Record
+	if journal.ValidID(id) {
+		// A whole ID: one look-up, not a scan of every record.
+		if r, err := s.journal.Get(id); err == nil && r.Kind == kind && r.HoldsName {
+			matches = []journal.Record{r}
+		}
+	} else {
+		matches = s.journal.List(func(r *journal.Record) bool {
+			return r.Kind == kind && r.HoldsName && strings.HasPrefix(r.ID, id)
+		})
+	}
+	for _, m := range matches {
+		if m.ID == id {
+			matches = []journal.Record{m}
+			break
+		}
+	}
+	switch {
+	case len(matches) == 0:
+		return journal.Record{}, newError(errNotFound, "%s %s not found", kind, id)
+	case len(matches) > 1:
+		return journal.Record{}, invalidf("%s ID prefix %q is ambiguous (%d matches)", kind, id, len(matches))
+	}
+	rec := matches[0]
+	if rec.State != journal.StateCreated {
+		return journal.Record{}, newError(errNotYetCreated, "%s %s is not yet created", kind, rec.ID)
+	}
+	return rec, nil
+}
+
+func (s *Server) findSandbox(id string) (sandbox, error) {
+	rec, err := s.findRecord(journal.KindSandbox, id)
+	if err != nil {
+		return sandbox{}, err
+	}
+	return decodeSandbox(rec)
+}
+
+func (s *Server) findContainer(id string) (container, error) {
+	rec, err := s.findRecord(journal.KindContainer, id)
+	if err != nil {
+		return container{}, err
+	}
+	return decodeContainer(rec)
+}
+
+// readySandbox returns a sandbox that exists and is ready.
+func (s *Server) readySandbox(id string) (sandbox, error) {
+	sb, err := s.findSandbox(id)
+	if err != nil {
+		return sandbox{}, err
+	}
+	if sb.state() != runtimeapi.PodSandboxState_SANDBOX_READY {
+		return sandbox{}, newError(errWrongState, "pod sandbox %s is not ready", sb.rec.ID)
+	}
+	return sb, nil
+}
+
+// runningContainer returns a container that exists and is running.
+func (s *Server) runningContainer(id string) (container, error) {
+	c, err := s.findContainer(id)
+	if err != nil {
+		return container{}, err
+	}
+	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		return container{}, errContainerState(c.rec.ID, st, "RUNNING")
+	}
+	return c, nil
+}
+
+// containersOf returns the records of a sandbox's containers that hold their names: created
+// ones, and those in progress or cached.
+func (s *Server) containersOf(sandboxID string) []journal.Record {
+	return s.journal.List(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.Parent == sandboxID && r.HoldsName
+	})
+}
+
+// decodeObject reads a record's object (JSON) into obj, then the CRI config that obj
+// carries as protobuf (*configBytes, filled by the first step) into config.
+func decodeObject(rec journal.Record, obj any, configBytes *[]byte, config proto.Message) error {
+	if err := json.Unmarshal(rec.Object, obj); err != nil {
+		return fmt.Errorf("%s %s: decode journal object: %w", rec.Kind, rec.ID, err)
+	}
+	if err := proto.Unmarshal(*configBytes, config); err != nil {
+		return fmt.Errorf("%s %s: decode config: %w", rec.Kind, rec.ID, err)
+	}
+	return nil
+}
+
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", m, err))
+	}
+	return b
+}
+
+// nowMarker returns the time now as a marker's value (UTC, RFC 3339 with nanoseconds).
+func nowMarker() *string {
+	t := time.Now().UTC().Format(time.RFC3339Nano)
+	return &t
+}
+
+func markerTime(rec journal.Record, key string) int64 {
+	v, ok := rec.Marker(key)
+	if !ok {
+		return 0
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func stringPtr(s string) *string { return &s }
+
+func labelsMatch(labels, selector map[string]string) bool {
+	for k, v := range selector {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
