@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -58,124 +56,6 @@ func (sb sandbox) state() runtimeapi.PodSandboxState {
 		return runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	}
 	return runtimeapi.PodSandboxState_SANDBOX_READY
-}
-
-// StopPodSandbox tears the pod's network down (CNI DEL, journaled as the undo of the
-// attach step) and marks the sandbox stopped in its record. It is idempotent, and an
-// unknown ID is success, as in CRI-O. Teardowns of one sandbox run one at a time.
-func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
-	sb, err := s.findSandbox(req.GetPodSandboxId())
-	if errors.Is(err, errNotFound) {
-		s.log.Info("stop of an unknown sandbox: nothing to do", "id", req.GetPodSandboxId())
-		return &runtimeapi.StopPodSandboxResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := s.teardowns.lock(ctx, sb.rec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("stop sandbox %s: waiting for another stop or removal of it: %w", sb.rec.ID, err)
-	}
-	defer unlock()
-	// Look again: the teardown that ran meanwhile may have stopped or removed it.
-	if sb, err = s.findSandbox(sb.rec.ID); errors.Is(err, errNotFound) {
-		return &runtimeapi.StopPodSandboxResponse{}, nil
-	} else if err != nil {
-		return nil, err
-	}
-	// No container creation may be running in the pod while it is stopped: one that
-	// finished afterwards would run in a stopped pod, with its /dev/shm unmounted under
-	// it. Those running now are waited for (and their containers stopped below); later
-	// ones find the sandbox stopped.
-	reopen, err := s.pods.close(ctx, sb.rec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("stop sandbox %s: a container creation in it is still running; retry the stop once it has ended: %w", sb.rec.ID, err)
-	}
-	defer reopen()
-	// The pod's containers first, killed at once (as containerd does: the kubelet has
-	// already stopped them gracefully).
-	for _, rec := range s.containersOf(sb.rec.ID) {
-		c, err := decodeContainer(rec)
-		if err != nil || rec.State != journal.StateCreated {
-			continue
-		}
-		if err := s.stopContainer(ctx, c, 0); err != nil {
-			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
-		}
-	}
-	if _, stopped := sb.rec.Marker(markerStopped); !stopped {
-		// CNI DEL (the undo of the attach step), the pod's /dev/shm unmounted (as CRI-O
-		// does at stop: no container of the pod runs again), and both markers in one commit.
-		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
-		at := nowMarker()
-		err := s.journal.UndoSteps(nctx, sb.rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach, netns.StepShm)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
-		}
-		s.log.Info("pod sandbox stopped", "id", sb.rec.ID, "name", sb.rec.Name)
-	}
-	return &runtimeapi.StopPodSandboxResponse{}, nil
-}
-
-// RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
-// DEL unless stopped, the pod's files, the pause process, then the namespace pins), last first, and deletes the record. The
-// record is marked removing before anything is undone, so a crash part way is finished at
-// the next start. An unknown ID is success, per the CRI. Teardowns of one sandbox run one
-// at a time.
-func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-	rec, err := s.findRecord(journal.KindSandbox, req.GetPodSandboxId())
-	if errors.Is(err, errNotFound) {
-		return &runtimeapi.RemovePodSandboxResponse{}, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := s.teardowns.lock(ctx, rec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("remove sandbox %s: waiting for another stop or removal of it: %w", rec.ID, err)
-	}
-	defer unlock()
-	if rec, err = s.findRecord(journal.KindSandbox, rec.ID); errors.Is(err, errNotFound) {
-		return &runtimeapi.RemovePodSandboxResponse{}, nil
-	} else if err != nil {
-		return nil, err
-	}
-	// No container creation may be running in the pod while its containers are
-	// listed and removed: one that finished afterwards would belong to no pod.
-	reopen, err := s.pods.close(ctx, rec.ID)
-	if err != nil {
-		return nil, fmt.Errorf("remove sandbox %s: a container creation in it is still running; retry the removal once it has ended: %w", rec.ID, err)
-	}
-	defer reopen()
-	// The pod's containers first; cached or half-made ones are rolled back.
-	for _, c := range s.containersOf(rec.ID) {
-		if c.State == journal.StateCreated {
-			if err := s.removeContainer(ctx, c); err != nil {
-				return nil, fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
-			}
-		} else if c.State == journal.StateCached {
-			if err := s.rollback(ctx, c); err != nil {
-				return nil, fmt.Errorf("remove sandbox %s: rolling back its cached container %s: %w", rec.ID, c.ID, err)
-			}
-		}
-	}
-	rctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
-	defer cancel()
-	err = s.journal.Remove(rctx, rec.ID)
-	var uerr *journal.UndoError
-	switch {
-	case errors.As(err, &uerr):
-		// The sandbox is gone for the kubelet; what could not be cleaned is the journal's
-		// to retry.
-		s.log.Warn("pod sandbox removed, but an undo failed and will be retried", "id", rec.ID, "name", rec.Name, "err", err)
-	case errors.Is(err, journal.ErrNotFound):
-	case err != nil:
-		return nil, fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
-	default:
-		s.log.Info("pod sandbox removed", "id", rec.ID, "name", rec.Name)
-	}
-	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
 // PodSandboxStatus reports a created sandbox; verbose adds the journal's view of it.
