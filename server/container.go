@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -56,24 +55,6 @@ func decodeContainer(rec journal.Record) (container, error) {
 	c := container{rec: rec, config: &runtimeapi.ContainerConfig{}}
 	err := decodeObject(rec, &c.obj, &c.obj.Config, c.config)
 	return c, err
-}
-
-// logPath is where conmon writes the container's CRI log: the sandbox's log directory
-// joined with the container's log path, both as the kubelet gives them; "" when either is
-// missing (no log is kept, as in CRI-O).
-func logPath(sandbox *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) (string, error) {
-	dir, rel := sandbox.GetLogDirectory(), cfg.GetLogPath()
-	if dir == "" || rel == "" {
-		return "", nil
-	}
-	if !filepath.IsAbs(dir) {
-		return "", invalidf("sandbox log_directory %q must be absolute", dir)
-	}
-	p := filepath.Join(dir, rel)
-	if filepath.IsAbs(rel) || !strings.HasPrefix(p, filepath.Clean(dir)+"/") {
-		return "", invalidf("log_path %q must stay inside the sandbox's log directory", rel)
-	}
-	return p, nil
 }
 
 // state derives the CRI state of a container from its markers and the runtime.

@@ -3,12 +3,9 @@ package server
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -102,26 +99,4 @@ func criSignal(sig syscall.Signal) runtimeapi.Signal {
 		name = unix.SignalName(sig)
 	}
 	return runtimeapi.Signal(runtimeapi.Signal_value["SIGNAL_"+name])
-}
-
-// specUser returns the user of a spec, for the container's record.
-func specUser(spec *specs.Spec) *specs.User {
-	if spec == nil || spec.Process == nil {
-		return nil
-	}
-	u := spec.Process.User
-	return &u
-}
-
-// ensureLogDir creates the directory of a container's log file (0755, as the kubelet
-// makes pod log directories) when it is missing, so that conmon can open the log: a
-// crictl user's pod log directory need not exist. Nothing: no log file.
-func ensureLogDir(logFile string) error {
-	if logFile == "" {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
-		return fmt.Errorf("create log directory: %w", err)
-	}
-	return nil
 }

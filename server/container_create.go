@@ -3,7 +3,13 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -216,4 +222,44 @@ func (s *Server) placeLog(c container) {
 	if err != nil && !errors.Is(err, oci.ErrNotFound) { // not found: the runtime lost it, and nothing writes the log
 		s.log.Warn("container log not moved to the path its record names", "id", c.rec.ID, "name", c.rec.Name, "log", c.obj.LogPath, "err", err)
 	}
+}
+
+// specUser returns the user of a spec, for the container's record.
+func specUser(spec *specs.Spec) *specs.User {
+	if spec == nil || spec.Process == nil {
+		return nil
+	}
+	u := spec.Process.User
+	return &u
+}
+
+// ensureLogDir creates the directory of a container's log file (0755, as the kubelet
+// makes pod log directories) when it is missing, so that conmon can open the log: a
+// crictl user's pod log directory need not exist. Nothing: no log file.
+func ensureLogDir(logFile string) error {
+	if logFile == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
+		return fmt.Errorf("create log directory: %w", err)
+	}
+	return nil
+}
+
+// logPath is where conmon writes the container's CRI log: the sandbox's log directory
+// joined with the container's log path, both as the kubelet gives them; "" when either is
+// missing (no log is kept, as in CRI-O).
+func logPath(sandbox *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) (string, error) {
+	dir, rel := sandbox.GetLogDirectory(), cfg.GetLogPath()
+	if dir == "" || rel == "" {
+		return "", nil
+	}
+	if !filepath.IsAbs(dir) {
+		return "", invalidf("sandbox log_directory %q must be absolute", dir)
+	}
+	p := filepath.Join(dir, rel)
+	if filepath.IsAbs(rel) || !strings.HasPrefix(p, filepath.Clean(dir)+"/") {
+		return "", invalidf("log_path %q must stay inside the sandbox's log directory", rel)
+	}
+	return p, nil
 }
