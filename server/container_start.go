@@ -1,0 +1,31 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// StartContainer starts a created container.
+func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if st := c.state(); st != runtimeapi.ContainerState_CONTAINER_CREATED {
+		return nil, errContainerState(c.rec.ID, st, "CREATED")
+	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return nil, err
+	}
+	if err := rt.Start(ctx, c.rec.ID); err != nil {
+		return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
+	}
+	if err := s.journal.SetMarker(c.rec.ID, markerStartedAt, nowMarker()); err != nil {
+		return nil, err
+	}
+	s.log.Info("container started", "id", c.rec.ID, "name", c.rec.Name)
+	return &runtimeapi.StartContainerResponse{}, nil
+}
