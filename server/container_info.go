@@ -9,8 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
-
-	"github.com/crijournal/crijournal/oci"
 )
 
 // What ContainerStatus reports beyond the journal's markers: the process's user as the
@@ -61,17 +59,6 @@ func (s *Server) recordResources(ctx context.Context, c container, res *runtimea
 		return fmt.Errorf("record resources of %s: %w", c.rec.ID, err)
 	}
 	return nil
-}
-
-// stopSignal is the signal that stops the container: its config's stop_signal, else its
-// image's, else SIGTERM.
-func (c container) stopSignal() syscall.Signal {
-	if sig := c.config.GetStopSignal(); sig != runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
-		if s, err := oci.ParseSignal(criSignalName(sig)); err == nil {
-			return s
-		}
-	}
-	return stopSignal(c.obj.StopSig)
 }
 
 // criSignalName turns a CRI signal (SIGNAL_SIGRTMINPLUS1) into a name ParseSignal reads
