@@ -1,0 +1,148 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
+)
+
+// ContainerStatus reports a container.
+func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	c, err := s.findContainer(req.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.recordExit(ctx, c); err != nil {
+		s.log.Warn("container exit not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
+	}
+	if c, err = s.findContainer(c.rec.ID); err != nil {
+		return nil, err
+	}
+	st := &runtimeapi.ContainerStatus{
+		Id: c.rec.ID, Metadata: c.config.GetMetadata(), State: c.state(),
+		CreatedAt: c.obj.CreatedAt.UnixNano(), StartedAt: markerTime(c.rec, markerStartedAt),
+		FinishedAt: markerTime(c.rec, markerFinishedAt),
+		Image:      c.config.GetImage(), ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID,
+		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
+		Mounts: c.mounts(), LogPath: c.obj.LogPath,
+		User: c.user(), Resources: c.resources(), StopSignal: criSignal(c.stopSignal()),
+	}
+	if v, ok := c.rec.Marker(markerExitCode); ok {
+		code, _ := strconv.Atoi(v)
+		st.ExitCode = int32(code)
+		st.Reason, _ = c.rec.Marker(markerReason)
+	}
+	resp := &runtimeapi.ContainerStatusResponse{Status: st}
+	if req.GetVerbose() {
+		resp.Info = map[string]string{"info": infoJSON(map[string]any{
+			"sandbox_id": c.obj.SandboxID, "runtime_handler": c.obj.Handler, "bundle": c.obj.Bundle, "rootfs": c.obj.Rootfs,
+			"journal": map[string]any{"state": c.rec.State, "steps": c.rec.Steps, "markers": c.rec.Markers},
+		})}
+	}
+	return resp, nil
+}
+
+// ListContainers lists created containers; cached and in-progress ones are hidden.
+func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	f := req.GetFilter()
+	recs := s.journal.Snapshot(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.State == journal.StateCreated && strings.HasPrefix(r.ID, f.GetId()) &&
+			(f.GetPodSandboxId() == "" || strings.HasPrefix(r.Parent, f.GetPodSandboxId()))
+	})
+	if f.GetId() == "" && f.GetPodSandboxId() == "" {
+		s.containerCache.keepOnly(recs)
+	}
+	resp := &runtimeapi.ListContainersResponse{}
+	for _, rec := range recs {
+		c, err := s.listedContainer(rec)
+		if err != nil {
+			s.log.Warn("skipping undecodable container", "id", rec.ID, "name", rec.Name, "err", err)
+			continue
+		}
+		if f.GetState() != nil && f.GetState().GetState() != c.state() {
+			continue
+		}
+		if !labelsMatch(c.config.GetLabels(), f.GetLabelSelector()) {
+			continue
+		}
+		resp.Containers = append(resp.Containers, &runtimeapi.Container{
+			Id: rec.ID, PodSandboxId: c.obj.SandboxID, Metadata: c.config.GetMetadata(), Image: c.config.GetImage(),
+			ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID, State: c.state(), CreatedAt: c.obj.CreatedAt.UnixNano(),
+			Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
+		})
+	}
+	return resp, nil
+}
+
+// What ContainerStatus reports beyond the journal's markers: the process's user as the
+// spec set it, the resources as last set, and the stop signal.
+
+// user is the container's effective user as its spec set it: uid, gid, and the
+// supplemental groups the process holds (the primary group among them, as `id -G`
+// shows them). nil for a container created before the user was recorded.
+func (c container) user() *runtimeapi.ContainerUser {
+	u := c.obj.User
+	if u == nil {
+		return nil
+	}
+	groups := []int64{int64(u.GID)}
+	for _, g := range u.AdditionalGids {
+		if g != u.GID {
+			groups = append(groups, int64(g))
+		}
+	}
+	return &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
+		Uid: int64(u.UID), Gid: int64(u.GID), SupplementalGroups: groups,
+	}}
+}
+
+// resources are the container's resources as last set: by UpdateContainerResources, else
+// by its creation config.
+func (c container) resources() *runtimeapi.ContainerResources {
+	linux := c.config.GetLinux().GetResources()
+	if len(c.obj.Resources) > 0 {
+		updated := &runtimeapi.LinuxContainerResources{}
+		if err := proto.Unmarshal(c.obj.Resources, updated); err == nil {
+			linux = updated
+		}
+	}
+	if linux == nil {
+		return nil
+	}
+	return &runtimeapi.ContainerResources{Linux: linux}
+}
+
+// criSignalName turns a CRI signal (SIGNAL_SIGRTMINPLUS1) into a name ParseSignal reads
+// (SIGRTMIN+1).
+func criSignalName(sig runtimeapi.Signal) string {
+	name := strings.TrimPrefix(sig.String(), "SIGNAL_")
+	name = strings.Replace(name, "PLUS", "+", 1)
+	return strings.Replace(name, "MINUS", "-", 1)
+}
+
+// criSignal is the CRI's name of a signal; RUNTIME_DEFAULT when the CRI has none.
+func criSignal(sig syscall.Signal) runtimeapi.Signal {
+	const rtmin, rtmax = 34, 64
+	var name string
+	switch n := int(sig); {
+	case n == rtmin:
+		name = "SIGRTMIN"
+	case n > rtmin && n <= rtmin+15:
+		name = fmt.Sprintf("SIGRTMINPLUS%d", n-rtmin)
+	case n > rtmin+15 && n < rtmax:
+		name = fmt.Sprintf("SIGRTMAXMINUS%d", rtmax-n)
+	case n == rtmax:
+		name = "SIGRTMAX"
+	default:
+		name = unix.SignalName(sig)
+	}
+	return runtimeapi.Signal(runtimeapi.Signal_value["SIGNAL_"+name])
+}
