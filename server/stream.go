@@ -275,39 +275,6 @@ func sessionContext(ctx context.Context, c net.Conn) context.Context {
 // errNoStreams answers streaming calls on a server without a streaming server.
 var errNoStreams = newError(errUnavailable, "the streaming server is not running")
 
-// Exec validates an exec request (the container exists and runs, a command is given)
-// and returns the URL of its session.
-func (s *Server) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtimeapi.ExecResponse, error) {
-	c, err := s.runningContainer(req.GetContainerId())
-	if err != nil {
-		return nil, err
-	}
-	if len(req.GetCmd()) == 0 {
-		return nil, invalidf("cmd is required")
-	}
-	st := s.streams.Load()
-	if st == nil {
-		return nil, errNoStreams
-	}
-	req.ContainerId = c.rec.ID
-	return st.lib.GetExec(req)
-}
-
-// Attach validates an attach request (the container exists and runs) and returns the
-// URL of its session.
-func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
-	c, err := s.runningContainer(req.GetContainerId())
-	if err != nil {
-		return nil, err
-	}
-	st := s.streams.Load()
-	if st == nil {
-		return nil, errNoStreams
-	}
-	req.ContainerId = c.rec.ID
-	return st.lib.GetAttach(req)
-}
-
 // PortForward validates a port-forward request (the sandbox exists and is ready) and
 // returns the URL of its session; the ports are named when the client connects.
 func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
