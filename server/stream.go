@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
@@ -274,26 +273,6 @@ func sessionContext(ctx context.Context, c net.Conn) context.Context {
 
 // errNoStreams answers streaming calls on a server without a streaming server.
 var errNoStreams = newError(errUnavailable, "the streaming server is not running")
-
-// PortForward validates a port-forward request (the sandbox exists and is ready) and
-// returns the URL of its session; the ports are named when the client connects.
-func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardRequest) (*runtimeapi.PortForwardResponse, error) {
-	sb, err := s.readySandbox(req.GetPodSandboxId())
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range req.GetPort() {
-		if p <= 0 || p > 65535 {
-			return nil, invalidf("port %d is not a TCP port", p)
-		}
-	}
-	st := s.streams.Load()
-	if st == nil {
-		return nil, errNoStreams
-	}
-	req.PodSandboxId = sb.rec.ID
-	return st.lib.GetPortForward(req)
-}
 
 // streamRuntime runs the sessions of the streaming server. The container or sandbox
 // is looked up again: it may have stopped since its URL was handed out.
