@@ -52,7 +52,7 @@ func (s *Server) Exec(ctx context.Context, req *runtimeapi.ExecRequest) (*runtim
 		return nil, errNoStreams
 	}
 	req.ContainerId = c.rec.ID
-	return st.lib.GetExec(req)
+	return st.GetExec(req)
 }
 
 // Attach validates an attach request (the container exists and runs) and returns the
@@ -67,5 +67,5 @@ func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*ru
 		return nil, errNoStreams
 	}
 	req.ContainerId = c.rec.ID
-	return st.lib.GetAttach(req)
+	return st.GetAttach(req)
 }

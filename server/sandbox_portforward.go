@@ -23,5 +23,5 @@ func (s *Server) PortForward(ctx context.Context, req *runtimeapi.PortForwardReq
 		return nil, errNoStreams
 	}
 	req.PodSandboxId = sb.rec.ID
-	return st.lib.GetPortForward(req)
+	return st.GetPortForward(req)
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/server/stream"
 	"github.com/crijournal/crijournal/storage"
 )
 
@@ -51,9 +52,9 @@ type Server struct {
 	runtimes  RuntimeSource
 	version   string
 	log       *slog.Logger
-	pods      podGates                     // keeps a pod's container creations and its removal apart
-	teardowns teardowns                    // keeps the stops and removals of one sandbox apart
-	streams   atomic.Pointer[StreamServer] // set by StartStreaming
+	pods      podGates                      // keeps a pod's container creations and its removal apart
+	teardowns teardowns                     // keeps the stops and removals of one sandbox apart
+	streams   atomic.Pointer[stream.Server] // set by StartStreaming
 	stats     statsState
 	layers    *layerCollector // the writable layers' usage; nil without storage
 	collected chan struct{}   // closed when the collecting goroutine ends; nil until started
