@@ -12,6 +12,26 @@
 //
 // Handlers return plain Go errors that wrap a class (errors.go) or a package's typed
 // error; toStatus, called by UnaryInterceptor, chooses the gRPC code in one table.
+//
+// # Layout
+//
+// A CRI call goes in <noun>_<verb>.go, named after the call, as in containerd's and
+// CRI-O's servers: sandbox_run.go (RunPodSandbox), sandbox_stop.go (StopPodSandbox,
+// RemovePodSandbox), sandbox_status.go (PodSandboxStatus, ListPodSandbox),
+// sandbox_portforward.go, container_create.go, container_start.go, container_stop.go,
+// container_remove.go, container_status.go (ContainerStatus, ListContainers),
+// container_update.go, container_exec.go (ExecSync, Exec, Attach),
+// container_log_reopen.go; the stats calls are in stats.go, the runtime-wide ones
+// (Version, Status, RuntimeConfig, UpdateRuntimeConfig) in status.go, the
+// ImageService in image.go. A helper that one call uses lives in its file, or beside
+// it in <noun>_<topic>.go (container_mounts.go, container_exit.go, sandbox_watch.go);
+// what several calls share has a file of its own: the record types (sandbox.go,
+// container.go), the look-ups of records (records.go), names and identities (name.go),
+// fingerprints (fingerprint.go), the creation flow (creation.go, reserve.go), the
+// session adapter of the streaming server (streaming.go; the server itself is package
+// stream). A new step goes in its resource package (netns, storage, oci), made as one
+// journal.Action by one constructor; a decision about the runtime (what a spec holds,
+// how a container ended) goes in oci, and the server only records it.
 package server
 
 import (
