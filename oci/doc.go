@@ -138,7 +138,11 @@
 //
 // [Runtime.WatchExits] reports exits as conmon writes the exit files (inotify, no
 // polling). [Runtime.Stop] waits on a pidfd of the container's init, then on conmon
-// recording the exit.
+// recording the exit. [Runtime.Exit] decides how a container ended, as CRI-O's
+// internal/oci does: from conmon's exit file and OOM marker, from a pidfd of conmon
+// while it runs (no process forked), and from the runtime's state when those cannot
+// tell; a container the runtime definitely lost ended with [ReasonUnknown]. The
+// caller only records what it decides.
 //
 // [Runtime.ExecSync] runs `runc exec` directly (not through conmon). runc's own
 // errors go to a log file, so they are not mistaken for the command's output. The

@@ -14,6 +14,92 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Reasons of an exit (Exit.Reason), as the kubelet reads them.
+const (
+	ReasonCompleted = "Completed"
+	ReasonError     = "Error"
+	// ReasonOOMKilled: conmon saw the container's cgroup run out of memory.
+	ReasonOOMKilled = "OOMKilled"
+	// ReasonUnknown is the reason of an exit concluded without conmon's word: the
+	// runtime definitely lost the container (a reboot), or conmon died without writing
+	// the exit file.
+	ReasonUnknown = "ContainerStatusUnknown"
+)
+
+// Exit is what Runtime.Exit decides about a container: that it has ended, and how, or
+// that it has not.
+type Exit struct {
+	// Exited is true once the container has ended; Code, At and Reason say how.
+	Exited bool
+	Code   int
+	At     time.Time
+	Reason string
+	// Running is true, while the container has not ended, when its process runs (or
+	// is paused); false for a container created and never started.
+	Running bool
+}
+
+// Exit decides whether and how a container ended: from conmon's exit file, or as
+// ReasonUnknown (code 255, now) when the runtime definitely does not know the
+// container (ErrNotFound: a reboot) or has it stopped while conmon never wrote an exit
+// file. started says whether the caller knows the container was started. Any other
+// failure to learn the container's state (the runtime binary missing or failing, a
+// timeout) is returned: it says nothing about the container.
+//
+// A started container whose conmon lives and has written no exit file is running
+// (Running): that is answered from a pidfd, without asking the runtime, so that polling
+// forks nothing. The runtime is asked only when that cannot tell: a container not known
+// to be started, or one whose conmon is gone without an exit file. Its queries run
+// under contexts of their own, bounded by queryTimeout, that keep ctx's values but not
+// its cancellation (as State's).
+func (r *Runtime) Exit(ctx context.Context, id string, started bool) (Exit, error) {
+	if started && r.Running(id) {
+		return Exit{Running: true}, nil
+	}
+	code, at, ok, err := r.ExitStatus(id)
+	if err != nil {
+		return Exit{}, err
+	}
+	reason := ""
+	if !ok {
+		qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), queryTimeout)
+		defer cancel()
+		st, serr := r.State(qctx, id)
+		switch {
+		case errors.Is(serr, ErrNotFound):
+			// The runtime lost it (a reboot): whatever it was, it no longer runs.
+			code, at, reason = 255, time.Now(), ReasonUnknown
+		case serr != nil:
+			return Exit{}, fmt.Errorf("container %s: state unknown: %w", id, serr)
+		case st.Status != StatusStopped:
+			// Still alive. Running without started: started by a caller that did not
+			// live to record it.
+			return Exit{Running: st.Status == StatusRunning || st.Status == StatusPaused}, nil
+		case !started:
+			return Exit{}, nil // created, never started
+		default:
+			// Stopped: runc says so as soon as the init process is dead, a moment before
+			// conmon has reaped it and written the exit file. Wait for conmon.
+			if code, at, ok, err = r.AwaitExit(qctx, id); err != nil {
+				return Exit{}, err
+			}
+			if !ok {
+				code, at, reason = 255, time.Now(), ReasonUnknown
+			}
+		}
+	}
+	switch {
+	case reason != "":
+	case r.OOMKilled(id):
+		reason = ReasonOOMKilled
+	case code != 0:
+		reason = ReasonError
+	default:
+		reason = ReasonCompleted
+	}
+	return Exit{Exited: true, Code: code, At: at, Reason: reason}, nil
+}
+
 // ExitStatus returns the exit code conmon recorded for a container and when (the
 // exit file's modification time). ok is false while no exit is recorded. Exit files
 // live in StateDir, so they survive a daemon restart; a container killed by a signal

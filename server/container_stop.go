@@ -42,7 +42,7 @@ func (s *Server) StopContainer(ctx context.Context, req *runtimeapi.StopContaine
 
 func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Duration) error {
 	exited := c.state() == runtimeapi.ContainerState_CONTAINER_EXITED
-	if reason, _ := c.rec.Marker(markerReason); exited && reason != reasonUnknown {
+	if reason, _ := c.rec.Marker(markerReason); exited && reason != oci.ReasonUnknown {
 		return nil
 	}
 	rt, err := s.runtimes.Runtime(c.obj.Handler)
@@ -69,7 +69,7 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 	if c.state() == runtimeapi.ContainerState_CONTAINER_CREATED {
 		// Never started: the runtime's init process is killed; record a plain exit.
 		return s.journal.SetMarkers(c.rec.ID, map[string]*string{
-			markerExitCode: stringPtr("0"), markerReason: stringPtr("Completed"), markerFinishedAt: nowMarker(),
+			markerExitCode: stringPtr("0"), markerReason: stringPtr(oci.ReasonCompleted), markerFinishedAt: nowMarker(),
 		})
 	}
 	// Wait briefly for conmon's exit file, so the status says how it ended.
