@@ -32,8 +32,8 @@ var (
 	// ErrAlreadyExists is returned by Create when the ID is in use: its state
 	// directory exists. Delete it first.
 	ErrAlreadyExists = errors.New("container already exists")
-	// ErrNotRunning is returned by ExecSync and ReopenLog when the container is not
-	// running.
+	// ErrNotRunning is returned by ExecSync, ReopenLog and PidNamespace when the
+	// container is not running.
 	ErrNotRunning = errors.New("container is not running")
 	// ErrExecTimeout is returned by ExecSync when the command outlives its timeout;
 	// the command has been killed and reaped.
@@ -310,6 +310,24 @@ func (r *Runtime) State(ctx context.Context, id string) (State, error) {
 		return State{}, fmt.Errorf("runtime state of %s: %w", id, err)
 	}
 	return State{ID: st.ID, Status: Status(st.Status), Pid: st.Pid, Bundle: st.Bundle, Created: st.Created}, nil
+}
+
+// PidNamespace returns the pid namespace of a running container, as a path other
+// containers join it by: /proc/<init pid>/ns/pid. The namespace is named by the
+// container's init process, as containerd and CRI-O name it: runc opens it at create
+// time, so a container that exits in between makes that creation fail rather than join
+// another namespace, unless its pid was reused at once. A container the runtime
+// definitely does not know gives ErrNotFound; one that does not run, ErrNotRunning.
+// The query runs as State's does.
+func (r *Runtime) PidNamespace(ctx context.Context, id string) (string, error) {
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if st.Status != StatusRunning || st.Pid <= 0 {
+		return "", fmt.Errorf("container %s is %s, want running: %w", id, st.Status, ErrNotRunning)
+	}
+	return fmt.Sprintf("/proc/%d/ns/pid", st.Pid), nil
 }
 
 // stateDirAbsent reports whether the runtime's state directory for id is definitely

@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// runtimeQueryTimeout bounds the runtime queries of targetPidNamespace, which run
-// detached from the request: a client that gives up must not cut a query short (DESIGN
-// §6, "absence of an answer is not evidence").
-const runtimeQueryTimeout = 30 * time.Second
-
 // recordExit stores a container's exit in its record, once, as its runtime decides it
 // (oci.Runtime.Exit: conmon's exit file, or unknown when the runtime definitely lost
 // the container). While the container runs it only records a start that the record

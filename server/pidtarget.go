@@ -13,10 +13,8 @@ import (
 // targetPidNamespace returns the pid namespace a new container joins when its pid
 // option is TARGET (kubectl debug --target): /proc/<init pid>/ns/pid of the target
 // container, which must be a created container of the same sandbox and running. It
-// returns "" for the other modes. The namespace is named by the target's init process,
-// as containerd and CRI-O do: runc opens it at create time, so a target that exits
-// in between makes the creation fail rather than join another namespace, unless its
-// pid was reused at once.
+// returns "" for the other modes. The runtime names the namespace
+// (oci.Runtime.PidNamespace).
 func (s *Server) targetPidNamespace(ctx context.Context, sb sandbox, cfg *runtimeapi.ContainerConfig) (string, error) {
 	opts := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	if opts.GetPid() != runtimeapi.NamespaceMode_TARGET {
@@ -41,17 +39,14 @@ func (s *Server) targetPidNamespace(ctx context.Context, sb sandbox, cfg *runtim
 	if err != nil {
 		return "", err
 	}
-	qctx, cancel := detached(ctx, runtimeQueryTimeout)
-	defer cancel()
-	st, err := rt.State(qctx, target.rec.ID)
-	if errors.Is(err, oci.ErrNotFound) {
+	ns, err := rt.PidNamespace(ctx, target.rec.ID)
+	switch {
+	case errors.Is(err, oci.ErrNotFound):
 		return "", newError(errWrongState, "pid namespace TARGET: target container %s is not known to its runtime: it does not run", target.rec.ID)
-	}
-	if err != nil {
+	case errors.Is(err, oci.ErrNotRunning):
+		return "", newError(errWrongState, "pid namespace TARGET: target %v", err)
+	case err != nil:
 		return "", fmt.Errorf("pid namespace TARGET: state of target container %s: %w", target.rec.ID, err)
 	}
-	if st.Status != oci.StatusRunning || st.Pid <= 0 {
-		return "", newError(errWrongState, "pid namespace TARGET: target container %s is %s, want running", target.rec.ID, st.Status)
-	}
-	return fmt.Sprintf("/proc/%d/ns/pid", st.Pid), nil
+	return ns, nil
 }
