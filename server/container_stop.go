@@ -72,13 +72,8 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 			markerExitCode: stringPtr("0"), markerReason: stringPtr(oci.ReasonCompleted), markerFinishedAt: nowMarker(),
 		})
 	}
-	// Wait briefly for conmon's exit file, so the status says how it ended.
-	for range 50 {
-		if _, _, ok, _ := rt.ExitStatus(c.rec.ID); ok {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	// Stop has waited for conmon to record the exit (its exit file), so the status
+	// says how it ended.
 	if err := s.recordExit(ctx, c); err != nil {
 		return err
 	}
