@@ -59,9 +59,10 @@ const createCleanup = 30 * time.Second
 // the container exits, writes the exit code to the exits directory. Create waits,
 // bounded by ctx, for conmon to report the PID on its sync pipe. On failure it
 // returns the runtime's error text and removes what it made, as Delete does. An ID
-// whose state directory exists gives ErrAlreadyExists. stdin says whether the
-// container's process gets a standard input that attach clients write to (see
-// [StdinMode]).
+// whose state directory exists gives ErrAlreadyExists. The log's directory is created
+// when it is missing (see ensureLogDir); it is not the container's, and Delete leaves
+// it. stdin says whether the container's process gets a standard input that attach
+// clients write to (see [StdinMode]).
 func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *specs.Spec, logPath string, stdin StdinMode) (pid int, err error) {
 	if err := validID(id); err != nil {
 		return 0, err
@@ -75,6 +76,9 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 	unlock := r.locks.lock(id)
 	defer unlock()
 	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	if err := ensureLogDir(logPath); err != nil {
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
 
@@ -201,6 +205,19 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 		// The deferred kill ends conmon, which closes the pipe and ends the reader.
 		return 0, fmt.Errorf("create %s: waiting for conmon: %w", id, ctx.Err())
 	}
+}
+
+// ensureLogDir creates the directory of a container's log file (0755, as the kubelet
+// makes pod log directories) when it is missing, so that conmon can open the log: a
+// crictl user's pod log directory need not exist. Nothing: no log file.
+func ensureLogDir(logFile string) error {
+	if logFile == "" {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
+		return fmt.Errorf("create log directory: %w", err)
+	}
+	return nil
 }
 
 // dupFile returns a copy of f's descriptor (close-on-exec) as a file of its own.

@@ -129,7 +129,7 @@ func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/nonexistent-dir/x/ctr.log", StdinNone)
+	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/proc/ctr.log", StdinNone) // Create makes a missing log directory: this one exists, and refuses the file
 	if err == nil || !strings.Contains(err.Error(), "open log file") {
 		t.Fatalf("Create with an unwritable log path: %v, want conmon's message", err)
 	}

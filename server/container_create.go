@@ -3,14 +3,11 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/failpoint"
@@ -169,13 +166,6 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 
 	// The OCI container, created by the runtime under conmon.
 	create := oci.CreateStep(rt, id, obj.Bundle, spec, logFile, oci.StdinModeOf(cfg))
-	runCreate := create.Run
-	create.Run = func(ctx context.Context) (int, error) {
-		if err := ensureLogDir(logFile); err != nil {
-			return 0, err
-		}
-		return runCreate(ctx)
-	}
 	if _, err := runStep(c, limit{d: runtimeCreateTimeout}, create); err != nil {
 		return nil, err
 	}
@@ -231,19 +221,6 @@ func specUser(spec *specs.Spec) *specs.User {
 	}
 	u := spec.Process.User
 	return &u
-}
-
-// ensureLogDir creates the directory of a container's log file (0755, as the kubelet
-// makes pod log directories) when it is missing, so that conmon can open the log: a
-// crictl user's pod log directory need not exist. Nothing: no log file.
-func ensureLogDir(logFile string) error {
-	if logFile == "" {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(logFile), 0o755); err != nil {
-		return fmt.Errorf("create log directory: %w", err)
-	}
-	return nil
 }
 
 // logPath is where conmon writes the container's CRI log: the sandbox's log directory
