@@ -25,7 +25,8 @@ const (
 )
 
 // CreateStep returns the step that creates container id in runtime r from the bundle
-// directory, the spec, the log path and the standard input mode (see Runtime.Create). Its result is conmon's PID.
+// directory, the spec, the log path and the standard input mode (see Runtime.Create).
+// Its result is the container's init PID (not conmon's).
 func CreateStep(r *Runtime, id, bundle string, spec *specs.Spec, logPath string, stdin StdinMode) journal.Action[int] {
 	return journal.Action[int]{Kind: StepRuntimeContainer, Stage: StageCreate,
 		Args: map[string]string{ArgHandler: r.Handler(), ArgID: id},
