@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"syscall"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,10 +18,9 @@ import (
 const User Kind = "user"
 
 // IDMap is one range of a user namespace's uid or gid map: Size IDs from
-// ContainerID inside map to HostID outside.
-type IDMap struct {
-	ContainerID, HostID, Size uint32
-}
+// ContainerID inside map to HostID outside. It is the OCI spec's type, as
+// storage.IDMap is, so that one mapping serves both.
+type IDMap = specs.LinuxIDMapping
 
 // PinUser creates a user namespace with the given uid and gid maps and, owned
 // by it, new namespaces of the given kinds (net, ipc, uts and optionally pid),

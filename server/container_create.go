@@ -126,7 +126,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	// In a pod with its own user namespace, owned by the IDs its root and users map to.
 	fsReq := storage.ContainerRequest{ID: id, Name: name, ImageID: img.ID, Labels: map[string]string{"io.crijournal.sandbox": sb.rec.ID}}
 	if u := sb.config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions(); u.GetMode() == runtimeapi.NamespaceMode_POD {
-		fsReq.UIDMap, fsReq.GIDMap = storageMaps(u.GetUids()), storageMaps(u.GetGids())
+		fsReq.UIDMap, fsReq.GIDMap = idMaps(u.GetUids()), idMaps(u.GetGids())
 	}
 	files, err := runStep(c, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, fsReq))
 	if err != nil {

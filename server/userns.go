@@ -7,7 +7,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/netns"
-	"github.com/crijournal/crijournal/storage"
 )
 
 // podUserns checks the user namespace a pod asks for (namespace_options.userns_options)
@@ -68,20 +67,12 @@ func (s *Server) podUserns(ctx context.Context, opts *runtimeapi.NamespaceOption
 }
 
 // idMaps returns the single mapping of a checked user namespace option (see
-// checkIDMappings) as netns takes it.
+// checkIDMappings) as netns and storage take it (netns.IDMap and storage.IDMap are one
+// type).
 func idMaps(maps []*runtimeapi.IDMapping) []netns.IDMap {
 	out := make([]netns.IDMap, len(maps))
 	for i, m := range maps {
 		out[i] = netns.IDMap{ContainerID: m.GetContainerId(), HostID: m.GetHostId(), Size: m.GetLength()}
-	}
-	return out
-}
-
-// storageMaps returns a checked user namespace option's mapping as storage takes it.
-func storageMaps(maps []*runtimeapi.IDMapping) []storage.IDMap {
-	out := make([]storage.IDMap, len(maps))
-	for i, m := range maps {
-		out[i] = storage.IDMap{ContainerID: m.GetContainerId(), HostID: m.GetHostId(), Size: m.GetLength()}
 	}
 	return out
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -31,10 +33,9 @@ type ContainerRequest struct {
 }
 
 // IDMap is one range of a user namespace's uid or gid map: Size IDs from ContainerID
-// inside map to HostID outside.
-type IDMap struct {
-	ContainerID, HostID, Size uint32
-}
+// inside map to HostID outside. It is the OCI spec's type, as netns.IDMap is, so that
+// one mapping serves both.
+type IDMap = specs.LinuxIDMapping
 
 // ContainerFS is the result of a ContainerStep: where the container's files are.
 type ContainerFS struct {
