@@ -19,7 +19,7 @@
 //     read with openat2(RESOLVE_IN_ROOT) so that links cannot leave it.
 //     supplemental_groups are added (and the /etc/group memberships unless the
 //     policy is Strict).
-//   - Mounts: /proc, /dev (tmpfs), /dev/pts, /dev/mqueue, /dev/shm (tmpfs of 64 MiB,
+//   - Mounts (mounts.go): /proc, /dev (tmpfs), /dev/pts, /dev/mqueue, /dev/shm (tmpfs of 64 MiB,
 //     or a bind of SpecInput.ShmPath), /sys and /sys/fs/cgroup (read-only unless
 //     privileged), then binds of ResolvConf, Hosts and HostnameFile, then the CRI mounts, which
 //     replace a standard mount at the same place and are ordered parents first. A
@@ -35,7 +35,7 @@
 //     pod with a user namespace of its own. In such a pod every CRI mount is idmapped
 //     (runc's "idmap": the mount's own uid/gid mappings, else the container's user
 //     namespace).
-//   - Namespaces: a new mount namespace; the sandbox's net, ipc and uts namespaces
+//   - Namespaces (spec_namespaces.go): a new mount namespace; the sandbox's net, ipc and uts namespaces
 //     by path (absent: the host's); the sandbox's pid namespace (held by its pause
 //     process) when the container's pid option is POD and the sandbox has one, the
 //     host's for pid NODE, SpecInput.TargetPidNamespace (the target container's) for
@@ -43,7 +43,7 @@
 //     "user") is joined by path, with no mappings of the spec's own; a user namespace
 //     mode other than NODE without one is refused. The hostname is set when the
 //     container has a UTS namespace other than the host's.
-//   - Resources: cpu period, quota and shares, cpuset cpus and mems, memory limit
+//   - Resources (spec_resources.go): cpu period, quota and shares, cpuset cpus and mems, memory limit
 //     (and swap, hugepages and unified settings where the machine supports them)
 //     in the cgroup <parent>/crijournal-<id> (cgroupfs). The parent is
 //     SpecInput.CgroupParent, else the sandbox's cgroup_parent, else
@@ -52,7 +52,7 @@
 //     CAP_SYS_RESOURCE in its effective set (CapEff), clamped to be at least the
 //     daemon's own (/proc/self/oom_score_adj): without it the runtime cannot lower
 //     it, and runc fails outright if asked to. With it, the request is kept.
-//   - Capabilities: [DefaultCapabilities] with the CRI add and drop ("ALL" first),
+//   - Capabilities (spec_caps.go): [DefaultCapabilities] with the CRI add and drop ("ALL" first),
 //     or, privileged, every capability in the daemon's own bounding set (CapBnd):
 //     asking runc for a capability the daemon lacks fails with "unable to apply
 //     caps", so one named explicitly is refused instead.

@@ -6,13 +6,18 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// The sources of the request's mounts: host paths (created when missing), image volumes
-// and recursive read-only mounts.
+// Mounts of the spec, all in this file: the standard mounts, the sandbox's files and
+// the request's mounts (containerMounts, criMount), and the sources of the request's
+// mounts: host paths (created when missing), image volumes and recursive read-only
+// mounts.
 
 // ImageVolume is one image volume of a container (a CRI Mount with image set): the image
 // mounted read-only at Destination, or only its SubPath.
@@ -161,4 +166,164 @@ func CreateHostPaths(c *runtimeapi.ContainerConfig) ([]string, error) {
 		created = append(created, src)
 	}
 	return created, nil
+}
+
+var defaultMaskedPaths = []string{
+	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+	"/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+var defaultReadonlyPaths = []string{
+	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+}
+
+// allowedMountOptions are the CRI mount_options a bind mount may carry.
+var allowedMountOptions = []string{
+	"nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime",
+	"nodiratime", "diratime", "relatime", "norelatime", "strictatime", "nostrictatime",
+}
+
+// containerMounts returns the container's mounts (the standard ones, the sandbox's
+// files, then the request's, which replace a standard mount at the same destination)
+// and the root filesystem propagation the request's mounts need.
+func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mount, string, error) {
+	sysOpt := "ro"
+	if privileged {
+		sysOpt = "rw"
+	}
+	mounts := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysOpt}},
+		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", sysOpt}},
+	}
+	if in.ShmPath != "" {
+		if !filepath.IsAbs(in.ShmPath) {
+			return nil, "", invalid("shm path %q is not absolute", in.ShmPath)
+		}
+		mounts = append(mounts, specs.Mount{Destination: "/dev/shm", Type: "bind", Source: in.ShmPath,
+			Options: []string{"rbind", "rprivate", "nosuid", "nodev", "noexec", "rw"}})
+	} else {
+		mounts = append(mounts, specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
+			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}})
+	}
+	fileOpt := "rw"
+	if readonlyRootfs {
+		fileOpt = "ro"
+	}
+	for _, f := range []struct{ dst, src string }{{"/etc/resolv.conf", in.ResolvConf}, {"/etc/hosts", in.Hosts}, {"/etc/hostname", in.HostnameFile}} {
+		if f.src == "" {
+			continue
+		}
+		if !filepath.IsAbs(f.src) {
+			return nil, "", invalid("%s source %q is not absolute", f.dst, f.src)
+		}
+		mounts = append(mounts, specs.Mount{Destination: f.dst, Type: "bind", Source: f.src,
+			Options: []string{"rbind", "rprivate", fileOpt}})
+	}
+
+	var own []specs.Mount
+	propagation := ""
+	for _, m := range in.Container.GetMounts() {
+		om, prop, err := criMount(m, in)
+		if err != nil {
+			return nil, "", err
+		}
+		switch {
+		case prop == "rshared":
+			propagation = "rshared"
+		case prop == "rslave" && propagation == "":
+			propagation = "rslave"
+		}
+		own = slices.DeleteFunc(own, func(x specs.Mount) bool { return x.Destination == om.Destination })
+		own = append(own, om)
+	}
+	// Parents before children, whatever order the request used.
+	slices.SortStableFunc(own, func(a, b specs.Mount) int {
+		return strings.Count(a.Destination, "/") - strings.Count(b.Destination, "/")
+	})
+	mounts = slices.DeleteFunc(mounts, func(x specs.Mount) bool {
+		return slices.ContainsFunc(own, func(o specs.Mount) bool { return o.Destination == x.Destination })
+	})
+	return append(mounts, own...), propagation, nil
+}
+
+// criMount checks one requested mount and turns it into a bind mount: of its host path,
+// or of its image's mounted root (in.ImageVolumes) for an image volume. In a pod with a
+// user namespace of its own (in.Namespaces["user"]) the mount is idmapped: with the
+// mount's own uid/gid mappings when it has them, otherwise through the container's user
+// namespace (runc 1.2's "idmap" without mappings), so that files keep their host IDs on
+// disk and the container's root owns what the host's root owns, as containerd and CRI-O do.
+func criMount(m *runtimeapi.Mount, in SpecInput) (specs.Mount, string, error) {
+	userns := in.Namespaces["user"] != ""
+	dst := m.GetContainerPath()
+	if !path.IsAbs(dst) {
+		return specs.Mount{}, "", invalid("mount container path %q is not absolute", dst)
+	}
+	if hasDotDot(dst) {
+		return specs.Mount{}, "", invalid("mount container path %q contains \"..\"", dst)
+	}
+	dst = path.Clean(dst)
+	switch {
+	case !userns && (len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0):
+		return specs.Mount{}, "", invalid("mount %s: ID-mapped mounts need a pod with its own user namespace", dst)
+	case (len(m.GetUidMappings()) > 0) != (len(m.GetGidMappings()) > 0):
+		return specs.Mount{}, "", invalid("mount %s: an ID-mapped mount needs both uid and gid mappings", dst)
+	}
+	var real string
+	var err error
+	if m.GetImage() != nil {
+		real, err = imageVolumeSource(m, dst, in.ImageVolumes)
+	} else {
+		real, err = bindSource(m, dst)
+	}
+	if err != nil {
+		return specs.Mount{}, "", err
+	}
+	var prop string
+	switch m.GetPropagation() {
+	case runtimeapi.MountPropagation_PROPAGATION_PRIVATE:
+		prop = "rprivate"
+	case runtimeapi.MountPropagation_PROPAGATION_HOST_TO_CONTAINER:
+		prop = "rslave"
+	case runtimeapi.MountPropagation_PROPAGATION_BIDIRECTIONAL:
+		prop = "rshared"
+	default:
+		return specs.Mount{}, "", invalid("mount %s: unknown propagation %v", dst, m.GetPropagation())
+	}
+	opts := []string{"rbind", prop}
+	if m.GetReadonly() {
+		opts = append(opts, "ro")
+	} else {
+		opts = append(opts, "rw")
+	}
+	if m.GetRecursiveReadOnly() {
+		if err := recursiveReadOnly(m, dst, prop, in.RecursiveReadOnly); err != nil {
+			return specs.Mount{}, "", err
+		}
+		opts = append(opts, "rro")
+	}
+	for _, o := range m.GetMountOptions() {
+		if !slices.Contains(allowedMountOptions, o) {
+			return specs.Mount{}, "", invalid("mount %s: mount option %q is not allowed", dst, o)
+		}
+		opts = append(opts, o)
+	}
+	om := specs.Mount{Destination: dst, Type: "bind", Source: real, Options: opts}
+	if userns {
+		om.Options = append(om.Options, "idmap")
+		om.UIDMappings, om.GIDMappings = linuxIDMaps(m.GetUidMappings()), linuxIDMaps(m.GetGidMappings())
+	}
+	return om, prop, nil
+}
+
+func linuxIDMaps(maps []*runtimeapi.IDMapping) []specs.LinuxIDMapping {
+	var out []specs.LinuxIDMapping
+	for _, m := range maps {
+		out = append(out, specs.LinuxIDMapping{ContainerID: m.GetContainerId(), HostID: m.GetHostId(), Size: m.GetLength()})
+	}
+	return out
 }
