@@ -24,7 +24,7 @@ import (
 )
 
 // The streaming tests: exec, attach and port-forward sessions with the real crictl,
-// through the daemon's streaming server (server/stream.go). Each starts its own
+// through the daemon's streaming server (package server/stream). Each starts its own
 // container daemon; TestStreamExec's serves HTTPS (stream_tls_cert and stream_tls_key),
 // the others plain HTTP on loopback.
 
