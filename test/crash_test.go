@@ -432,15 +432,6 @@ func requireJournalAtPoint(t *testing.T, c crashCase, recs []journal.Record, kno
 	}
 }
 
-// describeSteps describes a record with its steps.
-func describeSteps(r journal.Record) string {
-	var steps []string
-	for _, s := range r.Steps {
-		steps = append(steps, fmt.Sprintf("%s:%s", s.Kind, s.Status))
-	}
-	return fmt.Sprintf("%s %s %q state %s holds name %v, steps [%s]", r.Kind, r.ID, r.Name, r.State, r.HoldsName, strings.Join(steps, " "))
-}
-
 // settleSandbox checks the invariant for a pod sandbox whose request crashed
 // (crashed is its ID when known), after the restart: either nothing is listed
 // and nothing is left (gone), or nothing is listed and what is left is handed

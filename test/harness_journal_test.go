@@ -3,6 +3,7 @@ package test
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,4 +87,13 @@ func (d *daemon) waitContainerRecord(t *testing.T, what string, within time.Dura
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// describeSteps describes a record with its steps.
+func describeSteps(r journal.Record) string {
+	var steps []string
+	for _, s := range r.Steps {
+		steps = append(steps, fmt.Sprintf("%s:%s", s.Kind, s.Status))
+	}
+	return fmt.Sprintf("%s %s %q state %s holds name %v, steps [%s]", r.Kind, r.ID, r.Name, r.State, r.HoldsName, strings.Join(steps, " "))
 }
