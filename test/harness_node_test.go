@@ -256,3 +256,25 @@ func (d *daemon) requireReachable(t *testing.T, ip string) {
 		t.Fatalf("the host cannot reach the sandbox at %s over %s: TCP connect to a closed port gave %v, want connection refused", ip, d.bridge, err)
 	}
 }
+
+// requireWholeSandbox fails the test unless the sandbox is ready with all
+// its parts: a pinned network namespace whose eth0 holds the IP that
+// inspectp reports, host-local's allocation of it, and a route to it.
+func (d *daemon) requireWholeSandbox(t *testing.T, id string) {
+	t.Helper()
+	st := d.requireState(t, id, "SANDBOX_READY")
+	if st.Status.Network == nil || st.Status.Network.IP == "" {
+		t.Fatalf("sandbox %s is ready but has no IP", id)
+	}
+	ip := st.Status.Network.IP
+	if !isNamespace(d.netnsPin(id)) {
+		t.Fatalf("sandbox %s is ready but its network namespace pin %s is not a namespace", id, d.netnsPin(id))
+	}
+	if owner := d.ipamAllocations(t)[ip]; owner != id {
+		t.Fatalf("sandbox %s reports IP %s, but host-local allocated it to %q", id, ip, owner)
+	}
+	if addr := d.inNetns(t, id, "ip", "-o", "addr", "show", "eth0"); !strings.Contains(addr, " inet "+ip+"/24 ") {
+		t.Fatalf("sandbox %s reports IP %s, but its eth0 lacks it:\n%s", id, ip, addr)
+	}
+	d.requireReachable(t, ip)
+}
