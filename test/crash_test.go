@@ -1,9 +1,7 @@
 package test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -489,32 +487,6 @@ func settleSandbox(t *testing.T, d *daemon, pod, crashed string) crashOutcome {
 	d.removePod(t, id)
 	d.requirePods(t, "after stopp and rmp")
 	d.assertNoLeaks(t)
-	return out
-}
-
-// pluginProcesses lists the live processes working for a sandbox's CNI
-// calls (CNI_CONTAINERID in their environment), as "pid command". A zombie
-// has an empty environment and is not listed.
-func pluginProcesses(t *testing.T, sandboxID string) []string {
-	t.Helper()
-	needle := []byte("CNI_CONTAINERID=" + sandboxID + "\x00")
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !bytes.Contains(env, needle) {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))))
-	}
 	return out
 }
 
