@@ -1,7 +1,6 @@
 package test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -162,68 +161,6 @@ var (
 	}
 )
 
-// removeCrashingContainerWith pulls the test image, runs the pod, runs the
-// container of config(t, pod) in it and removes it (crictl rm refuses a
-// running container without -f, and -f stops it first, so the RPC is called
-// directly), a request that must not succeed: the daemon crashes at the
-// armed point on the way. It returns the container's ID.
-func removeCrashingContainerWith(t *testing.T, d *daemon, pod string, config func(*testing.T, string) string) string {
-	t.Helper()
-	d.pull(t, testImage)
-	podID := d.mustRunp(t, pod)
-	id := d.run(t, podID, config(t, pod), pod)
-	d.requireCtrState(t, id, "CONTAINER_RUNNING")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err == nil {
-		t.Fatalf("RemoveContainer of %s succeeded: the daemon did not crash at the armed point (a misspelt point name?)", id)
-	} else {
-		t.Logf("RemoveContainer of %s: %v (the daemon crashed)", id, err)
-	}
-	return id
-}
-
-// createCrashingContainer pulls the test image, runs the pod and creates a
-// container in it, a request that must not succeed: the daemon crashes at
-// the armed point on the way.
-func createCrashingContainer(t *testing.T, d *daemon, pod string) string {
-	t.Helper()
-	return createCrashingContainerWith(t, d, pod, crashContainerConfig)
-}
-
-// createCrashingContainerWith is createCrashingContainer for the container
-// of config(t, pod).
-func createCrashingContainerWith(t *testing.T, d *daemon, pod string, config func(*testing.T, string) string) string {
-	t.Helper()
-	d.pull(t, testImage)
-	podID := d.mustRunp(t, pod)
-	if id, _, err := d.create(t, nil, podID, config(t, pod), pod); err == nil {
-		t.Fatalf("crictl create returned container %s: the daemon did not crash at the armed point (a misspelt point name?)", id)
-	}
-	return ""
-}
-
-// crashContainerConfig writes (the same every time) and returns the
-// container configuration of a crash case, kept beside its pod's.
-func crashContainerConfig(t *testing.T, pod string) string {
-	t.Helper()
-	b, err := json.MarshalIndent(map[string]any{
-		"metadata": map[string]any{"name": "crash", "attempt": 0},
-		"image":    map[string]any{"image": testImage},
-		"command":  sleeper,
-		"log_path": "crash_0.log",
-		"linux": map[string]any{"security_context": map[string]any{
-			"namespace_options": map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)},
-		}},
-	}, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(filepath.Dir(pod), "ctr-crash.json")
-	writeFile(t, path, string(b), 0o644)
-	return path
-}
-
 // usernsContainerTrigger is trigger (one whose request is createCrashingContainer's) for
 // a container in a pod with its own user namespace: its root filesystem is bind-mounted
 // under the daemon's usernsRootfsDir, and neither the crash nor the undo may leave that
@@ -263,85 +200,6 @@ func usernsCrashContainerConfig(t *testing.T, pod string) string {
 	path := filepath.Join(filepath.Dir(pod), "ctr-crash-userns.json")
 	writeFile(t, path, string(b), 0o644)
 	return path
-}
-
-// settleContainer checks the invariant for a container whose request crashed
-// (crashed is its ID when known), after the restart: the pod is ready, and
-// either no container is listed and nothing of one is left (gone), or none
-// is listed and what is left is handed whole to the retry (cached), or the
-// container is listed whole and the retry gets the same ID (created). Then
-// it runs the container the retry got, removes it and the pod, and checks
-// the node is clean.
-func settleContainer(t *testing.T, d *daemon, pod, crashed string) crashOutcome {
-	t.Helper()
-	return settleContainerWith(t, d, pod, crashed, crashContainerConfig)
-}
-
-// settleContainerWith is settleContainer for the container of config(t, pod).
-func settleContainerWith(t *testing.T, d *daemon, pod, crashed string, config func(*testing.T, string) string) crashOutcome {
-	t.Helper()
-	pods := d.pods(t)
-	if len(pods) != 1 {
-		t.Fatalf("after the restart crictl pods lists %v, want the one pod", pods)
-	}
-	podID := pods[0]
-	d.requireWholeSandbox(t, podID)
-	ctr := config(t, pod)
-	listed := d.ps(t, true)
-	left := d.leaks(t, podID) // the daemon runs: no journal part
-	calls := d.conmonCalls(t)
-	var out crashOutcome
-	var id string
-	switch {
-	case len(listed) == 0 && len(left) == 0:
-		out = outcomeGone
-		id = d.mustCreate(t, podID, ctr, pod)
-		if id == crashed {
-			t.Fatalf("nothing of %s was left after the restart, yet the retry got it back", crashed)
-		}
-		if n := d.conmonCalls(t); n != calls+1 {
-			t.Fatalf("the retry got a new container %s but conmon was started %d times, want once", id, n-calls)
-		}
-	case len(listed) == 0:
-		out = outcomeCached
-		t.Logf("after the restart nothing is listed; the node holds:\n  %s", strings.Join(left, "\n  "))
-		id = d.mustCreate(t, podID, ctr, pod)
-		if crashed != "" && id != crashed {
-			t.Fatalf("after the restart nothing is listed but the node holds what %s made; the retry got a new container %s instead: the kept work is orphaned (neither gone nor returned)", crashed, id)
-		}
-		if n := d.conmonCalls(t); n != calls {
-			t.Fatalf("the retry got the kept container %s but conmon was started again", id)
-		}
-		if !strings.Contains(strings.Join(left, "\n"), "runtime container "+id) {
-			t.Fatalf("the retry got %s, which the node held no runtime container of:\n  %s", id, strings.Join(left, "\n  "))
-		}
-	case len(listed) == 1:
-		out = outcomeCreated
-		id = listed[0]
-		if crashed != "" && id != crashed {
-			t.Fatalf("after the restart crictl ps -a lists %s, want the crashed request's %s", id, crashed)
-		}
-		again := d.mustCreate(t, podID, ctr, pod)
-		if again != id {
-			t.Fatalf("the retry of a created container %s got %s, want the same ID (a true duplicate)", id, again)
-		}
-		if n := d.conmonCalls(t); n != calls {
-			t.Fatalf("the retry of the created container %s started conmon again", id)
-		}
-	default:
-		t.Fatalf("after the restart crictl ps -a lists %v: more than the one container requested", listed)
-	}
-	d.requirePs(t, "after the retry", id)
-	d.requireWholeContainer(t, id)
-	d.assertNoLeaks(t, podID, id)
-
-	d.removeCtr(t, id)
-	d.requirePs(t, "after stop and rm")
-	d.assertNoLeaks(t, podID)
-	d.removePod(t, podID)
-	d.requirePods(t, "after stopp and rmp")
-	d.assertNoLeaks(t)
-	return out
 }
 
 // TestContainerSurvivesRestart checks that a running container outlives the
