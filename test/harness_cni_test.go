@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -143,4 +144,22 @@ func pluginProcesses(t *testing.T, sandboxID string) []string {
 		out = append(out, fmt.Sprintf("%d %s", pid, strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))))
 	}
 	return out
+}
+
+// lateFailure is the message of a CNI ADD failed by failCNILate.
+const lateFailure = "injected failure after the ADD allocated"
+
+// failCNILate turns on or off the late failure of CNI ADD in the plugin
+// wrapper (writeWrapper): the real ADD runs (an address is allocated, the
+// veth made) and then the call fails, like a plugin chain failing part way.
+func (d *daemon) failCNILate(t *testing.T, on bool) {
+	t.Helper()
+	path := filepath.Join(d.base, "cni-fail-late-ADD")
+	if !on {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatal(err)
+		}
+		return
+	}
+	writeFile(t, path, "", 0o644)
 }

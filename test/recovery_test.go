@@ -260,24 +260,6 @@ func TestRecoveryPermanentlyFailingUndo(t *testing.T) {
 	d.stopClean(t)
 }
 
-// lateFailure is the message of a CNI ADD failed by failCNILate.
-const lateFailure = "injected failure after the ADD allocated"
-
-// failCNILate turns on or off the late failure of CNI ADD in the plugin
-// wrapper (writeWrapper): the real ADD runs (an address is allocated, the
-// veth made) and then the call fails, like a plugin chain failing part way.
-func (d *daemon) failCNILate(t *testing.T, on bool) {
-	t.Helper()
-	path := filepath.Join(d.base, "cni-fail-late-ADD")
-	if !on {
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Fatal(err)
-		}
-		return
-	}
-	writeFile(t, path, "", 0o644)
-}
-
 // liveRecords returns the records of the running daemon's journal, as
 // crijournal inspect --json reads them over the inspection socket.
 func (d *daemon) liveRecords(t *testing.T) []journal.Record {
