@@ -1,7 +1,11 @@
 package test
 
 import (
+	"bytes"
+	"context"
+	"encoding/json"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -96,4 +100,27 @@ func describeSteps(r journal.Record) string {
 		steps = append(steps, fmt.Sprintf("%s:%s", s.Kind, s.Status))
 	}
 	return fmt.Sprintf("%s %s %q state %s holds name %v, steps [%s]", r.Kind, r.ID, r.Name, r.State, r.HoldsName, strings.Join(steps, " "))
+}
+
+// liveRecords returns the records of the running daemon's journal, as
+// crijournal inspect --json reads them over the inspection socket.
+func (d *daemon) liveRecords(t *testing.T) []journal.Record {
+	t.Helper()
+	if alive, _ := d.running(); !alive {
+		t.Fatal("liveRecords: the daemon is not running")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, daemonBinary(t), "inspect", "--json", "--config", d.configPath)
+	cmd.Env = daemonEnv(nil)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("crijournal inspect --json: %v\n%s", err, stderr.String())
+	}
+	var recs []journal.Record
+	if err := json.Unmarshal(stdout.Bytes(), &recs); err != nil {
+		t.Fatalf("crijournal inspect --json: %v\n%s", err, stdout.String())
+	}
+	return recs
 }

@@ -2,10 +2,8 @@ package test
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"io/fs"
 	"maps"
@@ -258,29 +256,6 @@ func TestRecoveryPermanentlyFailingUndo(t *testing.T) {
 	d.requireWholeSandbox(t, id)
 	d.removePod(t, id)
 	d.stopClean(t)
-}
-
-// liveRecords returns the records of the running daemon's journal, as
-// crijournal inspect --json reads them over the inspection socket.
-func (d *daemon) liveRecords(t *testing.T) []journal.Record {
-	t.Helper()
-	if alive, _ := d.running(); !alive {
-		t.Fatal("liveRecords: the daemon is not running")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, daemonBinary(t), "inspect", "--json", "--config", d.configPath)
-	cmd.Env = daemonEnv(nil)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("crijournal inspect --json: %v\n%s", err, stderr.String())
-	}
-	var recs []journal.Record
-	if err := json.Unmarshal(stdout.Bytes(), &recs); err != nil {
-		t.Fatalf("crijournal inspect --json: %v\n%s", err, stdout.String())
-	}
-	return recs
 }
 
 // TestDamagedJournal starts the daemon on a journal file damaged in several
