@@ -18,7 +18,6 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
-	"golang.org/x/sys/unix"
 
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/migrations"
@@ -129,51 +128,6 @@ func TestRecoveryHangingCNI(t *testing.T) {
 		t.Errorf("the journal still holds %s", describeSteps(recs[0]))
 	}
 	d.stopClean(t)
-}
-
-// simulateReboot does to a stopped daemon's node what a reboot does: every
-// mount under the namespace directory goes and the directory with it (it is
-// on tmpfs: /var/run), so the pinned namespaces die; so do the pods' files
-// in run_root; the veths of the pods go too.
-func (d *daemon) simulateReboot(t *testing.T) {
-	t.Helper()
-	if alive, _ := d.running(); alive {
-		t.Fatal("simulateReboot: the daemon is running")
-	}
-	for _, m := range mountsBelow(d.nsDir) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
-			t.Fatalf("reboot: unmount %s: %v", m, err)
-		}
-	}
-	if err := os.RemoveAll(d.nsDir); err != nil {
-		t.Fatalf("reboot: %v", err)
-	}
-	// The pods' files are in run_root, on tmpfs too: their /dev/shm mounts go.
-	for _, m := range mountsBelow(d.podFilesDir()) {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
-			t.Fatalf("reboot: unmount %s: %v", m, err)
-		}
-	}
-	if err := os.RemoveAll(d.podFilesDir()); err != nil {
-		t.Fatalf("reboot: %v", err)
-	}
-	// The veths die with their namespaces, asynchronously; delete what is
-	// left.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		ports := d.bridgePorts(t)
-		if len(ports) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reboot: interfaces still on bridge %s: %v", d.bridge, ports)
-		}
-		for _, p := range ports {
-			_ = exec.Command("ip", "link", "del", p.name).Run() // may be gone already
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("reboot: namespace pins and veths removed")
 }
 
 // TestRecoveryPermanentlyFailingUndo covers a rollback whose undo keeps
