@@ -248,3 +248,19 @@ func writePodJSON(t *testing.T, stem string, cfg map[string]any) string {
 var unsafeRE = regexp.MustCompile(`[^a-zA-Z0-9_-]+`)
 
 func sanitize(s string) string { return unsafeRE.ReplaceAllString(s, "_") }
+
+// info returns crictl info -o json as its top-level keys.
+func (d *daemon) info(t *testing.T) map[string]json.RawMessage {
+	t.Helper()
+	out := d.mustCrictl(t, "info", "-o", "json")
+	var info map[string]json.RawMessage
+	mustDecode(t, "crictl info", []byte(out), &info)
+	return info
+}
+
+func mustDecode(t *testing.T, what string, data []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(data, v); err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, data)
+	}
+}

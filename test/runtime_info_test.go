@@ -1,7 +1,6 @@
 package test
 
 import (
-	"encoding/json"
 	"os/exec"
 	"slices"
 	"strings"
@@ -110,21 +109,5 @@ func TestRuntimeInfo(t *testing.T) {
 	msg, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(msg), `cgroup_manager: "systemd" is not supported yet`) {
 		t.Errorf("crijournal config with cgroup_manager=systemd: %v, want a refusal naming the key\n%s", err, msg)
-	}
-}
-
-// info returns crictl info -o json as its top-level keys.
-func (d *daemon) info(t *testing.T) map[string]json.RawMessage {
-	t.Helper()
-	out := d.mustCrictl(t, "info", "-o", "json")
-	var info map[string]json.RawMessage
-	mustDecode(t, "crictl info", []byte(out), &info)
-	return info
-}
-
-func mustDecode(t *testing.T, what string, data []byte, v any) {
-	t.Helper()
-	if err := json.Unmarshal(data, v); err != nil {
-		t.Fatalf("%s: %v\n%s", what, err, data)
 	}
 }
