@@ -118,25 +118,6 @@ func TestContainerStatusDetails(t *testing.T) {
 	d.removePod(t, podID)
 }
 
-// withSecurity merges fields into the container's linux.security_context.
-func withSecurity(fields map[string]any) ctrOption {
-	return func(cfg map[string]any) {
-		linux, _ := cfg["linux"].(map[string]any)
-		if linux == nil {
-			linux = map[string]any{}
-			cfg["linux"] = linux
-		}
-		sc, _ := linux["security_context"].(map[string]any)
-		if sc == nil {
-			sc = map[string]any{}
-			linux["security_context"] = sc
-		}
-		for k, v := range fields {
-			sc[k] = v
-		}
-	}
-}
-
 // ctrDetails is what crictl inspect -o json shows of a container's user,
 // resources and stop signal (int64 values are JSON strings there).
 type ctrDetails struct {

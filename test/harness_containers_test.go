@@ -429,3 +429,22 @@ func loadContainerConfig(t *testing.T, path string) *runtimeapi.ContainerConfig 
 	}
 	return cfg
 }
+
+// withSecurity merges fields into the container's linux.security_context.
+func withSecurity(fields map[string]any) ctrOption {
+	return func(cfg map[string]any) {
+		linux, _ := cfg["linux"].(map[string]any)
+		if linux == nil {
+			linux = map[string]any{}
+			cfg["linux"] = linux
+		}
+		sc, _ := linux["security_context"].(map[string]any)
+		if sc == nil {
+			sc = map[string]any{}
+			linux["security_context"] = sc
+		}
+		for k, v := range fields {
+			sc[k] = v
+		}
+	}
+}
