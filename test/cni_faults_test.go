@@ -6,7 +6,6 @@ package test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -19,22 +18,6 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
-
-// cniFault switches a fault of the bridge plugin wrapper for one CNI command (ADD, DEL)
-// on or off: "crash" kills the plugin (SIGKILL) before it does anything, "crash-late"
-// kills it after the real plugin did the command (for ADD: an address allocated and a
-// veth made, the result never returned), "exit" makes it exit 2 without a CNI error.
-func (d *daemon) cniFault(t *testing.T, fault, command string, on bool) {
-	t.Helper()
-	path := filepath.Join(d.base, "cni-"+fault+"-"+command)
-	if !on {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.Fatal(err)
-		}
-		return
-	}
-	writeFile(t, path, "", 0o644)
-}
 
 // waitCNICall waits until the bridge plugin wrapper has been called with the command for
 // the sandbox (it logs a call before sleeping).
