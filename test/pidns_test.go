@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -33,59 +32,6 @@ func defaultPauseCgroups(id string) []string {
 		dirs = append(dirs, m...)
 	}
 	return dirs
-}
-
-// psLine is one process as busybox ps prints it.
-type psLine struct {
-	pid     int
-	command string
-}
-
-// containerPs runs busybox ps in a container and returns its processes.
-func (d *daemon) containerPs(t *testing.T, id string) []psLine {
-	t.Helper()
-	out := d.execSync(t, id, "ps")
-	// The header says where COMMAND starts: "PID USER COMMAND", or with TIME.
-	lines := strings.Split(out, "\n")
-	header := strings.Fields(lines[0])
-	if len(header) < 2 || header[0] != "PID" || header[len(header)-1] != "COMMAND" {
-		t.Fatalf("ps in %s printed an unexpected header:\n%s", id, out)
-	}
-	var procs []psLine
-	for _, line := range lines[1:] {
-		f := strings.Fields(line)
-		if len(f) < len(header) {
-			continue
-		}
-		pid, err := strconv.Atoi(f[0])
-		if err != nil {
-			t.Fatalf("ps in %s printed %q", id, line)
-		}
-		procs = append(procs, psLine{pid, strings.Join(f[len(header)-1:], " ")})
-	}
-	if len(procs) == 0 {
-		t.Fatalf("ps in %s printed no process:\n%s", id, out)
-	}
-	return procs
-}
-
-func countCommand(procs []psLine, command string) int {
-	n := 0
-	for _, p := range procs {
-		if p.command == command {
-			n++
-		}
-	}
-	return n
-}
-
-func commandOf(procs []psLine, pid int) string {
-	for _, p := range procs {
-		if p.pid == pid {
-			return p.command
-		}
-	}
-	return ""
 }
 
 // TestPidNamespaceShared runs a pod that shares its pid namespace: its
