@@ -264,3 +264,22 @@ func mustDecode(t *testing.T, what string, data []byte, v any) {
 		t.Fatalf("%s: %v\n%s", what, err, data)
 	}
 }
+
+// crictlResult is the outcome of one crictl call made in the background.
+type crictlResult struct {
+	stdout, stderr string
+	err            error
+	elapsed        time.Duration
+}
+
+// runpBackground starts crictl runp with args in a goroutine.
+func (d *daemon) runpBackground(t *testing.T, args ...string) <-chan crictlResult {
+	t.Helper()
+	ch := make(chan crictlResult, 1)
+	go func() {
+		start := time.Now()
+		stdout, stderr, err := d.crictl(t, append([]string{"runp"}, args...)...)
+		ch <- crictlResult{stdout, stderr, err, time.Since(start)}
+	}()
+	return ch
+}

@@ -36,25 +36,6 @@ const inProgressStage = "sandbox network creation"
 // the creation finished after its own request's deadline.
 const readyForRetry = "will be returned on the next retry"
 
-// crictlResult is the outcome of one crictl call made in the background.
-type crictlResult struct {
-	stdout, stderr string
-	err            error
-	elapsed        time.Duration
-}
-
-// runpBackground starts crictl runp with args in a goroutine.
-func (d *daemon) runpBackground(t *testing.T, args ...string) <-chan crictlResult {
-	t.Helper()
-	ch := make(chan crictlResult, 1)
-	go func() {
-		start := time.Now()
-		stdout, stderr, err := d.crictl(t, append([]string{"runp"}, args...)...)
-		ch <- crictlResult{stdout, stderr, err, time.Since(start)}
-	}()
-	return ch
-}
-
 // timeOut makes a RunPodSandbox of pod time out during a slow CNI ADD
 // (`crictl runp -T 1s`), and returns the ID of the sandbox the daemon goes
 // on creating. crictl pods stays empty meanwhile. The CNI plugin is fast
