@@ -3,12 +3,8 @@ package test
 import (
 	"bufio"
 	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,32 +33,6 @@ func (d *daemon) inspectJSON(t *testing.T, args ...string) []journal.Record {
 		t.Fatalf("crijournal inspect --json printed %q: %v", out, err)
 	}
 	return recs
-}
-
-var metricsAddrRE = regexp.MustCompile(`metrics served.*address=(http://127\.0\.0\.1:[0-9]+/metrics)`)
-
-// metric returns the value of one sample of the daemon's metrics (0 when absent).
-func (d *daemon) metric(t *testing.T, sample string) float64 {
-	t.Helper()
-	logged, _ := os.ReadFile(d.logPath)
-	all := metricsAddrRE.FindAllStringSubmatch(string(logged), -1)
-	if all == nil {
-		t.Fatalf("no metrics address in the daemon's log")
-	}
-	m := all[len(all)-1] // the daemon's latest start
-	resp, err := http.Get(m[1])
-	if err != nil {
-		t.Fatalf("scrape %s: %v", m[1], err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	for line := range strings.SplitSeq(string(body), "\n") {
-		if rest, ok := strings.CutPrefix(line, sample+" "); ok {
-			v, _ := strconv.ParseFloat(rest, 64)
-			return v
-		}
-	}
-	return 0
 }
 
 // TestInspectAndMetrics follows a creation that times out with `crijournal inspect` (live,
