@@ -238,3 +238,15 @@ func fourAtATime(b *testing.B, count int, what string, do func(i int) error) {
 	}
 	b.Logf("%d %ss running after %v", count, what, time.Since(start).Round(time.Millisecond))
 }
+
+func envCount(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive number", name, v)
+	}
+	return n
+}

@@ -110,18 +110,6 @@ func BenchmarkIdlePoll(b *testing.B) {
 	}
 }
 
-func envCount(b *testing.B, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		b.Fatalf("%s=%q: want a positive number", name, v)
-	}
-	return n
-}
-
 // cpuTime is a process's CPU time: its own, and that of its reaped children.
 type cpuTime struct{ self, children time.Duration }
 
