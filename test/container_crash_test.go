@@ -17,7 +17,7 @@ import (
 
 // Containers and crashes: the daemon killed during StartContainer or during a
 // slow conmon, restarted with containers running, and a reboot; and the
-// container flows' triggers of the crash matrix (crash_test.go).
+// container flows' triggers of the crash matrix (crash_matrix_test.go).
 
 // TestCrashDuringStart kills the daemon (SIGKILL) while StartContainer
 // waits on a runtime whose `runc start` has started the container but not
