@@ -93,7 +93,7 @@ exec `+shellQuote(runc)+` "$@"
 	d.stopClean(t)
 }
 
-// Triggers of the container flows for the crash matrix (crash_test.go). The
+// Triggers of the container flows for the crash matrix (crash_matrix_test.go). The
 // daemon pulls the test image and runs a pod first; the failure points of
 // the container flows are not on the pod's path.
 var (

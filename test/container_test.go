@@ -23,7 +23,7 @@ import (
 // The container tests: a container's life through crictl, bad requests, exits,
 // a pod's stop and removal with containers in it, and the details the kubelet
 // reads. Each starts its own daemon (startContainerDaemon), with a loopback
-// registry holding busybox (image_test.go), runs pods whose cgroup parent and
+// registry holding busybox (harness_images_test.go), runs pods whose cgroup parent and
 // log directory belong to the node, and ends with the leak check, which covers
 // containers too (containerLeaks, harness_leaks_test.go): runtime containers,
 // conmons, storage containers, cgroups, conmon's state files and mounts. Their

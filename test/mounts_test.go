@@ -376,7 +376,7 @@ func TestMissingHostPathCreated(t *testing.T) {
 	d.stopClean(t)
 }
 
-// Triggers of the image volume step for the crash matrix (crash_test.go):
+// Triggers of the image volume step for the crash matrix (crash_matrix_test.go):
 // the container flows' triggers with a container that has an image volume.
 var (
 	createImageVolumeTrigger = &crashTrigger{
