@@ -1,7 +1,9 @@
 // Package testenv holds what the tests that use the machine share: the rule for a
 // missing prerequisite (root, a tool, a package), which fails the test under CI
 // (CI=true), where every prerequisite must be installed, so that CI never passes by
-// skipping, and skips it elsewhere; and random names for what tests make on the node.
+// skipping, and skips it elsewhere; random names for what tests make on the node;
+// waiting for a condition (Eventually, Poll); and reading processes (Alive, ProcState,
+// ProcStatus) and the mount table (Mounts, IsMountPoint).
 package testenv
 
 import (

@@ -1,0 +1,35 @@
+package testenv
+
+import (
+	"testing"
+	"time"
+)
+
+// Poll calls cond every interval until it returns nil, and returns nil then; when that
+// has not happened within within, it returns cond's last error. cond is called at
+// least once, and once more at the end of the time, so a condition that holds just as
+// the time runs out is not reported as failed.
+func Poll(within, every time.Duration, cond func() error) error {
+	deadline := time.Now().Add(within)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(min(every, max(time.Until(deadline), time.Millisecond)))
+	}
+}
+
+// Eventually fails the test (Fatal) unless cond returns nil within within; it polls
+// every interval (see Poll). The failure message is cond's last error and how long the
+// test waited, so cond's error says what is still wrong, as in "process 42 still runs".
+// Call it from the test's goroutine.
+func Eventually(t testing.TB, within, every time.Duration, cond func() error) {
+	t.Helper()
+	if err := Poll(within, every, cond); err != nil {
+		t.Fatalf("%v (waited %v)", err, within)
+	}
+}
