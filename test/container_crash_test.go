@@ -12,6 +12,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -284,7 +285,7 @@ func TestContainerReboot(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range pids {
 		// Gone, or a zombie (conmon's children are reaped by PID 1 late).
-		for syscall.Kill(pid, 0) == nil && !isZombie(pid) {
+		for testenv.Alive(pid) {
 			if time.Now().After(deadline) {
 				t.Fatalf("process %d survived SIGKILL", pid)
 			}

@@ -29,14 +29,10 @@ func takeNodeState() nodeState {
 			s.links = append(s.links, i.Name)
 		}
 	}
-	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
-		prefix := filepath.Join(os.TempDir(), "cj")
-		for line := range strings.Lines(string(b)) {
-			if f := strings.Fields(line); len(f) > 4 {
-				if mp := unescapeMountPath(f[4]); strings.HasPrefix(mp, prefix) {
-					s.mounts = append(s.mounts, mp)
-				}
-			}
+	prefix := filepath.Join(os.TempDir(), "cj")
+	for _, mp := range mountsBelow(os.TempDir()) {
+		if strings.HasPrefix(mp, prefix) {
+			s.mounts = append(s.mounts, mp)
 		}
 	}
 	s.stateDirs, _ = filepath.Glob("/run/cjo-*")

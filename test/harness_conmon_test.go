@@ -2,7 +2,6 @@ package test
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -86,15 +85,4 @@ func (d *daemon) waitConmonCall(t *testing.T, n int, within time.Duration) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// isZombie reports whether pid has exited but not been reaped.
-func isZombie(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: the state follows the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }

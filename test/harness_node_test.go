@@ -11,8 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -97,23 +95,10 @@ func sweepStaleNodes() []string {
 }
 
 // mountsBelow lists the mount points in this mount namespace at or below
-// dir, deepest first.
+// dir, deepest first (none when the mount table cannot be read).
 func mountsBelow(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	var out []string
-	for line := range strings.Lines(string(b)) {
-		f := strings.Fields(line)
-		if len(f) > 4 {
-			if mp := unescapeMountPath(f[4]); mp == dir || strings.HasPrefix(mp, dir+"/") {
-				out = append(out, mp)
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return len(out[i]) > len(out[j]) })
-	return out
+	mounts, _ := testenv.MountsBelow(dir)
+	return mounts
 }
 
 var (
@@ -163,25 +148,6 @@ func randomHex(t *testing.T, n int) string { return testenv.RandomHex(t, n) }
 func randomID(t *testing.T) string { return randomHex(t, 32) }
 
 var idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space...).
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
 
 // netnsPin is where the daemon pins a sandbox's network namespace.
 func (d *daemon) netnsPin(id string) string { return filepath.Join(d.nsDir, "netns", id) }

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Helpers of the pause process and the shared pid namespace: pods and
@@ -64,7 +66,7 @@ func pauseProcesses(id string) []int {
 		if len(args) != 3 || args[1] != "pause" || args[2] != id {
 			continue
 		}
-		if st := procState(pid); st == "" || st == "Z" || st == "X" {
+		if !testenv.Alive(pid) {
 			continue
 		}
 		out = append(out, pid)
@@ -85,33 +87,6 @@ func removePauseProcesses(logf func(string, ...any), nsDir string) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-}
-
-// procState returns the state letter of a process ("" when it is gone).
-func procState(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return ""
-	}
-	return string(b[i+2])
-}
-
-// procStatusField returns a field of /proc/<pid>/status ("" if it cannot be read).
-func procStatusField(pid int, field string) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return ""
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
 }
 
 // nsInode returns the inode of a namespace file (0 if it cannot be read).

@@ -14,6 +14,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -81,33 +82,16 @@ func (d *daemon) conmonPID(t *testing.T, id string) int {
 	return pid
 }
 
-// alive reports whether pid runs (exists and is not a zombie).
-func alive(pid int) bool {
-	return syscall.Kill(pid, 0) == nil && !isZombie(pid)
-}
-
 // requireRunningWhileAlive fails the test unless the container's process runs and
 // crictl inspect says RUNNING.
 func (d *daemon) requireRunningWhileAlive(t *testing.T, id string, pid int, when string) {
 	t.Helper()
-	if !alive(pid) {
+	if !testenv.Alive(pid) {
 		t.Fatalf("%s: the init process %d of %s is gone", when, pid, id)
 	}
 	if st := d.inspect(t, id); st.Status.State != "CONTAINER_RUNNING" {
 		t.Fatalf("%s: container %s is %s (exit %d, reason %q) while its process %d runs",
 			when, id, st.Status.State, st.Status.ExitCode, st.Status.Reason, pid)
-	}
-}
-
-// waitGone waits until pid no longer runs.
-func waitGone(t *testing.T, pid int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still runs after %v", pid, within)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -151,7 +135,7 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		}
 		d.requireRunningWhileAlive(t, id, pid, "once runc works again")
 		d.mustCrictl(t, "stop", "-t", "0", id)
-		waitGone(t, pid, 10*time.Second)
+		testenv.WaitGone(t, pid, 10*time.Second)
 		d.requireExited(t, id, 137)
 		d.mustCrictl(t, "rm", id)
 	})
@@ -174,7 +158,7 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		restore()
 		d.requireRunningWhileAlive(t, id, pid, "once runc is back")
 		d.mustCrictl(t, "stop", "-t", "0", id)
-		waitGone(t, pid, 10*time.Second)
+		testenv.WaitGone(t, pid, 10*time.Second)
 		d.requireExited(t, id, 137)
 		d.mustCrictl(t, "rm", id)
 	})
@@ -196,7 +180,7 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		}
 		d.requireRunningWhileAlive(t, id, pid, "after clients gave up on slow runtime queries")
 		d.removeCtr(t, id)
-		waitGone(t, pid, 10*time.Second)
+		testenv.WaitGone(t, pid, 10*time.Second)
 	})
 
 	t.Run("conmon killed", func(t *testing.T) {
@@ -205,12 +189,12 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		if err := syscall.Kill(conmon, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill conmon %d: %v", conmon, err)
 		}
-		waitGone(t, conmon, 10*time.Second)
+		testenv.WaitGone(t, conmon, 10*time.Second)
 		for range 2 {
 			d.requireRunningWhileAlive(t, id, pid, "after conmon was killed")
 		}
 		d.mustCrictl(t, "stop", "-t", "0", id)
-		waitGone(t, pid, 10*time.Second)
+		testenv.WaitGone(t, pid, 10*time.Second)
 		// No conmon, no exit file: the exit is recorded, its code unknown.
 		st := d.requireCtrState(t, id, "CONTAINER_EXITED")
 		t.Logf("exit without conmon: code %d, reason %q", st.Status.ExitCode, st.Status.Reason)
@@ -237,7 +221,7 @@ func TestOCIRuntimeFaults(t *testing.T) {
 			_ = syscall.Kill(conmon, syscall.SIGCONT)
 		}()
 		deadline := time.Now().Add(5 * time.Second)
-		for !isZombie(pid) && alive(pid) && time.Now().Before(deadline) {
+		for !testenv.IsZombie(pid) && testenv.Alive(pid) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		st := d.inspect(t, id)
@@ -285,15 +269,15 @@ func TestOCIRuntimeFaults(t *testing.T) {
 		d.start(t, daemonBinary(t))
 		d.waitReady(t)
 		for _, pid := range []int{byCtrPID, byPodPID} {
-			if !alive(pid) {
+			if !testenv.Alive(pid) {
 				t.Fatalf("the container process %d did not survive the restart", pid)
 			}
 		}
 		d.mustCrictl(t, "stop", "-t", "0", byCtr)
-		waitGone(t, byCtrPID, 10*time.Second)
+		testenv.WaitGone(t, byCtrPID, 10*time.Second)
 		d.mustCrictl(t, "rm", byCtr)
 		d.mustCrictl(t, "stopp", podID)
-		waitGone(t, byPodPID, 10*time.Second)
+		testenv.WaitGone(t, byPodPID, 10*time.Second)
 		d.mustCrictl(t, "rm", byPod)
 	})
 

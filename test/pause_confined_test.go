@@ -9,6 +9,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // TestPauseConfined runs pods that share their pid namespace, in the node's user
@@ -55,7 +57,7 @@ echo checked`, name)
 				"Uid": strings.Repeat(uid+"\t", 3) + uid, "CapEff": "0000000000000000", "CapPrm": "0000000000000000",
 				"CapBnd": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2",
 			} {
-				if got := procStatusField(pid, field); got != want {
+				if got := testenv.ProcStatus(pid, field); got != want {
 					t.Errorf("pause process %d: %s %q, want %q", pid, field, got, want)
 				}
 			}

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // TestCachedSandboxLosesPause (defect 2): a cached sandbox with a shared pid namespace
@@ -34,7 +36,7 @@ func TestCachedSandboxLosesPause(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatalf("kill the pause process %d: %v", pid, err)
 		}
-		waitGone(t, pid, 10*time.Second)
+		testenv.WaitGone(t, pid, 10*time.Second)
 	}
 	// retryGetsNew requires that the retry of pod gets a new, ready sandbox with a pause
 	// process, and that nothing of the old one is left; then removes the new one.

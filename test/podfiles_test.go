@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // A pod's files: the daemon writes each pod's resolv.conf (from its dns_config, or a
@@ -35,7 +37,7 @@ func TestPodFiles(t *testing.T) {
 	})
 	podID := d.mustRunp(t, pod)
 	dir := filepath.Join(d.podFilesDir(), podID)
-	if !isMountPoint(t, filepath.Join(dir, "shm")) {
+	if !testenv.IsMountPoint(t, filepath.Join(dir, "shm")) {
 		t.Fatalf("the pod's /dev/shm %s is not mounted", filepath.Join(dir, "shm"))
 	}
 	one := d.run(t, podID, containerConfig(t, "one", 0, sleeper), pod)
@@ -75,7 +77,7 @@ func TestPodFiles(t *testing.T) {
 	}
 
 	d.mustCrictl(t, "stopp", podID)
-	if isMountPoint(t, filepath.Join(dir, "shm")) {
+	if testenv.IsMountPoint(t, filepath.Join(dir, "shm")) {
 		t.Errorf("the pod's /dev/shm is still mounted after stopp")
 	}
 	d.mustCrictl(t, "rmp", podID)
@@ -153,15 +155,4 @@ func mountLine(mounts, dir string) string {
 		}
 	}
 	return ""
-}
-
-// isMountPoint reports whether path is a mount point in the test's mount namespace.
-func isMountPoint(t *testing.T, path string) bool {
-	t.Helper()
-	for _, m := range mountsBelow(path) {
-		if m == path {
-			return true
-		}
-	}
-	return false
 }
