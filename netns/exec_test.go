@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // writePlugin writes an executable shell script plugin into a temp dir and
@@ -111,7 +113,7 @@ func TestExecPluginContext(t *testing.T) {
 	plugin := writePlugin(t, "slow", fmt.Sprintf("/bin/sleep 30 &\necho $! > %s\nwait\n", pidFile))
 	t.Cleanup(func() { // whatever happens below, leave no sleeper behind
 		if b, err := os.ReadFile(pidFile); err == nil {
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && alive(pid) {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && testenv.Alive(pid) {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
@@ -134,7 +136,7 @@ func TestExecPluginContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); alive(child); {
+	for deadline := time.Now().Add(5 * time.Second); testenv.Alive(child); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the plugin's child %d still runs after ExecPlugin was canceled", child)
 		}
@@ -205,11 +207,11 @@ func TestPluginDiesWithDaemon(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Cleanup(func() {
-		if alive(pid) {
+		if testenv.Alive(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	if !alive(pid) {
+	if !testenv.Alive(pid) {
 		t.Fatalf("plugin %d is not running", pid)
 	}
 
@@ -218,23 +220,10 @@ func TestPluginDiesWithDaemon(t *testing.T) {
 	}
 	_ = helper.Wait()
 
-	for deadline := time.Now().Add(5 * time.Second); alive(pid); {
+	for deadline := time.Now().Add(5 * time.Second); testenv.Alive(pid); {
 		if time.Now().After(deadline) {
 			t.Fatalf("plugin %d still runs after its parent was killed", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// alive reports whether pid runs and is not a zombie (an orphan may stay a
-// zombie for a while when init reaps late).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the parenthesized command name.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }

@@ -1,7 +1,6 @@
 package netns
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
@@ -50,29 +49,6 @@ func randomHex(t *testing.T, n int) string { return testenv.RandomHex(t, n) }
 
 // newSandboxID returns a random sandbox ID shaped like the real ones.
 func newSandboxID(t *testing.T) string { return randomHex(t, 32) }
-
-// mounted reports whether path is a mount point in this process's mount
-// namespace, from /proc/self/mountinfo.
-func mounted(t *testing.T, path string) bool {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && fields[4] == path {
-			return true
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return false
-}
 
 // inode returns the inode number of the file at path (following links, so a
 // /proc/*/ns/* link gives the namespace's inode).

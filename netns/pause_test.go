@@ -174,7 +174,7 @@ func requireConfined(t *testing.T, pid int, hostUID, hostGID uint32) {
 		"NoNewPrivs": "1",
 		"Seccomp":    "2",
 	} {
-		if got := procStatus(pid, field); got != want {
+		if got := testenv.ProcStatus(pid, field); got != want {
 			t.Errorf("pause process %d: %s %q, want %q", pid, field, got, want)
 		}
 	}
@@ -193,32 +193,6 @@ func requireConfined(t *testing.T, pid int, hostUID, hostGID uint32) {
 	}
 }
 
-// procStatus returns a field of /proc/<pid>/status ("" if the process is gone).
-func procStatus(pid int, field string) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return ""
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
-
-// waitGone waits until pid is gone or a zombie.
-func waitGone(t *testing.T, pid int, within time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still alive after %v (state %q)", pid, within, procStatus(pid, "State"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // waitReaped waits until pid is gone from /proc: not even a zombie. StartPause
 // reaps the pause processes it started when they exit.
 func waitReaped(t *testing.T, pid int, within time.Duration) {
@@ -229,7 +203,7 @@ func waitReaped(t *testing.T, pid int, within time.Duration) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d not reaped after %v (state %q)", pid, within, procStatus(pid, "State"))
+			t.Fatalf("process %d not reaped after %v (state %q)", pid, within, testenv.ProcStatus(pid, "State"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -254,7 +228,7 @@ func nsMembers(t *testing.T, path string) map[int]string {
 		if unix.Stat("/proc/"+e.Name()+"/ns/pid", &st) != nil || st.Ino != want {
 			continue
 		}
-		if s := procStatus(pid, "State"); s != "" {
+		if s := testenv.ProcStatus(pid, "State"); s != "" {
 			out[pid] = s[:1]
 		}
 	}
@@ -268,7 +242,7 @@ func TestStartPause(t *testing.T) {
 	if want := filepath.Join(dir, "pidns", id); path != want || PinPath(dir, PID, id) != want {
 		t.Fatalf("path %q, PinPath %q, want %q", path, PinPath(dir, PID, id), want)
 	}
-	if !IsPinned(path) || !mounted(t, path) {
+	if !IsPinned(path) || !testenv.IsMountPoint(t, path) {
 		t.Fatalf("%s is not a pinned namespace", path)
 	}
 	if inode(t, path) == inode(t, "/proc/self/ns/pid") {
@@ -277,7 +251,7 @@ func TestStartPause(t *testing.T) {
 	if got, want := inode(t, "/proc/"+strconv.Itoa(pid)+"/ns/pid"), inode(t, path); got != want {
 		t.Fatalf("pause process %d is in pid namespace %d, want the pinned %d", pid, got, want)
 	}
-	nspid := strings.Fields(procStatus(pid, "NSpid"))
+	nspid := strings.Fields(testenv.ProcStatus(pid, "NSpid"))
 	if len(nspid) != 2 || nspid[0] != strconv.Itoa(pid) || nspid[1] != "1" {
 		t.Fatalf("NSpid of the pause process is %q, want [%d 1]", nspid, pid)
 	}
@@ -323,7 +297,7 @@ func TestStartPause(t *testing.T) {
 	if _, _, err := StartPause(context.Background(), dir, id, testPause(t)); !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("StartPause of an existing pin: %v, want fs.ErrExist", err)
 	}
-	if !alive(pid) || !IsPinned(path) {
+	if !testenv.Alive(pid) || !IsPinned(path) {
 		t.Fatal("a refused StartPause touched the existing pause process or pin")
 	}
 }
@@ -350,14 +324,14 @@ func TestStopPause(t *testing.T) {
 		t.Fatalf("StopPause: %v", err)
 	}
 	for p := range members {
-		if alive(p) {
-			t.Errorf("process %d of the namespace is alive after StopPause (state %s)", p, procStatus(p, "State"))
+		if testenv.Alive(p) {
+			t.Errorf("process %d of the namespace is alive after StopPause (state %s)", p, testenv.ProcStatus(p, "State"))
 		}
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("pin %s still there after StopPause: %v", path, err)
 	}
-	if mounted(t, path) {
+	if testenv.IsMountPoint(t, path) {
 		t.Errorf("%s still mounted", path)
 	}
 	if PauseAlive(path) {
@@ -385,13 +359,13 @@ func TestStopPauseWrongPID(t *testing.T) {
 		if err := StopPause(context.Background(), path, wrong); err != nil {
 			t.Fatalf("StopPause with PID %d: %v", wrong, err)
 		}
-		waitGone(t, pid, 5*time.Second)
+		testenv.WaitGone(t, pid, 5*time.Second)
 	}
-	if !alive(stranger.Process.Pid) {
+	if !testenv.Alive(stranger.Process.Pid) {
 		t.Fatalf("StopPause killed process %d, which is not a pause process", stranger.Process.Pid)
 	}
 	// The first pause process, not asked about, still runs.
-	if !alive(pid) || !PauseAlive(path) {
+	if !testenv.Alive(pid) || !PauseAlive(path) {
 		t.Fatal("StopPause of other pins touched an unrelated pause process")
 	}
 }
@@ -488,9 +462,9 @@ func TestStopPauseUnpinned(t *testing.T) {
 	if err := StopPause(context.Background(), path, 0); err != nil {
 		t.Fatalf("StopPause: %v", err)
 	}
-	waitGone(t, orphan.Process.Pid, 5*time.Second)
+	testenv.WaitGone(t, orphan.Process.Pid, 5*time.Second)
 	for _, c := range []*exec.Cmd{other, sameNS} {
-		if !alive(c.Process.Pid) {
+		if !testenv.Alive(c.Process.Pid) {
 			t.Errorf("StopPause killed %v (process %d), which is not the sandbox's pause process", c.Args, c.Process.Pid)
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // unpinAll registers the removal of every pin in paths.
@@ -64,7 +66,7 @@ func TestPin(t *testing.T) {
 				if !IsPinned(p) {
 					t.Errorf("IsPinned(%s) = false", p)
 				}
-				if !mounted(t, p) {
+				if !testenv.IsMountPoint(t, p) {
 					t.Errorf("%s is not in /proc/self/mountinfo", p)
 				}
 				if inode(t, p) == inode(t, "/proc/self/ns/"+string(k)) {
@@ -131,7 +133,7 @@ func TestUnpin(t *testing.T) {
 			if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
 				t.Errorf("after Unpin, %s: %v, want not exist", p, err)
 			}
-			if mounted(t, p) {
+			if testenv.IsMountPoint(t, p) {
 				t.Errorf("after Unpin, %s is still in /proc/self/mountinfo", p)
 			}
 			if IsPinned(p) {
@@ -262,8 +264,8 @@ func TestPinFailureUndoesOnlyItsOwnPins(t *testing.T) {
 	}
 	for _, k := range []Kind{Net, IPC} {
 		p := PinPath(dir, k, id)
-		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) || mounted(t, p) {
-			t.Errorf("failed Pin left %s behind (stat: %v, mounted: %v)", p, err, mounted(t, p))
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) || testenv.IsMountPoint(t, p) {
+			t.Errorf("failed Pin left %s behind (stat: %v, mounted: %v)", p, err, testenv.IsMountPoint(t, p))
 		}
 	}
 	if p := existing[UTS]; !IsPinned(p) {

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // TestResolvConf pins how a pod's DNS configuration is rendered, and which
@@ -169,8 +171,8 @@ func TestShmStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(path, unix.MNT_DETACH) })
-	if !mounted(t, path) || !IsMountPoint(path) {
-		t.Fatalf("%s is not a mount point (mountinfo: %v)", path, mounted(t, path))
+	if !testenv.IsMountPoint(t, path) || !IsMountPoint(path) {
+		t.Fatalf("%s is not a mount point (mountinfo: %v)", path, testenv.IsMountPoint(t, path))
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
@@ -191,7 +193,7 @@ func TestShmStep(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if mounted(t, path) || IsMountPoint(path) {
+	if testenv.IsMountPoint(t, path) || IsMountPoint(path) {
 		t.Errorf("%s is still mounted after the undo", path)
 	}
 	if _, err := os.Stat(PodFilesDir(dir, id)); !errors.Is(err, fs.ErrNotExist) {
