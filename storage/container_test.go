@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -77,7 +78,7 @@ func testContainerLifecycle(t *testing.T, s *testStore) {
 	if err != nil || again2 != rootfs {
 		t.Errorf("second Mount = %q, %v; want %q", again2, err, rootfs)
 	}
-	if s.Driver() == DriverOverlay && !isMounted(t, rootfs) {
+	if s.Driver() == DriverOverlay && !testenv.IsMountPoint(t, rootfs) {
 		t.Errorf("%s is not a mount point", rootfs)
 	}
 
@@ -103,7 +104,7 @@ func testContainerLifecycle(t *testing.T, s *testStore) {
 	if err := s.Unmount(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	if isMounted(t, rootfs) {
+	if testenv.IsMountPoint(t, rootfs) {
 		t.Errorf("%s still mounted after Unmount", rootfs)
 	}
 	if err := s.Unmount(ctx, id); err != nil {
@@ -125,7 +126,7 @@ func testContainerLifecycle(t *testing.T, s *testStore) {
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("container dir %s after delete: %v", dir, err)
 	}
-	if isMounted(t, rootfs) {
+	if testenv.IsMountPoint(t, rootfs) {
 		t.Errorf("%s still mounted after DeleteContainer", rootfs)
 	}
 	if err := s.Unmount(ctx, id); err != nil {
@@ -229,7 +230,7 @@ func TestUndoDeletesContainer(t *testing.T) {
 			if ids, _ := s.Containers(ctx); slices.Contains(ids, id) {
 				t.Errorf("storage container %s left after Rollback", id)
 			}
-			if rootfs != "" && isMounted(t, rootfs) {
+			if rootfs != "" && testenv.IsMountPoint(t, rootfs) {
 				t.Errorf("%s still mounted after Rollback", rootfs)
 			}
 			if _, err := j.Get(rec.ID); !errors.Is(err, journal.ErrNotFound) {
@@ -283,9 +284,9 @@ func TestMappedContainer(t *testing.T) {
 			t.Fatalf("driver %s: %v", s.Driver(), err)
 		}
 		t.Cleanup(func() { _ = s.DeleteContainer(ctx, id) })
-		if want := filepath.Join(s.dir, "run", "rootfs", id); fs.Rootfs != want || !isMounted(t, fs.Rootfs) {
+		if want := filepath.Join(s.dir, "run", "rootfs", id); fs.Rootfs != want || !testenv.IsMountPoint(t, fs.Rootfs) {
 			t.Errorf("driver %s: root filesystem for the runtime %s (mounted %v), want the bind mount %s",
-				s.Driver(), fs.Rootfs, isMounted(t, fs.Rootfs), want)
+				s.Driver(), fs.Rootfs, testenv.IsMountPoint(t, fs.Rootfs), want)
 		}
 		mounted, err := s.Mount(ctx, id) // the store's own path, mounted already
 		if err != nil {

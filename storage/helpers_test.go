@@ -1,7 +1,6 @@
 package storage
 
 import (
-	"bufio"
 	"context"
 	"log/slog"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"go.podman.io/storage/pkg/reexec"
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/storage/storagetest"
 )
@@ -79,7 +79,7 @@ func openTestStore(t *testing.T, driver string) *testStore {
 		if err := s.Close(); err != nil {
 			t.Errorf("Close: %v", err)
 		}
-		if left := mountsUnder(t, dir); len(left) > 0 {
+		if left := testenv.Mounts(t, dir); len(left) > 0 {
 			t.Errorf("mounts left under %s after Close: %v", dir, left)
 			for _, m := range slices.Backward(left) {
 				if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
@@ -89,63 +89,6 @@ func openTestStore(t *testing.T, driver string) *testStore {
 		}
 	})
 	return &testStore{Store: s, dir: dir, host: host}
-}
-
-// mountsUnder returns the mount points under dir, in the order of /proc/self/mountinfo.
-func mountsUnder(t *testing.T, dir string) []string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space) of a mountinfo field.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v byte
-			ok := true
-			for _, c := range s[i+1 : i+4] {
-				if c < '0' || c > '7' {
-					ok = false
-					break
-				}
-				v = v*8 + byte(c-'0')
-			}
-			if ok {
-				b.WriteByte(v)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-// isMounted reports whether path is a mount point.
-func isMounted(t *testing.T, path string) bool {
-	t.Helper()
-	return slices.Contains(mountsUnder(t, path), path)
 }
 
 // overlaySupported reports whether the kernel lists overlay in /proc/filesystems.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -133,8 +134,8 @@ func TestBindUserRootfs(t *testing.T) {
 			t.Fatalf("unbindUserRootfs: %v", err)
 		}
 	}
-	if _, err := os.Stat(bound); !errors.Is(err, fs.ErrNotExist) || isMounted(t, bound) {
-		t.Errorf("%s after the unbind: %v, mounted %v; want it gone", bound, err, isMounted(t, bound))
+	if _, err := os.Stat(bound); !errors.Is(err, fs.ErrNotExist) || testenv.IsMountPoint(t, bound) {
+		t.Errorf("%s after the unbind: %v, mounted %v; want it gone", bound, err, testenv.IsMountPoint(t, bound))
 	}
 	if err := s.unbindUserRootfs(newID(t)); err != nil {
 		t.Errorf("unbind of a container never bound: %v", err)
@@ -197,7 +198,7 @@ func TestUndoUnbindsUserRootfs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !isMounted(t, fs.Rootfs) {
+		if !testenv.IsMountPoint(t, fs.Rootfs) {
 			t.Fatalf("%s is not mounted after the step", fs.Rootfs)
 		}
 		if done {
@@ -208,8 +209,8 @@ func TestUndoUnbindsUserRootfs(t *testing.T) {
 		if err := j.Rollback(ctx, rec.ID); err != nil {
 			t.Fatalf("Rollback: %v", err)
 		}
-		if _, err := os.Stat(fs.Rootfs); !errors.Is(err, os.ErrNotExist) || isMounted(t, fs.Rootfs) {
-			t.Errorf("done %v: %s after Rollback: %v, mounted %v; want it gone", done, fs.Rootfs, err, isMounted(t, fs.Rootfs))
+		if _, err := os.Stat(fs.Rootfs); !errors.Is(err, os.ErrNotExist) || testenv.IsMountPoint(t, fs.Rootfs) {
+			t.Errorf("done %v: %s after Rollback: %v, mounted %v; want it gone", done, fs.Rootfs, err, testenv.IsMountPoint(t, fs.Rootfs))
 		}
 		if ids, _ := s.Containers(ctx); slices.Contains(ids, id) {
 			t.Errorf("done %v: storage container %s left after Rollback", done, id)
@@ -221,7 +222,7 @@ func TestUndoUnbindsUserRootfs(t *testing.T) {
 func countMounts(t *testing.T, path string) int {
 	t.Helper()
 	n := 0
-	for _, m := range mountsUnder(t, path) {
+	for _, m := range testenv.Mounts(t, path) {
 		if m == path {
 			n++
 		}

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -58,7 +59,7 @@ func testImageVolume(t *testing.T, s *testStore) {
 	if err := s.DeleteContainer(ctx, id); err != nil {
 		t.Errorf("second DeleteContainer: %v, want success (gone)", err)
 	}
-	if s.Driver() == DriverOverlay && isMounted(t, root) {
+	if s.Driver() == DriverOverlay && testenv.IsMountPoint(t, root) {
 		t.Errorf("%s still mounted after DeleteContainer", root)
 	}
 	if _, err := os.Stat(filepath.Join(otherRoot, "etc", "passwd")); err != nil {
@@ -146,7 +147,7 @@ func TestUndoDeletesImageVolume(t *testing.T) {
 			if ids, _ := s.Containers(ctx); slices.Contains(ids, ImageVolumeID(ctr, 0)) {
 				t.Errorf("image volume %s left after Rollback", ImageVolumeID(ctr, 0))
 			}
-			if root != "" && isMounted(t, root) {
+			if root != "" && testenv.IsMountPoint(t, root) {
 				t.Errorf("%s still mounted after Rollback", root)
 			}
 		})
