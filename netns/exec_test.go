@@ -136,12 +136,12 @@ func TestExecPluginContext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); testenv.Alive(child); {
-		if time.Now().After(deadline) {
-			t.Fatalf("the plugin's child %d still runs after ExecPlugin was canceled", child)
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if testenv.Alive(child) {
+			return fmt.Errorf("the plugin's child %d still runs after ExecPlugin was canceled", child)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 func TestFindInPath(t *testing.T) {
@@ -194,18 +194,17 @@ func TestPluginDiesWithDaemon(t *testing.T) {
 	})
 
 	var pid int
-	deadline := time.Now().Add(10 * time.Second)
-	for pid == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the plugin did not start")
-		}
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if b, err := os.ReadFile(pidFile); err == nil {
 			if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		if pid == 0 {
+			return errors.New("the plugin did not start")
+		}
+		return nil
+	})
 	t.Cleanup(func() {
 		if testenv.Alive(pid) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -220,10 +219,10 @@ func TestPluginDiesWithDaemon(t *testing.T) {
 	}
 	_ = helper.Wait()
 
-	for deadline := time.Now().Add(5 * time.Second); testenv.Alive(pid); {
-		if time.Now().After(deadline) {
-			t.Fatalf("plugin %d still runs after its parent was killed", pid)
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if testenv.Alive(pid) {
+			return fmt.Errorf("plugin %d still runs after its parent was killed", pid)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -3,10 +3,13 @@ package netns
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // otherNetwork writes, in place of every configuration in confDir, a network of another
@@ -118,8 +121,7 @@ func TestNetworksFollowTheDirectory(t *testing.T) {
 
 	wait := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 			n, err := networks.Network()
 			got := ""
 			if err == nil {
@@ -128,20 +130,15 @@ func TestNetworksFollowTheDirectory(t *testing.T) {
 				t.Fatalf("Network: %v", err)
 			}
 			if got == want {
-				return
+				return nil
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Network is %q (%v) 10s after the directory changed, want %q", got, err, want)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return fmt.Errorf("Network is %q (%v) 10s after the directory changed, want %q", got, err, want)
+		})
 	}
-	for range 100 { // Watch makes the directory
-		if _, err := os.Stat(dir); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	_ = testenv.Poll(2*time.Second, 20*time.Millisecond, func() error { // Watch makes the directory
+		_, err := os.Stat(dir)
+		return err
+	})
 	otherNetwork(t, dir, "first")
 	wait("first")
 	otherNetwork(t, dir, "second")

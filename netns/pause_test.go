@@ -197,16 +197,12 @@ func requireConfined(t *testing.T, pid int, hostUID, hostGID uint32) {
 // reaps the pause processes it started when they exit.
 func waitReaped(t *testing.T, pid int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Eventually(t, within, 10*time.Millisecond, func() error {
 		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); errors.Is(err, fs.ErrNotExist) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d not reaped after %v (state %q)", pid, within, testenv.ProcStatus(pid, "State"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("process %d not reaped after %v (state %q)", pid, within, testenv.ProcStatus(pid, "State"))
+	})
 }
 
 // nsMembers lists the processes whose pid namespace is the one pinned at
@@ -280,17 +276,13 @@ func TestStartPause(t *testing.T) {
 	if inner, err := strconv.Atoi(out); err != nil || inner <= 1 {
 		t.Fatalf("a process that joined the namespace has PID %q there, want more than 1", out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		members := nsMembers(t, path)
 		if len(members) == 1 && members[pid] != "" && members[pid] != "Z" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the namespace holds %v 5s later, want only the pause process %d (orphans reaped)", members, pid)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the namespace holds %v 5s later, want only the pause process %d (orphans reaped)", members, pid)
+	})
 
 	// A second pause process for the same sandbox is refused, and the first
 	// stays.
@@ -311,13 +303,12 @@ func TestStopPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = joined.Process.Kill(); _ = joined.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for len(nsMembers(t, path)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the sleep did not join the namespace: %v", nsMembers(t, path))
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if members := nsMembers(t, path); len(members) < 2 {
+			return fmt.Errorf("the sleep did not join the namespace: %v", members)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	members := nsMembers(t, path)
 
 	if err := StopPause(context.Background(), path, pid); err != nil {

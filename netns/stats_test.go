@@ -2,9 +2,12 @@ package netns
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 func TestInterfaces(t *testing.T) {
@@ -33,16 +36,16 @@ func TestInterfaces(t *testing.T) {
 	}
 	// A ping of another address on eth0's subnet sends (ARP) through it.
 	_ = exec.Command("nsenter", "--net="+ns, "bash", "-c", "echo hi > /dev/udp/192.0.2.2/9").Run()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// The checks below tell what is missing if eth0 has sent nothing within 5s.
+	_ = testenv.Poll(5*time.Second, 20*time.Millisecond, func() error {
 		if ifs, err = Interfaces(ns); err != nil {
 			t.Fatal(err)
 		}
-		if len(ifs) != 2 || ifs[0].TxBytes > 0 || time.Now().After(deadline) {
-			break
+		if len(ifs) != 2 || ifs[0].TxBytes > 0 {
+			return nil
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return errors.New("eth0 has sent nothing yet")
+	})
 	if len(ifs) != 2 || ifs[0].Name != "eth0" || ifs[1].Name != "peer1" {
 		t.Fatalf("Interfaces = %+v, want eth0 and peer1, sorted", ifs)
 	}
