@@ -3,9 +3,12 @@ package journal
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // stepUndo is an undo whose first call for each record fails (leaving the record undoing
@@ -144,16 +147,12 @@ func TestExpiryDoesNotWaitBehindHangingRetries(t *testing.T) {
 
 	startMaintain(t, j, 50*time.Millisecond)
 	receive(t, u.entered, "the first hanging retry") // the retries are running
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if _, err := j.Get(cached.ID); errors.Is(err, ErrNotFound) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cached record (expiry %s) was not expired within 20s while %d undo retries hung", 300*time.Millisecond, hanging)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the cached record (expiry %s) was not expired within 20s while %d undo retries hung", 300*time.Millisecond, hanging)
+	})
 	u2.mu.Lock()
 	defer u2.mu.Unlock()
 	if len(u2.ran) != 1 {
