@@ -1,12 +1,13 @@
 package testenv
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
 
-// Poll calls cond every interval until it returns nil, and returns nil then; when that
-// has not happened within within, it returns cond's last error. cond is called at
+// Poll calls cond, waiting every between calls, until it returns nil, and returns nil
+// then; when that has not happened within within, it returns cond's last error. cond is called at
 // least once, and once more at the end of the time, so a condition that holds just as
 // the time runs out is not reported as failed.
 func Poll(within, every time.Duration, cond func() error) error {
@@ -24,12 +25,23 @@ func Poll(within, every time.Duration, cond func() error) error {
 }
 
 // Eventually fails the test (Fatal) unless cond returns nil within within; it polls
-// every interval (see Poll). The failure message is cond's last error and how long the
+// every (see Poll). The failure message is cond's last error and how long the
 // test waited, so cond's error says what is still wrong, as in "process 42 still runs".
 // Call it from the test's goroutine.
 func Eventually(t testing.TB, within, every time.Duration, cond func() error) {
 	t.Helper()
 	if err := Poll(within, every, cond); err != nil {
 		t.Fatalf("%v (waited %v)", err, within)
+	}
+}
+
+// Until makes a condition of Poll and Eventually from a predicate: its error says what
+// is still awaited ("still waiting for " + what).
+func Until(what string, ok func() bool) func() error {
+	return func() error {
+		if ok() {
+			return nil
+		}
+		return errors.New("still waiting for " + what)
 	}
 }

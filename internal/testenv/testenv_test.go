@@ -41,6 +41,15 @@ func TestPoll(t *testing.T) {
 	}
 }
 
+func TestUntil(t *testing.T) {
+	if err := Until("x", func() bool { return true })(); err != nil {
+		t.Errorf("Until of a predicate that holds: %v", err)
+	}
+	if err := Until("the answer", func() bool { return false })(); err == nil || err.Error() != "still waiting for the answer" {
+		t.Errorf("Until of a predicate that does not hold: %v", err)
+	}
+}
+
 func TestProc(t *testing.T) {
 	if !Alive(os.Getpid()) {
 		t.Errorf("Alive(self) = false, state %q", ProcState(os.Getpid()))
