@@ -17,19 +17,20 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // waitCNICall waits until the bridge plugin wrapper has been called with the command for
 // the sandbox (it logs a call before sleeping).
 func (d *daemon) waitCNICall(t *testing.T, command, id string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !slices.Contains(d.cniCalls(t), cniCall{command, id}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("CNI %s of %s was not called within %v (calls: %v)", command, id, within, d.cniCalls(t))
+	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
+		if calls := d.cniCalls(t); !slices.Contains(calls, cniCall{command, id}) {
+			return fmt.Errorf("CNI %s of %s was not called within %v (calls: %v)", command, id, within, calls)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestCNIPluginCrashes: a plugin killed before or after doing its work, or exiting
@@ -147,18 +148,14 @@ func (d *daemon) networkReady(t *testing.T) *runtimeapi.RuntimeCondition {
 // waitNetworkReady waits until Status reports NetworkReady as want.
 func (d *daemon) waitNetworkReady(t *testing.T, want bool, why string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
 		c := d.networkReady(t)
 		if c.GetStatus() == want {
 			t.Logf("NetworkReady %v (%s): %s", want, why, c.GetMessage())
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("NetworkReady is still %v (%s) 10s after %s: the CNI configuration directory is not followed", c.GetStatus(), c.GetMessage(), why)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("NetworkReady is still %v (%s) 10s after %s: the CNI configuration directory is not followed", c.GetStatus(), c.GetMessage(), why)
+	})
 }
 
 // TestCNINetworkReplaced: the CNI configuration is replaced by another network (another

@@ -56,18 +56,14 @@ exec `+shellQuote(runc)+` "$@"
 		_, _, err := d.crictl(t, "start", id)
 		bg <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
 	var sleeperPid int
-	for {
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		b, _ := os.ReadFile(filepath.Join(dir, "start.log"))
 		if _, err := fmt.Sscanf(string(b), "start "+id+" 0 %d", &sleeperPid); err == nil {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runc start did not start the container within 10s: %q", b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("runc start did not start the container within 10s: %q", b)
+	})
 	d.kill(t)
 	// The wrapper, now sleeping in place of the runc start that returned, is
 	// no longer needed.
@@ -282,16 +278,15 @@ func TestContainerReboot(t *testing.T) {
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for _, pid := range pids {
-		// Gone, or a zombie (conmon's children are reaped by PID 1 late).
-		for testenv.Alive(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d survived SIGKILL", pid)
+	// Gone, or a zombie (conmon's children are reaped by PID 1 late).
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		for _, pid := range pids {
+			if testenv.Alive(pid) {
+				return fmt.Errorf("process %d survived SIGKILL", pid)
 			}
-			time.Sleep(10 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 	for _, dir := range []string{d.runcRoot(), d.ociStateDir} {
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
@@ -382,16 +377,14 @@ func TestCrashDuringSlowConmon(t *testing.T) {
 			// background) or kept for the retry (cached).
 			time.Sleep(time.Until(stoppedAt.Add(delay + 2*time.Second)))
 			var recs []journal.Record
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
 				recs = d.containerRecords(t)
 				if len(recs) == 0 || (len(recs) == 1 && recs[0].State == journal.StateCached) {
-					break
+					return nil
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%v after the %s the journal holds %s, want no container record or a cached one",
-						time.Since(stoppedAt).Round(time.Second), how, describeSteps(recs[0]))
-				}
-			}
+				return fmt.Errorf("%v after the %s the journal holds %s, want no container record or a cached one",
+					time.Since(stoppedAt).Round(time.Second), how, describeSteps(recs[0]))
+			})
 			if len(recs) == 0 {
 				d.waitNoLeaks(t, 5*time.Second, podID)
 			} else {

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage/storagetest"
 )
@@ -133,15 +134,12 @@ func startBenchNode(b *testing.B) *benchNode {
 	}
 	b.Cleanup(func() { conn.Close() })
 	n.rt, n.img = runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn)
-	deadline := time.Now().Add(readyTimeout)
-	for {
-		if _, err := n.rt.Version(b.Context(), &runtimeapi.VersionRequest{}); err == nil {
-			break
-		} else if time.Now().After(deadline) {
-			b.Fatalf("daemon not ready within %v: %v", readyTimeout, err)
+	testenv.Eventually(b, readyTimeout, 100*time.Millisecond, func() error {
+		if _, err := n.rt.Version(b.Context(), &runtimeapi.VersionRequest{}); err != nil {
+			return fmt.Errorf("daemon not ready within %v: %v", readyTimeout, err)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, err := n.img.PullImage(b.Context(), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: testImage}}); err != nil {
 		b.Fatal(err)
 	}

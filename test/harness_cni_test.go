@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Helpers of the CNI plugin wrapper: making the bridge plugin slow or failing,
@@ -84,16 +86,14 @@ func (d *daemon) addedIDs(t *testing.T) []string {
 // its sandbox ID.
 func (d *daemon) waitADD(t *testing.T, n int, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if ids := d.addedIDs(t); len(ids) >= n {
-			return ids[n-1]
+	var ids []string
+	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
+		if ids = d.addedIDs(t); len(ids) >= n {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CNI ADD number %d was not called within %v (calls: %v)", n, within, d.cniCalls(t))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("CNI ADD number %d was not called within %v (calls: %v)", n, within, d.cniCalls(t))
+	})
+	return ids[n-1]
 }
 
 // cniResultPath is libcni's cached ADD result of a sandbox; libcni writes it
@@ -107,16 +107,12 @@ func (d *daemon) cniResultPath(id string) string {
 // settle the record (journal commits take well under a millisecond here).
 func (d *daemon) waitNetworkDone(t *testing.T, id string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		if _, err := os.Stat(d.cniResultPath(id)); err == nil {
-			break
+	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
+		if _, err := os.Stat(d.cniResultPath(id)); err != nil {
+			return fmt.Errorf("CNI ADD of %s did not finish within %v (calls: %v)", id, within, d.cniCalls(t))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("CNI ADD of %s did not finish within %v (calls: %v)", id, within, d.cniCalls(t))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(500 * time.Millisecond)
 }
 

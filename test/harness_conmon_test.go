@@ -2,6 +2,7 @@ package test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Helpers of the conmon wrapper: a conmon that can be made slow, and the
@@ -78,11 +81,10 @@ func (d *daemon) conmonCalls(t *testing.T) int {
 // waitConmonCall waits until the conmon wrapper has been started n times.
 func (d *daemon) waitConmonCall(t *testing.T, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for d.conmonCalls(t) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("conmon was not started %d times within %v (%d)", n, within, d.conmonCalls(t))
+	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
+		if calls := d.conmonCalls(t); calls < n {
+			return fmt.Errorf("conmon was not started %d times within %v (%d)", n, within, calls)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -383,17 +384,13 @@ func (d *daemon) execSync(t *testing.T, id string, cmd ...string) string {
 // waitLog waits until crictl logs of the container holds want.
 func (d *daemon) waitLog(t *testing.T, id, want string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Eventually(t, within, 50*time.Millisecond, func() error {
 		stdout, stderr, err := d.crictlTimeout(10*time.Second, "logs", id)
 		if err == nil && strings.Contains(stdout+stderr, want) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("crictl logs %s did not show %q within %v: %v\nstdout: %s\nstderr: %s", id, want, within, err, stdout, stderr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("crictl logs %s did not show %q within %v: %v\nstdout: %s\nstderr: %s", id, want, within, err, stdout, stderr)
+	})
 }
 
 // removeCtr stops (at once) and removes a container.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Loopback HTTP helpers of the port-forward tests: free ports, GETs, and waits for an answer.
@@ -49,11 +51,12 @@ func httpGet(port int) (string, error) {
 // starting).
 func waitHTTP(t *testing.T, port int, want string) {
 	t.Helper()
-	var body string
-	var err error
-	if !waitFor(30*time.Second, func() bool { body, err = httpGet(port); return err == nil && body == want }) {
-		t.Fatalf("GET on forwarded port %d: %q, %v; want %q", port, body, err, want)
-	}
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if body, err := httpGet(port); err != nil || body != want {
+			return fmt.Errorf("GET on forwarded port %d: %q, %v; want %q", port, body, err, want)
+		}
+		return nil
+	})
 }
 
 func requireHTTP(t *testing.T, port int, want string) {

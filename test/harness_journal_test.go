@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -76,21 +77,19 @@ func (d *daemon) containerRecords(t *testing.T) []journal.Record {
 // container record, and cond holds for it, and returns it.
 func (d *daemon) waitContainerRecord(t *testing.T, what string, within time.Duration, cond func(journal.Record) bool) journal.Record {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		recs := d.containerRecords(t)
+	var recs []journal.Record
+	testenv.Eventually(t, within, 50*time.Millisecond, func() error {
+		recs = d.containerRecords(t)
 		if len(recs) == 1 && cond(recs[0]) {
-			return recs[0]
+			return nil
 		}
-		if time.Now().After(deadline) {
-			var got []string
-			for _, r := range recs {
-				got = append(got, describeSteps(r))
-			}
-			t.Fatalf("no container record %s within %v; container records: %q", what, within, got)
+		var got []string
+		for _, r := range recs {
+			got = append(got, describeSteps(r))
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("no container record %s within %v; container records: %q", what, within, got)
+	})
+	return recs[0]
 }
 
 // describeSteps describes a record with its steps.

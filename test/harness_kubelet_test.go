@@ -374,19 +374,18 @@ func (k *kubelet) lastExit() string {
 func (k *kubelet) waitReady(t *testing.T) {
 	t.Helper()
 	start := time.Now()
-	var lastErr error
-	for time.Since(start) < kubeletReadyTimeout {
+	err := testenv.Poll(kubeletReadyTimeout, 200*time.Millisecond, func() error {
 		if alive, _ := k.running(); !alive {
 			k.reap()
 			t.Fatalf("kubelet exited before it was ready (%v); log:\n%s", k.lastExit(), k.logTail(60))
 		}
-		if _, lastErr = k.getPods(); lastErr == nil {
-			t.Logf("kubelet ready after %v", time.Since(start).Round(time.Millisecond))
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
+		_, err := k.getPods()
+		return err
+	})
+	if err != nil {
+		t.Fatalf("kubelet did not serve /pods within %v (last error: %v); log:\n%s", kubeletReadyTimeout, err, k.logTail(100))
 	}
-	t.Fatalf("kubelet did not serve /pods within %v (last error: %v); log:\n%s", kubeletReadyTimeout, lastErr, k.logTail(100))
+	t.Logf("kubelet ready after %v", time.Since(start).Round(time.Millisecond))
 }
 
 // stop sends SIGTERM and waits for the kubelet to exit; after stopTimeout it kills it

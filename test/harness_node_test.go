@@ -273,19 +273,15 @@ func (d *daemon) simulateReboot(t *testing.T) {
 	}
 	// The veths die with their namespaces, asynchronously; delete what is
 	// left.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testenv.Eventually(t, 5*time.Second, 50*time.Millisecond, func() error {
 		ports := d.bridgePorts(t)
 		if len(ports) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reboot: interfaces still on bridge %s: %v", d.bridge, ports)
+			return nil
 		}
 		for _, p := range ports {
 			_ = exec.Command("ip", "link", "del", p.name).Run() // may be gone already
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("reboot: interfaces still on bridge %s: %v", d.bridge, ports)
+	})
 	t.Logf("reboot: namespace pins and veths removed")
 }

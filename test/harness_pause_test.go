@@ -154,18 +154,14 @@ func (d *daemon) requirePause(t *testing.T, id string) int {
 // orphan may stay a zombie of PID 1 for a while) and no pid namespace pin.
 func (d *daemon) requireNoPause(t *testing.T, id, why string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
 		pids := pauseProcesses(id)
 		_, err := os.Lstat(d.pidnsPin(id))
 		if len(pids) == 0 && errors.Is(err, fs.ErrNotExist) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: sandbox %s still has pause processes %v and pin %s (%v) after %v", why, id, pids, d.pidnsPin(id), err, within)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("%s: sandbox %s still has pause processes %v and pin %s (%v) after %v", why, id, pids, d.pidnsPin(id), err, within)
+	})
 }
 
 // requireNoPidnsPins fails the test if anything is left in the pid namespace

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Host ports: a pod's port mappings go to CNI as the portMappings capability, and
@@ -71,10 +73,10 @@ func TestHostPort(t *testing.T) {
 
 // getWithin GETs url until it answers 200 or within has passed, and returns the body.
 func getWithin(url string, within time.Duration) (string, error) {
-	deadline := time.Now().Add(within)
 	client := &http.Client{Timeout: 2 * time.Second}
-	for {
-		body, err := func() (string, error) {
+	var body string
+	err := testenv.Poll(within, 200*time.Millisecond, func() (err error) {
+		body, err = func() (string, error) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, http.NoBody)
@@ -92,11 +94,9 @@ func getWithin(url string, within time.Duration) (string, error) {
 			}
 			return string(b), err
 		}()
-		if err == nil || time.Now().After(deadline) {
-			return body, err
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err
+	})
+	return body, err
 }
 
 // natRules returns the node's NAT table (iptables-save -t nat).

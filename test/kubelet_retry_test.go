@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // The kubelet's own retries (a real kubelet, v1.37.2): a node slower than the kubelet's
@@ -86,13 +89,12 @@ func (d *daemon) runcCreates(t *testing.T) []string {
 // waitRuncCreates waits until runc create has been run n times.
 func (d *daemon) waitRuncCreates(t *testing.T, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for len(d.runcCreates(t)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("runc create was not run %d times within %v (%v)", n, within, d.runcCreates(t))
+	testenv.Eventually(t, within, 50*time.Millisecond, func() error {
+		if creates := d.runcCreates(t); len(creates) < n {
+			return fmt.Errorf("runc create was not run %d times within %v (%v)", n, within, creates)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // kubeletOnSlowNode starts a daemon whose runc create and CNI ADD the test can slow down,
@@ -167,17 +169,13 @@ func (k *kubelet) requireLogLink(t *testing.T, id, name, printed string) {
 	if err != nil || filepath.Base(target) != name {
 		t.Fatalf("%s links to %q (%v), want the log file %s", link, target, err, name)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
 		b, err := os.ReadFile(link)
 		if err == nil && strings.Contains(string(b), printed) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s (-> %s) holds %q (%v), want the container's output %q", link, target, b, err, printed)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Errorf("%s (-> %s) holds %q (%v), want the container's output %q", link, target, b, err, printed)
+	})
 }
 
 // failedCalls counts the kubelet's calls of a CRI method (such as "CreateContainer")
@@ -231,18 +229,14 @@ func TestKubeletSlowContainerConverges(t *testing.T) {
 
 	// The kubelet rotates 1.log (past 1 KiB, every 3 s): the container's output goes
 	// on into 1.log, nothing appears at 0.log.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, 500*time.Millisecond, func() error {
 		_, rotated := k.containerLogFiles(t, p, "app")
 		if rotated["1.log"] >= 2 {
 			t.Logf("the kubelet rotated 1.log %d times", rotated["1.log"])
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the kubelet did not rotate 1.log twice within 30s (rotated: %v)", rotated)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return fmt.Errorf("the kubelet did not rotate 1.log twice within 30s (rotated: %v)", rotated)
+	})
 	// (During a rotation, for a moment, 1.log is gone and conmon's new file is 0.log.)
 	var logs []string
 	for range 20 {
@@ -259,17 +253,13 @@ func TestKubeletSlowContainerConverges(t *testing.T) {
 	// The next real restart: the container exits, the kubelet makes attempt 2, whose
 	// log is a file of its own; the first container's link still shows its own log.
 	d.mustCrictl(t, "stop", first)
-	deadline = time.Now().Add(kubeletConverge)
-	for {
+	testenv.Eventually(t, kubeletConverge, 200*time.Millisecond, func() error {
 		p, _ = k.pod(t, "slowctr")
 		if p.running() && p.Status.ContainerStatuses[0].runtimeID() != first {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the kubelet did not restart the container within %v: %s", kubeletConverge, p.describe())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return fmt.Errorf("the kubelet did not restart the container within %v: %s", kubeletConverge, p.describe())
+	})
 	second := p.Status.ContainerStatuses[0]
 	if second.RestartCount != 2 {
 		t.Errorf("after the restart the kubelet reports restart count %d, want 2", second.RestartCount)

@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/storage"
 )
 
@@ -345,17 +347,13 @@ func TestMissingHostPathCreated(t *testing.T) {
 	if err != nil || !st.IsDir() || st.Mode().Perm()&^0o755 != 0 || st.Mode().Perm()&0o700 != 0o700 {
 		t.Fatalf("the missing host path %s: %v, %v; want a directory, mode 0755 or less by the umask", host, st, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testenv.Eventually(t, 10*time.Second, 50*time.Millisecond, func() error {
 		b, _ := os.ReadFile(filepath.Join(host, "file"))
 		if string(b) == "from-container\n" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the container's file in the created host path reads %q", b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("the container's file in the created host path reads %q", b)
+	})
 	d.removeCtr(t, id)
 	if _, err := os.Stat(filepath.Join(host, "file")); err != nil {
 		t.Errorf("the created host path did not outlive the container: %v", err)

@@ -220,21 +220,23 @@ func TestOCIRuntimeFaults(t *testing.T) {
 			time.Sleep(1500 * time.Millisecond)
 			_ = syscall.Kill(conmon, syscall.SIGCONT)
 		}()
-		deadline := time.Now().Add(5 * time.Second)
-		for !testenv.IsZombie(pid) && testenv.Alive(pid) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
+		// The checks below tell what went wrong if it still runs 5s later.
+		_ = testenv.Poll(5*time.Second, 10*time.Millisecond, testenv.Until("the container's process to exit", func() bool {
+			return !testenv.Alive(pid)
+		}))
 		st := d.inspect(t, id)
 		if st.Status.State == "CONTAINER_EXITED" && st.Status.ExitCode != 137 {
 			t.Fatalf("container %s exited with %d (reason %q) while conmon had not yet written its exit file, want 137",
 				id, st.Status.ExitCode, st.Status.Reason)
 		}
 		<-thawed
-		deadline = time.Now().Add(10 * time.Second)
-		for st.Status.State != "CONTAINER_EXITED" && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
+		_ = testenv.Poll(10*time.Second, 50*time.Millisecond, testenv.Until("the container to exit", func() bool {
+			if st.Status.State == "CONTAINER_EXITED" {
+				return true
+			}
 			st = d.inspect(t, id)
-		}
+			return false
+		}))
 		if st.Status.State != "CONTAINER_EXITED" || st.Status.ExitCode != 137 || st.Status.Reason != "Error" {
 			t.Fatalf("container %s after conmon wrote the exit file: %s %d %q, want EXITED 137 Error",
 				id, st.Status.State, st.Status.ExitCode, st.Status.Reason)

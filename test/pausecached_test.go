@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,13 +81,12 @@ func TestCachedSandboxLosesPause(t *testing.T) {
 			t.Fatalf("the retry got %s, want the cached %s", id, created)
 		}
 		kill(t, pause)
-		deadline := time.Now().Add(5 * time.Second)
-		for d.inspectp(t, created).Status.State != "SANDBOX_NOTREADY" {
-			if time.Now().After(deadline) {
-				t.Fatalf("the claimed sandbox %s is still ready 5 s after its pause process died", created)
+		testenv.Eventually(t, 5*time.Second, 100*time.Millisecond, func() error {
+			if d.inspectp(t, created).Status.State != "SANDBOX_NOTREADY" {
+				return fmt.Errorf("the claimed sandbox %s is still ready 5 s after its pause process died", created)
 			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return nil
+		})
 		d.removePod(t, created)
 	})
 

@@ -2,6 +2,7 @@ package test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/crijournal/crijournal/failpoint"
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
 )
@@ -204,12 +206,12 @@ func TestPidNamespaceCrash(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		for deadline := time.Now().Add(5 * time.Second); len(pauseProcesses(id)) > 0; {
-			if time.Now().After(deadline) {
-				t.Fatalf("pause process %d still alive 5s after SIGKILL", pid)
+		testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+			if len(pauseProcesses(id)) > 0 {
+				return fmt.Errorf("pause process %d still alive 5s after SIGKILL", pid)
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return nil
+		})
 		d.restart(t)
 		// Its containers can never run again: reconciled as not ready, and the
 		// network is torn down.
@@ -251,17 +253,12 @@ func TestPidNamespacePauseDies(t *testing.T) {
 	if err := syscall.Kill(pausePID, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill the pause process %d: %v", pausePID, err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		st := d.inspectp(t, podID)
-		if st.Status.State == "SANDBOX_NOTREADY" {
-			break
+	testenv.Eventually(t, 5*time.Second, 100*time.Millisecond, func() error {
+		if st := d.inspectp(t, podID); st.Status.State != "SANDBOX_NOTREADY" {
+			return fmt.Errorf("the pod is %s 5 s after its pause process was killed, want SANDBOX_NOTREADY", st.Status.State)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pod is %s 5 s after its pause process was killed, want SANDBOX_NOTREADY", st.Status.State)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	d.mustCrictl(t, "stopp", podID)
 	d.mustCrictl(t, "rmp", podID)
 	d.requireNoPidnsPins(t)

@@ -1,11 +1,14 @@
 package test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Pid namespace TARGET (kubectl debug --target): a container whose namespace
@@ -76,13 +79,12 @@ func TestPidNamespaceTarget(t *testing.T) {
 	// Stopping the target ends its namespace: the kernel kills the debug
 	// container's process with the namespace's init. An exited target is refused.
 	d.mustCrictl(t, "stop", "-t", "5", target)
-	deadline := time.Now().Add(10 * time.Second)
-	for d.inspect(t, debug).Status.State != "CONTAINER_EXITED" {
-		if time.Now().After(deadline) {
-			t.Fatalf("the debug container %s still runs 10s after its target stopped", debug)
+	testenv.Eventually(t, 10*time.Second, 100*time.Millisecond, func() error {
+		if d.inspect(t, debug).Status.State != "CONTAINER_EXITED" {
+			return fmt.Errorf("the debug container %s still runs 10s after its target stopped", debug)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 	_, stderr, err := d.create(t, nil, podID, containerConfig(t, "late", 0, []string{"sleep", "3602"}, withPidTarget(target)), pod)
 	requireCode(t, "crictl create with pid TARGET of an exited target", err, stderr, "FailedPrecondition")
 	d.removePod(t, podID)

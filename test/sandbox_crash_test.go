@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Pod sandboxes and crashes: the sandbox flows' triggers of the crash matrix
@@ -296,17 +299,13 @@ exec ` + cniDir + `/host-local "$@"
 // ("<COMMAND> <container ID>").
 func (d *daemon) waitIPAMCall(t *testing.T, call string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
 		b, _ := os.ReadFile(filepath.Join(d.base, "ipam-calls.log"))
 		if slices.Contains(strings.Split(string(b), "\n"), call) {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the IPAM plugin was not called with %q within %v (calls: %q)", call, within, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("the IPAM plugin was not called with %q within %v (calls: %q)", call, within, b)
+	})
 }
 
 // TestSIGTERMDuringSlowCreation stops the daemon (SIGTERM) while a creation

@@ -60,14 +60,14 @@ func TestStats(t *testing.T) {
 
 	// The writable layers are measured in the background (stats_collect_period, 1s
 	// here), so the 8 MiB shows up within a pass or two of being written.
-	waitUntil(t, 15*time.Second, "the busy container's writable layer to be measured", func() bool {
+	testenv.Eventually(t, 15*time.Second, 100*time.Millisecond, testenv.Until("the busy container's writable layer to be measured", func() bool {
 		for _, s := range d.containerStats(t, "--id", busy) {
 			if s.GetWritableLayer().GetUsedBytes().GetValue() >= 8<<20 {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 	before := runcCalls(t, calls)
 	all := d.containerStats(t, "-a")
 	if got := statsIDs(all); !slices.Equal(got, sortedIDs(busy, idle)) {

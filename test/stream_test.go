@@ -17,10 +17,11 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	"github.com/crijournal/crijournal/internal/testenv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // The streaming tests: exec, attach and port-forward sessions with the real crictl,
@@ -216,7 +217,7 @@ func TestStreamAttach(t *testing.T) {
 		// exit file is waited for before crictl asks: a status asked between runc's
 		// "stopped" and conmon's exit file records 255 (issue 10's first defect).
 		exitFile := filepath.Join(d.ociStateDir, "exits", id)
-		waitUntil(t, 20*time.Second, "conmon to record cat's exit", func() bool { _, err := os.Stat(exitFile); return err == nil })
+		testenv.Eventually(t, 20*time.Second, 100*time.Millisecond, testenv.Until("conmon to record cat's exit", func() bool { _, err := os.Stat(exitFile); return err == nil }))
 		d.requireExited(t, id, 0)
 	})
 
@@ -234,11 +235,11 @@ func TestStreamAttach(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Retyped until cat's output shows it: the session may not be set up yet.
-			waitUntil(t, 20*time.Second, fmt.Sprintf("cat to echo %s through crictl attach", line), func() bool {
+			testenv.Eventually(t, 20*time.Second, 100*time.Millisecond, testenv.Until(fmt.Sprintf("cat to echo %s through crictl attach", line), func() bool {
 				_, _ = io.WriteString(in, line+"\n")
 				time.Sleep(100 * time.Millisecond)
 				return strings.Contains(out.String(), line)
-			})
+			}))
 			in.Close()
 			// The end of the client's input ends its session, not the container's stdin.
 			if err := waitCmd(cmd, 20*time.Second); err != nil {
@@ -291,10 +292,10 @@ func TestStreamPortForward(t *testing.T) {
 		if body, err := httpGet(local[2]); err == nil {
 			t.Fatalf("GET through a forward to a refused port answered %q", body)
 		}
-		waitUntil(t, 30*time.Second, "crictl port-forward to report the refused port", func() bool {
+		testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, testenv.Until("crictl port-forward to report the refused port", func() bool {
 			out := pf.out.String()
 			return strings.Contains(out, "connection refused") || strings.Contains(out, "Stream reset")
-		})
+		}))
 		pf.stop(t)
 		d.removePod(t, podID)
 	})
@@ -361,7 +362,7 @@ func TestStreamLeaks(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			waitUntil(t, 20*time.Second, "crictl attach to show the ticker", func() bool { return strings.Contains(out.String(), "tick") })
+			testenv.Eventually(t, 20*time.Second, 100*time.Millisecond, testenv.Until("crictl attach to show the ticker", func() bool { return strings.Contains(out.String(), "tick") }))
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 		}},
@@ -396,10 +397,10 @@ func TestStreamLeaks(t *testing.T) {
 	t.Logf("100 sessions took %v", time.Since(start).Round(time.Millisecond))
 
 	var after footprint
-	settled := waitFor(30*time.Second, func() bool {
+	settled := testenv.Poll(30*time.Second, 100*time.Millisecond, testenv.Until("the sessions to be released", func() bool {
 		after = d.streamFootprint(t, daemonPid)
 		return after.goroutines <= before.goroutines && after.fds <= before.fds && len(after.sessionProcs) == 0
-	})
+	})) == nil
 	t.Logf("after: %+v", after)
 	if !settled {
 		t.Fatalf("after 100 sessions the daemon holds more than before: goroutines %d (before %d), fds %d (before %d), session processes %v",
@@ -535,28 +536,28 @@ func (term *terminal) waitFor(t *testing.T, want ...string) {
 		}
 		return true
 	}
-	if !waitFor(30*time.Second, shows) {
-		t.Fatalf("waited 30s for the terminal to show %q; it shows:\n%s", want, term.out.String())
-	}
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+		if !shows() {
+			return fmt.Errorf("waited 30s for the terminal to show %q; it shows:\n%s", want, term.out.String())
+		}
+		return nil
+	})
 }
 
 // retryUntil types input (again every second) until want appears after it.
 func (term *terminal) retryUntil(t *testing.T, input, want string) {
 	t.Helper()
 	from := term.out.Len()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, 0, func() error {
 		term.write(t, input)
 		for range 10 {
 			time.Sleep(100 * time.Millisecond)
 			if strings.Contains(term.out.String()[from:], want) {
-				return
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("typing %q never showed %q; the terminal shows:\n%s", input, want, term.out.String())
-		}
-	}
+		return fmt.Errorf("typing %q never showed %q; the terminal shows:\n%s", input, want, term.out.String())
+	})
 }
 
 // waitExit waits for crictl to exit by itself.
@@ -616,7 +617,7 @@ func (d *daemon) startPortForward(t *testing.T, podID string, mappings ...string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = pf.cmd.Process.Kill() })
-	waitUntil(t, 30*time.Second, "crictl port-forward to listen", func() bool {
+	testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, testenv.Until("crictl port-forward to listen", func() bool {
 		for _, m := range mappings {
 			local, _, _ := strings.Cut(m, ":")
 			if !strings.Contains(pf.out.String(), "Forwarding from 127.0.0.1:"+local+" ") {
@@ -624,7 +625,7 @@ func (d *daemon) startPortForward(t *testing.T, podID string, mappings ...string
 			}
 		}
 		return true
-	})
+	}))
 	return pf
 }
 
@@ -634,28 +635,6 @@ func (pf *portForward) stop(t *testing.T) {
 	_ = pf.cmd.Process.Signal(syscall.SIGINT)
 	if err := waitCmd(pf.cmd, 30*time.Second); err != nil {
 		t.Logf("crictl port-forward: %v", err)
-	}
-}
-
-// waitFor polls cond every 100 ms until it holds (true) or within has passed (false).
-func waitFor(within time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(within)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// waitUntil fails the test unless cond holds within the time given.
-func waitUntil(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !waitFor(within, cond) {
-		t.Fatalf("waited %v for %s", within, what)
 	}
 }
 
@@ -681,9 +660,12 @@ func processesMatching(cmdline string) []int {
 func waitProcesses(t *testing.T, cmdline string, n int, within time.Duration) []int {
 	t.Helper()
 	var pids []int
-	if !waitFor(within, func() bool { pids = processesMatching(cmdline); return len(pids) == n }) {
-		t.Fatalf("%d processes run %q after %v (%v), want %d", len(pids), cmdline, within, pids, n)
-	}
+	testenv.Eventually(t, within, 100*time.Millisecond, func() error {
+		if pids = processesMatching(cmdline); len(pids) != n {
+			return fmt.Errorf("%d processes run %q after %v (%v), want %d", len(pids), cmdline, within, pids, n)
+		}
+		return nil
+	})
 	return pids
 }
 
