@@ -39,8 +39,8 @@ func BenchmarkIntent(b *testing.B) {
 							}
 							j.Done(rec.ID, seq)
 						}
-						j.Ready(rec.ID, map[string]string{"ip": "10.88.0.2"})
-						if _, err := j.Answer(rec.ID, true); err != nil {
+						j.ready(rec.ID, map[string]string{"ip": "10.88.0.2"})
+						if _, err := j.answer(rec.ID, true); err != nil {
 							b.Error(err)
 						}
 					}
@@ -66,8 +66,8 @@ func BenchmarkOpen(b *testing.B) {
 		if i%3 == 0 {
 			continue
 		}
-		j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
-		j.Answer(rec.ID, i%3 == 1)
+		j.ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
+		j.answer(rec.ID, i%3 == 1)
 	}
 	j.Close()
 	b.ResetTimer()

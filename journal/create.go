@@ -126,37 +126,10 @@ func (j *Journal) Done(id string, seq int) error {
 	return err
 }
 
-// Ready stores the finished object of a creation whose steps are all done (state ready)
-// and returns once that is durable: from then on a crash no longer throws the work away,
-// recovery caches it for the kubelet's retry. The step marks queued before it ride on the
-// same commit.
-func (j *Journal) Ready(id string, object any) error {
-	raw, err := json.Marshal(object)
-	if err != nil {
-		return fmt.Errorf("ready %s: encode object: %w", id, err)
-	}
-	j.mu.Lock()
-	e, err := j.finishing("ready", id)
-	if err != nil {
-		j.mu.Unlock()
-		return err
-	}
-	p, err := j.change(e, true, func(r *Record) {
-		r.State = StateReady
-		r.Stage = ""
-		r.Object = raw
-	})
-	j.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return wait(p)
-}
-
-// Answer settles a ready record: created when the request that made it is still live (the
+// answer settles a ready record: created when the request that made it is still live (the
 // caller will hand it over), cached with an expiry when it is not (the retry claims it). It
 // returns the record as committed.
-func (j *Journal) Answer(id string, live bool) (Record, error) {
+func (j *Journal) answer(id string, live bool) (Record, error) {
 	j.mu.Lock()
 	e, err := j.lookup(id)
 	if err == nil && e.rec.State != StateReady {
@@ -179,8 +152,8 @@ func (j *Journal) Answer(id string, live bool) (Record, error) {
 // the finished object and makes the record created when the request that made it is
 // still live (the caller will hand it over), or cached with an expiry when it is not (the
 // retry claims it). The step marks queued before it ride on the same commit. It returns
-// the record as committed. It is Ready and Answer at once, one commit instead of two,
-// and as crash-safe:
+// the record as committed. Earlier versions took two commits (the object, state ready;
+// then the answer); the one commit is as crash-safe:
 //
 //   - A crash before the commit leaves the record creating on disk (its last done mark,
 //     lazy, is not there either): recovery undoes every step, as it does for a crash
@@ -217,8 +190,8 @@ func (j *Journal) Settle(id string, object any, live bool) (Record, error) {
 	return rec, wait(p)
 }
 
-// finishing returns the entry of a creation that op (Ready, Settle) may finish: creating,
-// with every step done. j.mu is held.
+// finishing returns the entry of a creation that op (Settle, the tests' ready) may
+// finish: creating, with every step done. j.mu is held.
 func (j *Journal) finishing(op, id string) (*entry, error) {
 	e, err := j.lookup(id)
 	switch {
@@ -246,7 +219,7 @@ func (j *Journal) answered(r *Record, live bool) {
 // Cache turns a ready record into a cached one with a fresh expiry, for recovery: its
 // request was never answered, so only a retry may have it.
 func (j *Journal) Cache(id string) (Record, error) {
-	return j.Answer(id, false)
+	return j.answer(id, false)
 }
 
 // ClaimRequest names the cached record a retry claims, and how the retry names it.
@@ -387,17 +360,6 @@ func (j *Journal) Get(id string) (Record, error) {
 	e, ok := j.shown[id]
 	if !ok {
 		return Record{}, fmt.Errorf("record %s: %w", id, ErrNotFound)
-	}
-	return e.shown.Clone(), nil
-}
-
-// GetByName returns a copy of the record holding a name, as published.
-func (j *Journal) GetByName(kind Kind, name string) (Record, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	e, ok := j.byName[string(nameKey(kind, name))]
-	if !ok {
-		return Record{}, fmt.Errorf("%s %q: %w", kind, name, ErrNotFound)
 	}
 	return e.shown.Clone(), nil
 }

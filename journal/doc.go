@@ -21,8 +21,8 @@
 //
 //	Begin ─> creating ─(Intent/Done)*─Settle─┬─ request live ──> created
 //	                                         └─ deadline passed ─> cached
-//	creating ─(Intent/Done)*─> Ready ─> ready ─Answer─> created or cached (two commits;
-//	                                   recovery caches a ready record: Cache)
+//	ready (left by an earlier version, which stored the object and the answer in two
+//	       commits) ─Cache (recovery)─> cached
 //	creating|ready|cached ─Rollback─> undoing ─> (gone, name free)
 //	cached ─Claim (same fingerprint; may take the retry's name and object)─> created
 //	created ─Remove─> removing ─> (gone)
@@ -44,8 +44,8 @@
 // is rebuilt from the file at Open. Every change is applied to the index under one mutex and
 // queued, in that same order, to a single committer goroutine that writes everything queued
 // so far in one bbolt transaction (group commit): it commits as soon as the previous commit
-// finishes, never waiting for more work. Calls that must be durable (Intent, Settle, Ready,
-// Answer, Claim, Remove, ...) wait for their commit; Done rides on the next commit, which is
+// finishes, never waiting for more work. Calls that must be durable (Intent, Settle, Cache,
+// Claim, Remove, ...) wait for their commit; Done rides on the next commit, which is
 // safe because every undo is idempotent; Begin rides too, since nothing exists outside the
 // journal before the first intent.
 // None of these calls takes a context: a change is applied to the index at once and its

@@ -31,12 +31,12 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 			setup: func(t *testing.T, j *Journal) Record {
 				rec := begin(t, j, "pod", time.Time{})
 				step(t, j, rec.ID, kindA, "1")
-				if err := j.Ready(rec.ID, 1); err != nil {
+				if err := j.ready(rec.ID, 1); err != nil {
 					t.Fatal(err)
 				}
 				return rec
 			},
-			change: func(j *Journal, rec Record) error { _, err := j.Answer(rec.ID, true); return err },
+			change: func(j *Journal, rec Record) error { _, err := j.answer(rec.ID, true); return err },
 		},
 		{
 			name:  "Claim (cached to created)",
@@ -135,7 +135,7 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 			if err := j.SetMarker(rec.ID, "other", &v); !errors.Is(err, ErrFailed) {
 				t.Errorf("SetMarker after the failure = %v, want ErrFailed", err)
 			}
-			j.RetryUndos(ctx)
+			j.retryUndos(ctx)
 			j.ExpireCached(ctx)
 			if ran := u.order(); len(ran) > 0 {
 				t.Errorf("undos ran after the failed commit: %v", ran)
@@ -159,10 +159,10 @@ func createdRecord(t *testing.T, j *Journal) Record {
 	t.Helper()
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
-	if err := j.Ready(rec.ID, 1); err != nil {
+	if err := j.ready(rec.ID, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Answer(rec.ID, true); err != nil {
+	if _, err := j.answer(rec.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	return rec
@@ -172,10 +172,10 @@ func cachedRecord(t *testing.T, j *Journal) Record {
 	t.Helper()
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
-	if err := j.Ready(rec.ID, 1); err != nil {
+	if err := j.ready(rec.ID, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Answer(rec.ID, false); err != nil {
+	if _, err := j.answer(rec.ID, false); err != nil {
 		t.Fatal(err)
 	}
 	return rec
@@ -187,7 +187,7 @@ func TestWaiterIsNotAnsweredFromAFailedCommit(t *testing.T) {
 	j, _ := testJournal(t, Options{})
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
-	if err := j.Ready(rec.ID, 1); err != nil {
+	if err := j.ready(rec.ID, 1); err != nil {
 		t.Fatal(err)
 	}
 	woken := make(chan State, 1)
@@ -203,7 +203,7 @@ func TestWaiterIsNotAnsweredFromAFailedCommit(t *testing.T) {
 	}()
 	time.Sleep(20 * time.Millisecond) // let it wait
 	failCommits(j)
-	if _, err := j.Answer(rec.ID, true); !errors.Is(err, ErrFailed) {
+	if _, err := j.answer(rec.ID, true); !errors.Is(err, ErrFailed) {
 		t.Errorf("Answer = %v, want ErrFailed", err)
 	}
 	select {

@@ -94,7 +94,7 @@ func TestClaimAsRetryName(t *testing.T) {
 	if claimed.ID != rec.ID || claimed.Name != "pod_1" || claimed.State != StateCreated || string(claimed.Object) != `{"attempt":1}` {
 		t.Fatalf("Claim = %s %q %s %s", claimed.ID, claimed.Name, claimed.State, claimed.Object)
 	}
-	if _, err := j.GetByName(KindSandbox, "pod_0"); !errors.Is(err, ErrNotFound) {
+	if _, err := j.getByName(KindSandbox, "pod_0"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("old name after the claim: %v, want ErrNotFound", err)
 	}
 	if _, err := beginAs(j, "pod_2"); err != nil {
@@ -106,11 +106,11 @@ func TestClaimAsRetryName(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer reopened.Close()
-	got, err := reopened.GetByName(KindSandbox, "pod_1")
+	got, err := reopened.getByName(KindSandbox, "pod_1")
 	if err != nil || got.ID != rec.ID || got.Identity != "pod-a" || got.State != StateCreated {
 		t.Fatalf("reopened: %q = %s identity %q state %s, %v", "pod_1", got.ID, got.Identity, got.State, err)
 	}
-	if _, err := reopened.GetByName(KindSandbox, "pod_0"); !errors.Is(err, ErrNotFound) {
+	if _, err := reopened.getByName(KindSandbox, "pod_0"); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("reopened: old name %v, want ErrNotFound", err)
 	}
 }
@@ -140,7 +140,7 @@ func TestClaimAsHeldName(t *testing.T) {
 	if !errors.As(err, &held) || held.Holder.ID != other.ID {
 		t.Fatalf("Claim as a held name = %v, want HeldError by %s", err, other.ID)
 	}
-	if got, err := j.GetByName(KindSandbox, "pod_0"); err != nil || got.State != StateCached {
+	if got, err := j.getByName(KindSandbox, "pod_0"); err != nil || got.State != StateCached {
 		t.Fatalf("after the refused claim: %s, %v; want still cached", got.State, err)
 	}
 }

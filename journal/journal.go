@@ -444,6 +444,10 @@ func (j *Journal) Err() error {
 	return j.commits.broken
 }
 
+// newID returns a fresh record ID: 64 lowercase hex digits, the first 32 random, then the
+// creation time in nanoseconds (16) and 16 random ones. The random first half is what
+// short IDs show; the time keeps records made together together in the file
+// (migrations.RecordKey).
 func newID() string {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -453,12 +457,6 @@ func newID() string {
 	binary.BigEndian.PutUint64(b[16:24], uint64(time.Now().UnixNano()))
 	return hex.EncodeToString(b[:])
 }
-
-// NewID returns a fresh record ID: 64 lowercase hex digits, the first 32 random, then the
-// creation time in nanoseconds (16) and 16 random ones. The random first half is what
-// short IDs show; the time keeps records made together together in the file
-// (migrations.RecordKey).
-func NewID() string { return newID() }
 
 // --- index helpers; callers hold j.mu ---
 

@@ -143,17 +143,17 @@ func TestCreateLiveBecomesCreated(t *testing.T) {
 	}
 	step(t, j, rec.ID, kindA, "1")
 	step(t, j, rec.ID, kindB, "2")
-	if err := j.Ready(rec.ID, map[string]string{"ip": "10.0.0.2"}); err != nil {
+	if err := j.ready(rec.ID, map[string]string{"ip": "10.0.0.2"}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := j.Answer(rec.ID, true)
+	got, err := j.answer(rec.ID, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.State != StateCreated || !got.Expiry.IsZero() || string(got.Object) != `{"ip":"10.0.0.2"}` || len(got.Steps) != 2 {
 		t.Fatalf("after Answer(live) = %+v", got)
 	}
-	byName, err := j.GetByName(KindSandbox, "pod")
+	byName, err := j.getByName(KindSandbox, "pod")
 	if err != nil || byName.ID != rec.ID {
 		t.Fatalf("GetByName = %v, %v", byName.ID, err)
 	}
@@ -164,10 +164,10 @@ func TestCreateAfterDeadlineBecomesCachedAndClaimable(t *testing.T) {
 	j, _ := testJournal(t, Options{Now: clock.Now, CacheTTL: time.Minute})
 	rec := begin(t, j, "pod", clock.Now())
 	step(t, j, rec.ID, kindA, "1")
-	if err := j.Ready(rec.ID, "obj"); err != nil {
+	if err := j.ready(rec.ID, "obj"); err != nil {
 		t.Fatal(err)
 	}
-	got, err := j.Answer(rec.ID, false)
+	got, err := j.answer(rec.ID, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,9 +216,9 @@ func TestIllegalTransitions(t *testing.T) {
 	}{
 		{name: "Ready with a step in intent", want: ErrWrongState,
 			setup: func(t *testing.T, j *Journal, id string) { j.Intent(id, "s", kindA, nil) },
-			run:   func(j *Journal, id string) error { return j.Ready(id, 1) }},
+			run:   func(j *Journal, id string) error { return j.ready(id, 1) }},
 		{name: "Answer before Ready", want: ErrWrongState,
-			run: func(j *Journal, id string) error { _, err := j.Answer(id, true); return err }},
+			run: func(j *Journal, id string) error { _, err := j.answer(id, true); return err }},
 		{name: "Done of a missing step", want: ErrWrongState,
 			run: func(j *Journal, id string) error { return j.Done(id, 3) }},
 		{name: "Done twice", want: ErrWrongState,
@@ -232,41 +232,41 @@ func TestIllegalTransitions(t *testing.T) {
 				return err
 			}},
 		{name: "Rollback of a created record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1); j.answer(id, true) },
 			run:   func(j *Journal, id string) error { return j.Rollback(ctx, id) }},
 		{name: "Intent on a cached record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) },
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1); j.answer(id, false) },
 			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindA, nil); return err }},
 		{name: "Intent on an unknown ID", want: ErrNotFound,
-			run: func(j *Journal, id string) error { _, err := j.Intent(NewID(), "s", kindA, nil); return err }},
+			run: func(j *Journal, id string) error { _, err := j.Intent(newID(), "s", kindA, nil); return err }},
 		{name: "Remove of an unknown ID", want: ErrNotFound,
-			run: func(j *Journal, id string) error { return j.Remove(ctx, NewID()) }},
+			run: func(j *Journal, id string) error { return j.Remove(ctx, newID()) }},
 		{name: "Answer of a created record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
-			run:   func(j *Journal, id string) error { _, err := j.Answer(id, true); return err }},
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1); j.answer(id, true) },
+			run:   func(j *Journal, id string) error { _, err := j.answer(id, true); return err }},
 		{name: "Answer of a cached record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) },
-			run:   func(j *Journal, id string) error { _, err := j.Answer(id, true); return err }},
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1); j.answer(id, false) },
+			run:   func(j *Journal, id string) error { _, err := j.answer(id, true); return err }},
 		{name: "Ready twice", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
-			run:   func(j *Journal, id string) error { return j.Ready(id, 2) }},
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1) },
+			run:   func(j *Journal, id string) error { return j.ready(id, 2) }},
 		{name: "Remove of a ready record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1) },
 			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Remove of a cached record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) },
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1); j.answer(id, false) },
 			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Remove of an undoing record", want: ErrWrongState,
 			setup: rollBackWithAFailedUndo,
 			run:   func(j *Journal, id string) error { return j.Remove(ctx, id) }},
 		{name: "Intent on a ready record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1) },
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1) },
 			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindA, nil); return err }},
 		{name: "Intent on an undoing record", want: ErrWrongState,
 			setup: rollBackWithAFailedUndo,
 			run:   func(j *Journal, id string) error { _, err := j.Intent(id, "s", kindB, nil); return err }},
 		{name: "Claim of a created record", want: ErrWrongState,
-			setup: func(t *testing.T, j *Journal, id string) { j.Ready(id, 1); j.Answer(id, true) },
+			setup: func(t *testing.T, j *Journal, id string) { j.ready(id, 1); j.answer(id, true) },
 			run: func(j *Journal, id string) error {
 				_, err := j.Claim(ClaimRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp-pod"})
 				return err
@@ -317,7 +317,7 @@ func TestCallsAfterClose(t *testing.T) {
 			return err
 		},
 		"Intent":   func() error { _, err := j.Intent(rec.ID, "s", kindA, nil); return err },
-		"Ready":    func() error { return j.Ready(rec.ID, 1) },
+		"Ready":    func() error { return j.ready(rec.ID, 1) },
 		"Rollback": func() error { return j.Rollback(ctx, rec.ID) },
 	} {
 		if err := call(); !errors.Is(err, ErrClosed) {
@@ -360,8 +360,8 @@ func TestTouchAndExpiry(t *testing.T) {
 	j, _ := testJournal(t, Options{Now: clock.Now, CacheTTL: time.Minute, Registry: u.registry(kindA)})
 	rec := begin(t, j, "pod", clock.Now())
 	step(t, j, rec.ID, kindA, "1")
-	j.Ready(rec.ID, 1)
-	j.Answer(rec.ID, false)
+	j.ready(rec.ID, 1)
+	j.answer(rec.ID, false)
 
 	clock.Advance(50 * time.Second)
 	if !j.Touch(KindSandbox, "pod", clock.Now().Add(3*time.Second)) {
@@ -408,20 +408,20 @@ func TestReopenEveryState(t *testing.T) {
 	}
 	mk("creating")
 	ready := mk("ready")
-	j.Ready(ready.ID, "r")
+	j.ready(ready.ID, "r")
 	cached := mk("cached")
-	j.Ready(cached.ID, "c")
-	j.Answer(cached.ID, false)
+	j.ready(cached.ID, "c")
+	j.answer(cached.ID, false)
 	created := mk("created")
-	j.Ready(created.ID, "c")
-	j.Answer(created.ID, true)
+	j.ready(created.ID, "c")
+	j.answer(created.ID, true)
 	undoing := mk("undoing")
 	step(t, j, undoing.ID, kindB, "2")
 	j.Rollback(ctx, undoing.ID)
 	removing := mk("removing")
 	step(t, j, removing.ID, kindC, "3")
-	j.Ready(removing.ID, "r")
-	j.Answer(removing.ID, true)
+	j.ready(removing.ID, "r")
+	j.answer(removing.ID, true)
 	removed := make(chan error, 1)
 	go func() { removed <- j.Remove(ctx, removing.ID) }()
 	<-inUndo
@@ -456,7 +456,7 @@ func TestReopenEveryState(t *testing.T) {
 	for _, r := range after {
 		states[r.State] = true
 		if r.HoldsName {
-			if h, err := j2.GetByName(r.Kind, r.Name); err != nil || h.ID != r.ID {
+			if h, err := j2.getByName(r.Kind, r.Name); err != nil || h.ID != r.ID {
 				t.Errorf("name %q index after reopen: %v %v", r.Name, h.ID, err)
 			}
 		}
@@ -520,8 +520,8 @@ func TestConcurrentWaiters(t *testing.T) {
 						}
 						j.Done(rec.ID, seq)
 					}
-					j.Ready(rec.ID, 1)
-					if _, err := j.Answer(rec.ID, true); err != nil {
+					j.ready(rec.ID, 1)
+					if _, err := j.answer(rec.ID, true); err != nil {
 						t.Error(err)
 					}
 					return
@@ -618,15 +618,15 @@ func TestHooksReportEvents(t *testing.T) {
 		}})
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
-	j.Ready(rec.ID, 1)
-	j.Answer(rec.ID, false) // cached
+	j.ready(rec.ID, 1)
+	j.answer(rec.ID, false) // cached
 	clock.Advance(2 * time.Minute)
 	if n, _ := j.ExpireCached(ctx); n != 1 { // its undo fails
 		t.Fatalf("ExpireCached expired %d, want 1", n)
 	}
 	u.setFail(kindA, nil)
 	clock.Advance(2 * time.Second)
-	if n, err := j.RetryUndos(ctx); n != 1 || err != nil {
+	if n, err := j.retryUndos(ctx); n != 1 || err != nil {
 		t.Fatalf("RetryUndos = %d, %v", n, err)
 	}
 	mu.Lock()

@@ -138,10 +138,10 @@ func TestExpiryDoesNotWaitBehindHangingRetries(t *testing.T) {
 	}
 	cached := begin(t, j, "cached", time.Now())
 	step(t, j, cached.ID, kindB, "1")
-	if err := j.Ready(cached.ID, 1); err != nil {
+	if err := j.ready(cached.ID, 1); err != nil {
 		t.Fatal(err)
 	}
-	if rec, err := j.Answer(cached.ID, false); err != nil || rec.State != StateCached {
+	if rec, err := j.answer(cached.ID, false); err != nil || rec.State != StateCached {
 		t.Fatalf("Answer = %v, %v; want cached", rec.State, err)
 	}
 

@@ -10,8 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crijournal/crijournal/migrations"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/crijournal/crijournal/migrations"
 )
 
 // Opening the file: locks, read-only use, damaged files, checks, schema migrations.
@@ -86,7 +87,7 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			db.Update(func(tx *bolt.Tx) error {
-				return tx.Bucket(migrations.BucketRecords).Put([]byte(NewID()), []byte("{garbage"))
+				return tx.Bucket(migrations.BucketRecords).Put([]byte(newID()), []byte("{garbage"))
 			})
 			db.Close()
 		}, ErrCorrupt},
@@ -142,10 +143,10 @@ func TestCheckFileListsEveryProblem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	badID := NewID()
+	badID := newID()
 	db.Update(func(tx *bolt.Tx) error {
 		tx.Bucket(migrations.BucketRecords).Put([]byte(badID), []byte("{garbage"))
-		return tx.Bucket(migrations.BucketNames).Put(nameKey(KindSandbox, "ghost"), []byte(NewID()))
+		return tx.Bucket(migrations.BucketNames).Put(nameKey(KindSandbox, "ghost"), []byte(newID()))
 	})
 	db.Close()
 	problems, err := CheckFile(path, time.Second)
@@ -233,7 +234,7 @@ func scribble(t *testing.T, path string, off, n int64) {
 }
 
 func FuzzDecodeRecord(f *testing.F) {
-	good, _ := encodeRecord(&Record{ID: NewID(), Kind: KindSandbox, Name: "n", State: StateCreating,
+	good, _ := encodeRecord(&Record{ID: newID(), Kind: KindSandbox, Name: "n", State: StateCreating,
 		Steps: []Step{{Seq: 0, Kind: kindA, Status: StepIntent, Args: map[string]string{"a": "b"}}}})
 	f.Add(good)
 	f.Add([]byte("{}"))
@@ -289,7 +290,7 @@ func TestCheckWhileCommitting(t *testing.T) {
 // with its records and names intact, stored under their schema 2 keys.
 func TestOpenMigratesSchema1(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "journal.db")
-	rec := Record{ID: NewID(), Kind: KindSandbox, Name: "pod", Fingerprint: "fp", State: StateCreated,
+	rec := Record{ID: newID(), Kind: KindSandbox, Name: "pod", Fingerprint: "fp", State: StateCreated,
 		Created: time.Now().UTC(), Updated: time.Now().UTC(), HoldsName: true}
 	value, err := encodeRecord(&rec)
 	if err != nil {
@@ -320,7 +321,7 @@ func TestOpenMigratesSchema1(t *testing.T) {
 		t.Fatalf("Open of a schema 1 journal: %v", err)
 	}
 	defer j.Close()
-	if got, err := j.GetByName(KindSandbox, "pod"); err != nil || got.ID != rec.ID || got.State != StateCreated {
+	if got, err := j.getByName(KindSandbox, "pod"); err != nil || got.ID != rec.ID || got.State != StateCreated {
 		t.Fatalf("after the migration: %+v, %v", got, err)
 	}
 	if problems := j.Check(); len(problems) != 0 {

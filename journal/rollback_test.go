@@ -54,8 +54,8 @@ func TestRollbackOfAFinishedRecordIsDurableFirst(t *testing.T) {
 		name   string
 		settle func(j *Journal, id string)
 	}{
-		{"ready", func(j *Journal, id string) { j.Ready(id, 1) }},
-		{"cached", func(j *Journal, id string) { j.Ready(id, 1); j.Answer(id, false) }},
+		{"ready", func(j *Journal, id string) { j.ready(id, 1) }},
+		{"cached", func(j *Journal, id string) { j.ready(id, 1); j.answer(id, false) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var path string
@@ -118,8 +118,8 @@ func TestHangingUndoTimesOut(t *testing.T) {
 			step(t, j, rec.ID, kindA, "1")
 			step(t, j, rec.ID, kindB, "2")
 			if tc.live {
-				j.Ready(rec.ID, 1)
-				j.Answer(rec.ID, true)
+				j.ready(rec.ID, 1)
+				j.answer(rec.ID, true)
 			}
 			err := tc.run(j, rec.ID)
 			if err == nil || !strings.Contains(err.Error(), "undo_timeout") || !errors.Is(err, context.DeadlineExceeded) {
@@ -170,12 +170,12 @@ func TestFailedUndoReleasesNameAndIsRetried(t *testing.T) {
 	}
 
 	// Not due yet: nothing runs.
-	if n, _ := j.RetryUndos(ctx); n != 0 {
+	if n, _ := j.retryUndos(ctx); n != 0 {
 		t.Fatalf("RetryUndos before due ran %d", n)
 	}
 	// Due, still failing: the backoff doubles.
 	clock.Advance(time.Second)
-	if n, err := j.RetryUndos(ctx); n != 1 || err == nil {
+	if n, err := j.retryUndos(ctx); n != 1 || err == nil {
 		t.Fatalf("RetryUndos = %d, %v", n, err)
 	}
 	got, _ = j.Get(rec.ID)
@@ -192,12 +192,12 @@ func TestFailedUndoReleasesNameAndIsRetried(t *testing.T) {
 	if got2, err := j2.Get(rec.ID); err != nil || got2.Steps[1].Status != StepUndoFailed {
 		t.Fatalf("after reopen: %+v, %v", got2, err)
 	}
-	if h, _ := j2.GetByName(KindSandbox, "pod"); h.ID != second.ID {
+	if h, _ := j2.getByName(KindSandbox, "pod"); h.ID != second.ID {
 		t.Fatalf("after reopen the name is held by %s, want %s", h.ID, second.ID)
 	}
 	u.setFail(kindB, nil)
 	clock.Advance(time.Hour)
-	if n, err := j2.RetryUndos(ctx); n != 1 || err != nil {
+	if n, err := j2.retryUndos(ctx); n != 1 || err != nil {
 		t.Fatalf("RetryUndos after the fix = %d, %v", n, err)
 	}
 	if _, err := j2.Get(rec.ID); !errors.Is(err, ErrNotFound) {
@@ -223,8 +223,8 @@ func TestRemove(t *testing.T) {
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
 	step(t, j, rec.ID, kindB, "2")
-	j.Ready(rec.ID, 1)
-	j.Answer(rec.ID, true)
+	j.ready(rec.ID, 1)
+	j.answer(rec.ID, true)
 	if err := j.UndoSteps(ctx, rec.ID, nil, kindB); err != nil {
 		t.Fatal(err)
 	}

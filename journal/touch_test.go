@@ -17,8 +17,8 @@ func TestTouchNeverPullsTheExpiryIn(t *testing.T) {
 	if j.Touch(KindSandbox, "pod", clock.Now()) {
 		t.Error("Touch of a record still creating reported a touch")
 	}
-	j.Ready(rec.ID, 1)
-	cached, _ := j.Answer(rec.ID, false)
+	j.ready(rec.ID, 1)
+	cached, _ := j.answer(rec.ID, false)
 	if !j.Touch(KindSandbox, "pod", clock.Now().Add(-time.Hour)) {
 		t.Error("Touch with an old deadline did not report the cached record")
 	}

@@ -300,19 +300,6 @@ func (j *Journal) ExpireCached(ctx context.Context) (int, error) {
 	return len(expired), errors.Join(errs...)
 }
 
-// RetryUndos runs again the rollback of every undoing record that has a failed undo due,
-// and of records left undoing or removing by a crash (none in progress in this process).
-func (j *Journal) RetryUndos(ctx context.Context) (int, error) {
-	_, due, _ := j.dueWork(j.opts.Now(), nil)
-	var errs []error
-	for _, id := range due {
-		if err := j.retry(ctx, id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return len(due), errors.Join(errs...)
-}
-
 // expire rolls back one cached record whose expiry passed; a failed undo is returned
 // (for the caller to report), and retried later.
 func (j *Journal) expire(ctx context.Context, id string) error {

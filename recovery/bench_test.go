@@ -35,7 +35,7 @@ func BenchmarkRecovery10k(b *testing.B) {
 	}
 	const n = 10000
 	want := Summary{}
-	var removing []string
+	var removing, ready []string
 	var mu sync.Mutex
 	sem := make(chan struct{}, 64)
 	errs := make(chan error, n)
@@ -75,11 +75,13 @@ func BenchmarkRecovery10k(b *testing.B) {
 			switch i % 6 {
 			case 0: // interrupted
 				return
-			case 1:
-				err = j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
+			case 1: // rewritten ready below, as an earlier version left it
+				_, err = j.Settle(rec.ID, map[string]string{"ip": "10.0.0.1"}, false)
+				mu.Lock()
+				ready = append(ready, rec.ID)
+				mu.Unlock()
 			case 2, 3, 5:
-				j.Ready(rec.ID, map[string]string{"ip": "10.0.0.1"})
-				_, err = j.Answer(rec.ID, i%6 != 2)
+				_, err = j.Settle(rec.ID, map[string]string{"ip": "10.0.0.1"}, i%6 != 2)
 				if i%6 == 5 {
 					mu.Lock()
 					removing = append(removing, rec.ID)
@@ -104,6 +106,7 @@ func BenchmarkRecovery10k(b *testing.B) {
 	}
 	j.Close()
 	markRemoving(b, golden, removing)
+	markReady(b, golden, ready)
 	goldenBytes := mustRead(b, golden)
 
 	b.ResetTimer()
@@ -128,10 +131,23 @@ func BenchmarkRecovery10k(b *testing.B) {
 
 // markRemoving rewrites the created records ids as a crash in the middle of their removal
 // leaves them: state removing.
-func markRemoving(b *testing.B, path string, ids []string) {
+func markRemoving(tb testing.TB, path string, ids []string) {
+	rewriteRecords(tb, path, ids, func(rec *journal.Record) { rec.State, rec.Stage = journal.StateRemoving, "undo" })
+}
+
+// markReady rewrites the settled records ids as an earlier version, which stored the
+// object (ready) and the answer in two commits, left them after a crash between the two:
+// state ready, no expiry.
+func markReady(tb testing.TB, path string, ids []string) {
+	rewriteRecords(tb, path, ids, func(rec *journal.Record) { rec.State, rec.Expiry = journal.StateReady, time.Time{} })
+}
+
+// rewriteRecords applies edit to the records ids of the closed journal file at path.
+func rewriteRecords(tb testing.TB, path string, ids []string, edit func(*journal.Record)) {
+	tb.Helper()
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer db.Close()
 	err = db.Update(func(tx *bolt.Tx) error {
@@ -141,7 +157,7 @@ func markRemoving(b *testing.B, path string, ids []string) {
 			if err != nil {
 				return err
 			}
-			rec.State, rec.Stage = journal.StateRemoving, "undo"
+			edit(&rec)
 			v, err := json.Marshal(rec)
 			if err != nil {
 				return err
@@ -153,7 +169,7 @@ func markRemoving(b *testing.B, path string, ids []string) {
 		return nil
 	})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 }
 

@@ -74,18 +74,17 @@ func TestRunReplaysEveryState(t *testing.T) {
 	}
 	mk("creating", stepOK, stepOK)
 	id := mk("ready", stepOK)
-	j.Ready(id, 1)
+	j.Settle(id, 1, false) // rewritten ready below, as an earlier version left it
 	id = mk("cached", stepOK)
-	j.Ready(id, 1)
-	j.Answer(id, false)
+	j.Settle(id, 1, false)
 	id = mk("created", stepOK)
-	j.Ready(id, 1)
-	j.Answer(id, true)
+	j.Settle(id, 1, true)
 	id = mk("broken", stepOK, stepBroken)
 	j.Rollback(ctx, id) // leaves it undoing with a failed undo
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
+	markReady(t, path, []string{ids["ready"]})
 	u.ran = map[string]int{}
 
 	j = openTestJournal(t, path, log, u)

@@ -33,10 +33,7 @@ func TestReconcileRollsBackBrokenCachedSandbox(t *testing.T) {
 			}
 			cfg := &runtimeapi.PodSandboxConfig{Metadata: &runtimeapi.PodSandboxMetadata{Name: "n", Namespace: "d", Uid: "u"}}
 			obj := sandboxObject{Config: mustMarshal(cfg), Namespaces: tt.namespaces, CreatedAt: time.Now()}
-			if err := s.journal.Ready(r.ID, obj); err != nil {
-				t.Fatal(err)
-			}
-			cached, err := s.journal.Answer(r.ID, false)
+			cached, err := s.journal.Settle(r.ID, obj, false)
 			if err != nil {
 				t.Fatal(err)
 			}

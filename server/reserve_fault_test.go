@@ -32,8 +32,7 @@ func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		s.journal.Ready(holder.ID, 1)
-		s.journal.Answer(holder.ID, false)
+		s.journal.Settle(holder.ID, 1, false)
 	}()
 	done := make(chan error, 1)
 	start := time.Now()

@@ -38,10 +38,7 @@ func beginReq(name, fp string) journal.BeginRequest {
 // settle drives a record to created (live) or cached (not live).
 func settle(t *testing.T, s *Server, id string, live bool) {
 	t.Helper()
-	if err := s.journal.Ready(id, map[string]string{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.journal.Answer(id, live); err != nil {
+	if _, err := s.journal.Settle(id, map[string]string{}, live); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -137,8 +134,7 @@ func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
 	holder, _ := s.journal.Begin(beginReq("pod", "fp"))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		s.journal.Ready(holder.ID, 1)
-		s.journal.Answer(holder.ID, true)
+		s.journal.Settle(holder.ID, 1, true)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -160,8 +156,7 @@ func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
 	holder, _ := s.journal.Begin(beginReq("pod", "fp"))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		s.journal.Ready(holder.ID, 1)
-		s.journal.Answer(holder.ID, false)
+		s.journal.Settle(holder.ID, 1, false)
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

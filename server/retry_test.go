@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -83,12 +84,12 @@ func TestReserveFindsEarlierAttempt(t *testing.T) {
 				if res.existingID != first.ID || !res.claimed {
 					t.Fatalf("reserve = %+v, want the claimed %s", res, first.ID)
 				}
-				rec, err := s.journal.GetByName(journal.KindSandbox, "pod_1")
+				rec, err := nameHolder(s.journal, journal.KindSandbox, "pod_1")
 				if err != nil || rec.ID != first.ID || rec.State != journal.StateCreated ||
 					string(rec.Object) != `{"claimed by":"pod_1","made as":"pod_0"}` {
 					t.Fatalf("pod_1 = %s %s %s, %v; want %s created with the retry's object", rec.ID, rec.State, rec.Object, err, first.ID)
 				}
-				if _, err := s.journal.GetByName(journal.KindSandbox, "pod_0"); !errors.Is(err, journal.ErrNotFound) {
+				if _, err := nameHolder(s.journal, journal.KindSandbox, "pod_0"); !errors.Is(err, journal.ErrNotFound) {
 					t.Fatalf("pod_0 after the claim: %v, want free", err)
 				}
 			case "new":
@@ -135,4 +136,13 @@ func TestWaiterDoesNotTakeWhatBecameCachedThenNextRetryDoes(t *testing.T) {
 	if err != nil || res.existingID != first.ID || !res.claimed {
 		t.Fatalf("the next retry = %+v, %v; want the claimed %s", res, err, first.ID)
 	}
+}
+
+// nameHolder returns the record that holds a name, or ErrNotFound when the name is free.
+func nameHolder(j *journal.Journal, kind journal.Kind, name string) (journal.Record, error) {
+	recs := j.List(func(r *journal.Record) bool { return r.Kind == kind && r.Name == name && r.HoldsName })
+	if len(recs) == 0 {
+		return journal.Record{}, fmt.Errorf("%s %q: %w", kind, name, journal.ErrNotFound)
+	}
+	return recs[0], nil
 }
