@@ -14,10 +14,10 @@ func failCommits(j *Journal) {
 	j.commits.beforeCommit = func() error { return syscall.ENOSPC }
 }
 
-// TestFailedCommitPublishesNothing is the regression test of defect 4 of issue 10: when
-// the commit of a durable change fails, readers and watchers still see what the file
-// holds (the change is not published), the journal fails (Failed, Err) and refuses every
-// later change, and the file, reopened, holds the state from before.
+// TestFailedCommitPublishesNothing guards fail-stop: when the commit of a durable change
+// fails, readers and watchers still see what the file holds (memory never runs ahead of
+// the file), the journal fails (Failed, Err) and refuses every later change, and the
+// file, reopened, holds the state from before.
 func TestFailedCommitPublishesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string

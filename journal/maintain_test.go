@@ -74,9 +74,9 @@ func receive(t *testing.T, ch <-chan string, what string) string {
 	}
 }
 
-// TestMaintainIdlesWhileABusyRecordIsDue is the regression test of defect 3 of issue 10:
-// while a rollback runs for a record whose earlier undo failed (its retry time has
-// passed), Maintain must sleep, not look for due work again and again. The test counts
+// TestMaintainIdlesWhileABusyRecordIsDue guards against Maintain spinning: while a
+// rollback runs for a record whose earlier undo failed (its retry time has passed),
+// Maintain must sleep, not look for due work again and again. The test counts
 // Maintain's passes while the rollback is held: the spinning loop made thousands in the
 // window, an idle one none after its first.
 func TestMaintainIdlesWhileABusyRecordIsDue(t *testing.T) {

@@ -36,7 +36,7 @@ func otherNetwork(t *testing.T, confDir, name string) {
 // sandbox was attached to after the configured network changed: through libcni's cache,
 // or the configuration the step recorded. A step recorded before the configuration was
 // (no ArgConfig) still works through the cache, and without it fails rather than claim a
-// release it did not make. Regression test for issue 10, defect 5.
+// release it did not make: a changed network never strands an address.
 func TestDetachStepAfterNetworkChange(t *testing.T) {
 	pluginDir := requirePlugins(t)
 	requireRoot(t)

@@ -11,9 +11,10 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
-// TestRunChecksCachedRecords (defect 2): ready and cached records go through the
-// reconciler like created ones; those it rolls back (they lost what they were made of
-// while the daemon was down) are counted as rolled back, the others are kept.
+// TestRunChecksCachedRecords: ready and cached records go through the reconciler like
+// created ones, so a retry is never handed one that lost its parts; those it rolls back
+// (they lost what they were made of while the daemon was down) are counted as rolled
+// back, the others are kept.
 func TestRunChecksCachedRecords(t *testing.T) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)

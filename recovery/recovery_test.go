@@ -113,7 +113,7 @@ func TestRunReplaysEveryState(t *testing.T) {
 	if rec, _ := j.Get(ids["ready"]); rec.Expiry.IsZero() {
 		t.Error("the ready record was cached without an expiry")
 	}
-	// created, and (since defect 2) ready-then-cached and cached.
+	// created, and ready-then-cached and cached: every kept record is checked.
 	if n := reconciled.Load(); n != 3 {
 		t.Errorf("reconciler called %d times, want 3", n)
 	}

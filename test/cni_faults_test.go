@@ -159,9 +159,9 @@ func (d *daemon) waitNetworkReady(t *testing.T, want bool, why string) {
 }
 
 // TestCNINetworkReplaced: the CNI configuration is replaced by another network (another
-// name, bridge and subnet) while sandboxes are attached to the first. Regression test for
-// issue 10, defect 5 (DEL was refused once the network's name changed, and the network was
-// loaded once).
+// name, bridge and subnet) while sandboxes are attached to the first: DEL of those reaches
+// the first network although its name changed, and the daemon loads the new network
+// rather than keep the one it loaded first.
 //
 // "followed while running": NetworkReady follows the directory (false while it is empty,
 // and no pod can be made), and new sandboxes join the new network without a restart.
@@ -253,7 +253,7 @@ func TestCNINetworkReplaced(t *testing.T) {
 
 // TestConcurrentTeardown: a second StopPodSandbox, or a RemovePodSandbox, of a sandbox
 // whose StopPodSandbox is running CNI DEL waits for it instead of killing its plugin, and
-// both succeed. Regression test for issue 10, defect 6.
+// both succeed: a teardown never kills the plugin of another one.
 func TestConcurrentTeardown(t *testing.T) {
 	t.Parallel()
 	for _, second := range []string{"StopPodSandbox", "RemovePodSandbox"} {

@@ -26,9 +26,10 @@ func kubeletPodJSON(t *testing.T, name, uid, seen string) string {
 	return writePodJSON(t, fmt.Sprintf("pod-%s-%s", sanitize(name), sanitize(seen)), cfg)
 }
 
-// TestCacheSurvivesKubeletRestart (defect 9): a RunPodSandbox times out, the creation
-// finishes and is cached; the kubelet restarts meanwhile, so its retry carries a new
-// kubernetes.io/config.seen. The retry gets the cached sandbox, with no second CNI ADD.
+// TestCacheSurvivesKubeletRestart guards the fingerprint against the kubelet's own
+// bookkeeping: a RunPodSandbox times out, the creation finishes and is cached; the kubelet
+// restarts meanwhile, so its retry carries a new kubernetes.io/config.seen. The retry
+// gets the cached sandbox, with no second CNI ADD.
 func TestCacheSurvivesKubeletRestart(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, daemonOptions{})

@@ -10,8 +10,9 @@ import (
 	"github.com/crijournal/crijournal/internal/testenv"
 )
 
-// TestCachedSandboxLosesPause (defect 2): a cached sandbox with a shared pid namespace
-// whose pause process dies is never handed to the retry, and a claimed one is watched.
+// TestCachedSandboxLosesPause: a cached sandbox with a shared pid namespace whose pause
+// process dies is never handed to the retry (it lost what it was made of), and a claimed
+// one is watched.
 //   - The pause dies while the daemon is down: recovery rolls the cached sandbox back,
 //     and the retry gets a new, ready one.
 //   - The pause dies after a restart, while the sandbox is still cached: the pause
