@@ -1,6 +1,6 @@
 // Package oci turns a CRI container into an OCI runtime spec and runs it with an OCI
-// runtime (runc by default; crun is accepted but fails on this project's cgroup v1
-// hybrid machines) under conmon.
+// runtime (runc by default; crun is accepted, but fails on a host whose cgroups are a
+// v1 hybrid hierarchy) under conmon.
 //
 // # Spec
 //
@@ -74,8 +74,8 @@
 //     without seccomp (kernel, or SpecInput.NoSeccomp) refuses RuntimeDefault and
 //     Localhost.
 //   - AppArmor (apparmor.go): a Localhost profile is applied where AppArmor is
-//     enabled and the profile loaded, and refused otherwise (on this project's
-//     machines AppArmor is absent). Where AppArmor is enabled, RuntimeDefault and
+//     enabled and the profile loaded, and refused otherwise (also on a host without
+//     AppArmor). Where AppArmor is enabled, RuntimeDefault and
 //     unset (non-privileged) apply [DefaultAppArmorProfile], which Spec generates
 //     from Docker's and containerd's default rules (apparmor_profile.go) and loads
 //     with apparmor_parser when it is not loaded; a container that needs it when it

@@ -10,9 +10,8 @@ import (
 
 // oom_score_adj: a container gets the one it asks for, except that a daemon
 // without CAP_SYS_RESOURCE cannot give it one below the daemon's own (the
-// kernel refuses, and runc fails), so it is raised to the daemon's. The
-// project's machines lack CAP_SYS_RESOURCE; on a node that has it the
-// request is kept.
+// kernel refuses, and runc fails), so it is raised to the daemon's. A daemon
+// with CAP_SYS_RESOURCE keeps the request.
 
 func withOOMScoreAdj(adj int) ctrOption {
 	return func(cfg map[string]any) {
