@@ -206,9 +206,9 @@ func startPauseOnThisThread(path string, cmd *exec.Cmd) (bool, error) {
 // The process killed is found as PID 1 of the pinned namespace, or as PID 1
 // of a pid namespace other than the caller's whose command line is
 // "<binary> pause <sandboxID>", sandboxID being the pin's file name: the pin
-// is missing after a crash between the start of the process and the pin. pid, when not 0, is a hint (StartPause's answer) that
-// is tried first; a pid that is neither (a recycled PID, a stranger) is never
-// signalled. The kill goes through a pidfd taken before the check, so the PID
+// is missing after a crash between the start of the process and the pin.
+// pid, when not 0, is a hint (StartPause's answer) that is tried first; a pid
+// that is neither (a recycled PID, a stranger) is never signalled. The kill goes through a pidfd taken before the check, so the PID
 // cannot be recycled between the check and the signal. Killing the init of a
 // pid namespace kills every process in it, and the init dies only once all of
 // them are reaped: if it is not gone within 10 seconds StopPause fails and
