@@ -208,8 +208,9 @@ func startPauseOnThisThread(path string, cmd *exec.Cmd) (bool, error) {
 // "<binary> pause <sandboxID>", sandboxID being the pin's file name: the pin
 // is missing after a crash between the start of the process and the pin.
 // pid, when not 0, is a hint (StartPause's answer) that is tried first; a pid
-// that is neither (a recycled PID, a stranger) is never signalled. The kill goes through a pidfd taken before the check, so the PID
-// cannot be recycled between the check and the signal. Killing the init of a
+// that is neither (a recycled PID, a stranger) is never signalled. The kill
+// goes through a pidfd taken before the check, so the PID cannot be recycled
+// between the check and the signal. Killing the init of a
 // pid namespace kills every process in it, and the init dies only once all of
 // them are reaped: if it is not gone within 10 seconds StopPause fails and
 // keeps the pin, so that a retry finds it.

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 func TestExecSync(t *testing.T) {
@@ -89,7 +91,7 @@ func TestExecSyncAnswersAtExit(t *testing.T) {
 func TestExecSyncInStoppedContainer(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"true"}, nil)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if _, _, ok, _ := r.ExitStatus(c.id); !ok {
 			return errors.New("no exit recorded")
 		}

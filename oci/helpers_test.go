@@ -228,42 +228,6 @@ func startContainer(t *testing.T, r *Runtime, args []string, edit func(*SpecInpu
 	return c
 }
 
-// eventually retries check every 20ms until it returns nil or timeout passes, and
-// then fails with its last error.
-func eventually(t *testing.T, timeout time.Duration, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %v", timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// procStat returns the state letter and parent PID of a process ("" if it is gone).
-func procStat(pid int) (state string, ppid int) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return "", 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return "", 0
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0], ppid
-}
-
 // zombieChildren lists this process's children that are zombies.
 func zombieChildren() []int {
 	entries, _ := os.ReadDir("/proc")
@@ -273,7 +237,7 @@ func zombieChildren() []int {
 		if err != nil {
 			continue
 		}
-		if st, ppid := procStat(pid); ppid == os.Getpid() && st == "Z" {
+		if testenv.ProcStatus(pid, "PPid") == strconv.Itoa(os.Getpid()) && testenv.IsZombie(pid) {
 			out = append(out, pid)
 		}
 	}
@@ -284,18 +248,12 @@ func zombieChildren() []int {
 // child that just exited may not be reaped yet).
 func requireNoZombies(t *testing.T) {
 	t.Helper()
-	eventually(t, 2*time.Second, func() error {
+	testenv.Eventually(t, 2*time.Second, 20*time.Millisecond, func() error {
 		if z := zombieChildren(); len(z) > 0 {
 			return fmt.Errorf("zombie children of the test process: %v", z)
 		}
 		return nil
 	})
-}
-
-// alive reports whether pid is a live (not zombie) process.
-func alive(pid int) bool {
-	st, _ := procStat(pid)
-	return st != "" && st != "Z"
 }
 
 // readCgroupFile returns the trimmed content of a cgroup file.

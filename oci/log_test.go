@@ -9,12 +9,14 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 func TestReopenLog(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sh", "-c", "while true; do echo tick; sleep 0.1; done"}, nil)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "tick") {
 			return errors.New("no tick logged yet")
 		}
@@ -26,7 +28,7 @@ func TestReopenLog(t *testing.T) {
 	if err := r.ReopenLog(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "stdout F tick") {
 			return errors.New("no tick in the reopened log")
 		}
@@ -61,7 +63,7 @@ func TestMovedLog(t *testing.T) {
 			return nil
 		}
 	}
-	eventually(t, 5*time.Second, logged(moved))
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, logged(moved))
 	if err := os.Rename(moved, moved+".1"); err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +73,7 @@ func TestMovedLog(t *testing.T) {
 	if exists(c.logPath) {
 		t.Fatalf("the reopened log was left at conmon's path %s", c.logPath)
 	}
-	eventually(t, 5*time.Second, logged(moved))
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, logged(moved))
 	// Moved back where conmon writes: a reopen leaves it there.
 	if err := r.MoveLog(c.id, c.logPath); err != nil {
 		t.Fatal(err)
@@ -79,7 +81,7 @@ func TestMovedLog(t *testing.T) {
 	if err := r.ReopenLog(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, logged(c.logPath))
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, logged(c.logPath))
 	if exists(moved) {
 		t.Fatalf("%s still there after the log moved back", moved)
 	}

@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -39,7 +40,7 @@ func TestCreateStartStateAndLog(t *testing.T) {
 	if st.Status != StatusCreated || st.Pid != c.pid || st.Bundle != c.bundle {
 		t.Fatalf("state after Create = %+v, want created with pid %d and bundle %s", st, c.pid, c.bundle)
 	}
-	if pid, err := r.ConmonPID(c.id); err != nil || !alive(pid) {
+	if pid, err := r.ConmonPID(c.id); err != nil || !testenv.Alive(pid) {
 		t.Fatalf("ConmonPID = %d, %v; want a live conmon", pid, err)
 	}
 	if err := r.Start(ctxb, c.id); err != nil {
@@ -49,7 +50,7 @@ func TestCreateStartStateAndLog(t *testing.T) {
 		t.Fatalf("state after Start = %+v, %v; want running", st, err)
 	}
 	line := regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+[+-]\d\d:\d\d stdout F hello$`)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		b, err := os.ReadFile(c.logPath)
 		if err != nil {
 			return err
@@ -69,7 +70,7 @@ func TestTerminalContainer(t *testing.T) {
 	c := startContainer(t, r, []string{"sh", "-c", "[ -t 1 ] && echo on-a-tty; sleep 30"}, func(in *SpecInput) {
 		in.Container.Tty = true
 	})
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), "stdout F on-a-tty") {
 			return fmt.Errorf("log holds %q", b)
 		}
@@ -80,7 +81,7 @@ func TestTerminalContainer(t *testing.T) {
 // waitLog waits until the container's log holds want.
 func waitLog(t *testing.T, c *testContainer, want string) {
 	t.Helper()
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if b, _ := os.ReadFile(c.logPath); !strings.Contains(string(b), want) {
 			return fmt.Errorf("log holds %q, want %q", b, want)
 		}
@@ -186,7 +187,7 @@ func TestExitReleasesConmonPidfd(t *testing.T) {
 	if r.conmons.take(c.id) == nil {
 		t.Fatal("Create kept no pidfd of the conmon: the test no longer tests anything")
 	}
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if _, _, ok, _ := r.ExitStatus(c.id); !ok {
 			return errors.New("no exit recorded")
 		}
@@ -302,7 +303,7 @@ func TestWatchExits(t *testing.T) {
 		})
 	}()
 	c := startContainer(t, r, []string{"sh", "-c", "exit 7"}, nil)
-	eventually(t, 5*time.Second, func() error {
+	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		if seen[c.id] == 0 {
@@ -358,10 +359,10 @@ func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
 	if _, err := r.State(ctxb, c.id); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("State after Delete: %v, want ErrNotFound", err)
 	}
-	if alive(conmon) {
+	if testenv.Alive(conmon) {
 		t.Fatalf("conmon %d still alive after Delete", conmon)
 	}
-	if alive(c.pid) {
+	if testenv.Alive(c.pid) {
 		t.Fatalf("container init %d still alive after Delete", c.pid)
 	}
 	for _, p := range []string{r.containerDir(c.id), filepath.Join(r.attachDir(), c.id), r.exitFile(c.id),
@@ -611,7 +612,7 @@ func TestContainerOutlivesDaemon(t *testing.T) {
 		t.Fatalf("state after the daemon exited = %+v, %v; want running", st, err)
 	}
 	conmon, err := r.ConmonPID(c.id)
-	if err != nil || !alive(conmon) {
+	if err != nil || !testenv.Alive(conmon) {
 		t.Fatalf("conmon %d not alive after the daemon exited: %v", conmon, err)
 	}
 	// A new daemon life can still stop and delete it.
@@ -624,7 +625,7 @@ func TestContainerOutlivesDaemon(t *testing.T) {
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	if alive(conmon) {
+	if testenv.Alive(conmon) {
 		t.Fatalf("conmon %d alive after Delete", conmon)
 	}
 	requireNoZombies(t)

@@ -194,7 +194,8 @@ func TestSpecSeccompKernelWithout(t *testing.T) {
 	}
 }
 
-// TestNodeConfinementHere: this machine's kernel has no AppArmor, and Status says so.
+// TestNodeConfinementHere: NodeConfinement reports AppArmor only where the kernel module
+// is there, as Status shows it.
 func TestNodeConfinementHere(t *testing.T) {
 	c := NodeConfinement(false)
 	if _, err := os.Stat("/sys/module/apparmor/parameters/enabled"); err != nil && c.AppArmor {

@@ -14,7 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// testHost is a daemon without CAP_SYS_RESOURCE (as on the project's machines),
+// testHost is a daemon without CAP_SYS_RESOURCE (as in a container that lacks it),
 // oom_score_adj 0, cgroup v1 without swap or hugetlb.
 func testHost() host {
 	return host{bounding: slices.DeleteFunc(slices.Clone(capNames), func(c string) bool { return c == "CAP_SYS_RESOURCE" })}

@@ -27,7 +27,7 @@ func scriptRuntime(t *testing.T, body string) (*Runtime, string) {
 	return r, bin
 }
 
-// TestStateNotFoundOnlyOnADefiniteAnswer (defect 1): State reports ErrNotFound only when
+// TestStateNotFoundOnlyOnADefiniteAnswer: State reports ErrNotFound only when
 // the runtime ran and said "does not exist", or when its state directory for the ID is
 // absent; a binary that is missing or fails, or a query cut short, is an error that says
 // nothing about the container.

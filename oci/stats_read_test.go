@@ -195,7 +195,7 @@ func TestReadStatsRealCgroup(t *testing.T) {
 	}
 	v2 := cgroups.IsCgroup2UnifiedMode()
 	at := time.Now()
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		got, err := minimalStats(e.m, at, v2)
 		if err != nil {
 			return err

@@ -87,7 +87,7 @@ func TestParseFeatures(t *testing.T) {
 func TestRuntimeStats(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done; echo busy-done; sleep 30"}, nil)
-	eventually(t, 20*time.Second, func() error {
+	testenv.Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
 		b, _ := os.ReadFile(c.logPath)
 		if !strings.Contains(string(b), "busy-done") {
 			return fmt.Errorf("log %q", b)

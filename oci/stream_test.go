@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
 )
@@ -113,7 +114,7 @@ func TestExecStreams(t *testing.T) {
 				_, err := r.Exec(ctx, c.id, []string{"sleep", marker}, Streams{Stdin: stdinR, Stdout: io.Discard, TTY: tty})
 				done <- err
 			}()
-			eventually(t, 10*time.Second, func() error {
+			testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 				if len(sleepers(marker)) == 0 {
 					return errors.New("the exec'd sleep is not running yet")
 				}
@@ -137,7 +138,7 @@ func TestExecStreams(t *testing.T) {
 
 	t.Run("stopped", func(t *testing.T) {
 		stopped := startContainer(t, r, []string{"true"}, nil)
-		eventually(t, 5*time.Second, func() error {
+		testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
 			if _, _, ok, _ := r.ExitStatus(stopped.id); !ok {
 				return errors.New("no exit recorded")
 			}
@@ -181,7 +182,7 @@ func TestAttach(t *testing.T) {
 		if err != nil || stdout.String() != "once\n" {
 			t.Fatalf("Attach = %v, output %q; want once", err, stdout.String())
 		}
-		eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 			if code, _, ok, _ := r.ExitStatus(c.id); !ok || code != 0 {
 				return fmt.Errorf("exit recorded %v with code %d, want 0", ok, code)
 			}
@@ -199,7 +200,7 @@ func TestAttach(t *testing.T) {
 				done <- r.Attach(ctxb, c.id, StdinOpen, Streams{Stdin: in, Stdout: &stdout, Stderr: io.Discard})
 			}()
 			// Fed until cat's output shows it: the session may not be connected yet.
-			eventually(t, 10*time.Second, func() error {
+			testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 				_, _ = io.WriteString(feed, line+"\n")
 				time.Sleep(50 * time.Millisecond)
 				if !strings.Contains(stdout.String(), line) {
@@ -229,7 +230,7 @@ func TestAttach(t *testing.T) {
 		go func() {
 			done <- r.Attach(ctx, c.id, StdinOpen, Streams{Stdin: in, Stdout: &stdout, TTY: true, Resize: resize})
 		}()
-		eventually(t, 10*time.Second, func() error {
+		testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 			_, _ = io.WriteString(feed, "stty size\n")
 			time.Sleep(50 * time.Millisecond)
 			if !strings.Contains(stdout.String(), "31 101") {

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // TestRunningWithoutTheRuntime: Running answers from conmon's pidfd, not from runc: it
@@ -37,7 +39,7 @@ func TestRunningWithoutTheRuntime(t *testing.T) {
 	if err := syscall.Kill(c.pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if _, _, ok, err := r.ExitStatus(c.id); err != nil || !ok {
 			return os.ErrNotExist
 		}
@@ -70,7 +72,7 @@ func TestRunningFalseWhenConmonDies(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() error {
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if r.Running(c.id) {
 			return os.ErrExist
 		}

@@ -20,7 +20,7 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
-// TestFullDiskStopsTheRuntime (defect 4 of issue 10): once a journal commit fails on a
+// TestFullDiskStopsTheRuntime: once a journal commit fails on a
 // full disk (a real one: a small tmpfs), Status reports RuntimeReady false with the
 // reason, and every call but Status and Version is refused with Unavailable before its
 // handler runs. After the space is freed, the file opens again and holds every record

@@ -30,7 +30,7 @@ func kubeletPod(seen string) *runtimeapi.PodSandboxConfig {
 	}
 }
 
-// TestFingerprintLeavesOutKubeletBookkeeping (defect 9): the annotations the kubelet
+// TestFingerprintLeavesOutKubeletBookkeeping: the annotations the kubelet
 // stamps by itself (config.seen anew after each of its restarts) do not change the
 // fingerprint; anything the pod asks for does.
 func TestFingerprintLeavesOutKubeletBookkeeping(t *testing.T) {
@@ -71,7 +71,7 @@ func TestFingerprintLeavesOutKubeletBookkeeping(t *testing.T) {
 	}
 }
 
-// TestRetryAfterKubeletRestartClaimsCached (defect 9): the retry of a sandbox creation
+// TestRetryAfterKubeletRestartClaimsCached: the retry of a sandbox creation
 // that was cached, sent by a restarted kubelet with a new config.seen, claims it.
 func TestRetryAfterKubeletRestartClaimsCached(t *testing.T) {
 	s := testServer(t)

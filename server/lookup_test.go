@@ -15,8 +15,8 @@ import (
 // TestTeardownOfUnknownOrHiddenID: Stop and Remove of an unknown ID succeed (per the CRI),
 // of a hidden one (in the journal, never handed out) fail with NotFound and change nothing.
 // The decision is taken on typed errors: an unknown ID that reads like the hidden answer
-// ("... not yet created") is still unknown. Regression test for issue 10, defect 8 (the
-// decision was a string match on the message).
+// ("... not yet created") is still unknown. It guards that the
+// decision is made on the error's class, not by matching its message.
 func TestTeardownOfUnknownOrHiddenID(t *testing.T) {
 	calls := map[string]func(s *Server, id string) error{
 		"StopPodSandbox": func(s *Server, id string) error {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // TestPodGateRemovalWaitsForCreations: a removal waits until every creation that passed
@@ -26,7 +28,11 @@ func TestPodGateRemovalWaitsForCreations(t *testing.T) {
 		closed <- reopen
 	}()
 	// The removal is waiting: no new creation gets in, and other pods are not concerned.
-	waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.gates["pod"].teardowns == 1 })
+	testenv.Eventually(t, 5*time.Second, time.Millisecond, testenv.Until("one teardown of the pod's gate", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.gates["pod"].teardowns == 1
+	}))
 	if _, ok := g.enter("pod"); ok {
 		t.Fatal("a creation got into a pod being removed")
 	}
@@ -76,16 +82,5 @@ func TestPodGateRemovalGivesUp(t *testing.T) {
 	leave()
 	if len(g.gates) != 0 {
 		t.Errorf("gates left after everything ended: %v", g.gates)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }

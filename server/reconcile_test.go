@@ -11,9 +11,9 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
-// TestReconcileRollsBackBrokenCachedSandbox (defect 2): at recovery a cached sandbox that
-// lost a namespace pin is rolled back, so its retry builds a new one; a sound cached
-// sandbox is kept as it is.
+// TestReconcileRollsBackBrokenCachedSandbox: at recovery a cached sandbox that lost a
+// namespace pin is rolled back, so its retry builds a new one instead of being handed a
+// sandbox without its network; a sound cached sandbox is kept as it is.
 func TestReconcileRollsBackBrokenCachedSandbox(t *testing.T) {
 	tests := []struct {
 		name       string

@@ -13,7 +13,7 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
-// TestWaiterWithoutDeadlineIsBoundedByExpiry (defect 7): a retry without a deadline that
+// TestWaiterWithoutDeadlineIsBoundedByExpiry: a retry without a deadline that
 // waits on a creation which becomes cached meanwhile used to wait for ever. It now gives
 // up at the record's expiry, and the record is kept for the next retry, which claims it.
 func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {

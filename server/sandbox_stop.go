@@ -70,10 +70,10 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 }
 
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
-// DEL unless stopped, the pod's files, the pause process, then the namespace pins), last first, and deletes the record. The
-// record is marked removing before anything is undone, so a crash part way is finished at
-// the next start. An unknown ID is success, per the CRI. Teardowns of one sandbox run one
-// at a time.
+// DEL unless stopped, the pod's files, the pause process and its cgroup, then the
+// namespace pins), last first, and deletes the record. The record is marked removing
+// before anything is undone, so a crash part way is finished at the next start. An
+// unknown ID is success, per the CRI. Teardowns of one sandbox run one at a time.
 func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	rec, err := s.findRecord(journal.KindSandbox, req.GetPodSandboxId())
 	if errors.Is(err, errNotFound) {
