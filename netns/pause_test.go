@@ -32,29 +32,14 @@ func TestMain(m *testing.M) {
 		<-sigs
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "netns-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pauseProgram, pauseBuildErr = testenv.BuildPause(dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.RunWithPause(m))
 }
-
-// The pause program TestMain built, or why it could not.
-var pauseProgram string
-var pauseBuildErr error
 
 // testPause returns the pause program to start for a test: the one TestMain built,
 // running as 65535.
 func testPause(t *testing.T) PauseProgram {
 	t.Helper()
-	if pauseBuildErr != nil {
-		t.Fatal(pauseBuildErr)
-	}
-	return PauseProgram{Path: pauseProgram, UID: 65535, GID: 65535}
+	return PauseProgram{Path: testenv.PauseProgram(t), UID: 65535, GID: 65535}
 }
 
 // requireNsenter stops the test unless it runs as root with nsenter.

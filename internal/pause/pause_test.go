@@ -2,7 +2,6 @@ package pause
 
 import (
 	"encoding/binary"
-	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -101,20 +100,8 @@ func TestParseUser(t *testing.T) {
 	}
 }
 
-// pauseProgram is the program TestMain built ("" when it could not: buildErr says why).
-var pauseProgram string
-var buildErr error
-
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pause-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	pauseProgram, buildErr = testenv.BuildPause(dir)
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(testenv.RunWithPause(m))
 }
 
 // startPause starts the pause program with the given clone flags and environment,
@@ -122,14 +109,12 @@ func TestMain(m *testing.M) {
 func startPause(t *testing.T, cloneflags uintptr, env []string) (*exec.Cmd, *os.File) {
 	t.Helper()
 	testenv.RequireRoot(t, "pause tests start the pause program in namespaces of its own")
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
+	program := testenv.PauseProgram(t)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(pauseProgram, Arg, "test")
+	cmd := exec.Command(program, Arg, "test")
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneflags, Setsid: true}
