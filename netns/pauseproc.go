@@ -189,6 +189,10 @@ func RemoveCgroup(path string) error {
 }
 
 func cgroupManager(path string) (cgroups.Manager, error) {
+	// An empty path would name the caller's own cgroup to the manager.
+	if !strings.HasPrefix(path, "/") || strings.Contains(path, "..") {
+		return nil, fmt.Errorf("cgroup %q: %w: not an absolute cgroupfs path", path, ErrInvalid)
+	}
 	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{SkipDevices: true}})
 	if err != nil {
 		return nil, fmt.Errorf("cgroup %s: %w", path, err)

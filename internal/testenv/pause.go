@@ -29,7 +29,7 @@ func BuildPause(dir string) (string, error) {
 // The pause program RunWithPause built, or why it could not.
 var (
 	pauseProgram  string
-	pauseBuildErr = errors.New("the pause program is built by testenv.RunWithPause in TestMain")
+	errPauseBuild = errors.New("the pause program is built by testenv.RunWithPause in TestMain")
 )
 
 // RunWithPause is the body of the TestMain of a package whose tests start pause
@@ -43,7 +43,7 @@ func RunWithPause(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	pauseProgram, pauseBuildErr = BuildPause(dir)
+	pauseProgram, errPauseBuild = BuildPause(dir)
 	return m.Run()
 }
 
@@ -51,8 +51,8 @@ func RunWithPause(m *testing.M) int {
 // reason it could not be built.
 func PauseProgram(t testing.TB) string {
 	t.Helper()
-	if pauseBuildErr != nil {
-		t.Fatal(pauseBuildErr)
+	if errPauseBuild != nil {
+		t.Fatal(errPauseBuild)
 	}
 	return pauseProgram
 }
