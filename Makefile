@@ -14,7 +14,7 @@ TOOLS_BIN ?= /usr/local/bin
 export PATH := $(PATH):$(GOPATH_BIN):$(TOOLS_BIN)
 
 # Build tags for containers/storage and containers/image: no gpgme, no btrfs headers.
-GOTAGS := containers_image_openpgp,exclude_graphdriver_btrfs
+GOTAGS := containers_image_openpgp,exclude_graphdriver_btrfs,nri_no_wasm
 export CGO_ENABLED := 1
 
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)

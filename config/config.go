@@ -274,6 +274,40 @@ type Config struct {
 	// instead of running unconfined unnoticed; Unconfined and unset run. A
 	// kernel without seccomp is detected without it. Default: false.
 	SeccompUnavailable bool `toml:"seccomp_unavailable" help:"the node has no seccomp: refuse containers that ask for a seccomp profile"`
+
+	// EnableNRI turns on the Node Resource Interface: NRI plugins (started from
+	// nri_plugin_dir, or connecting to nri_listen) are told about pods and
+	// containers and may adjust containers as they are created. With no plugin it
+	// costs a lock per event. Default: true, as in CRI-O and containerd.
+	EnableNRI bool `toml:"enable_nri" help:"enable NRI (Node Resource Interface) plugins"`
+
+	// NRIListen is the unix socket external NRI plugins connect to. It must be
+	// shorter than 108 bytes. Default: /var/run/nri/nri.sock.
+	NRIListen string `toml:"nri_listen" help:"unix socket NRI plugins connect to"`
+
+	// NRIPluginDir is the directory of NRI plugins the daemon starts itself, each an
+	// executable named <index>-<name>; a missing directory holds none.
+	// Default: /opt/nri/plugins.
+	NRIPluginDir string `toml:"nri_plugin_dir" help:"directory of NRI plugins the daemon starts"`
+
+	// NRIPluginConfigDir is the directory of the configuration of the plugins in
+	// nri_plugin_dir (<index>-<name>.conf or <name>.conf). Default: /etc/nri/conf.d.
+	NRIPluginConfigDir string `toml:"nri_plugin_config_dir" help:"directory of the NRI plugins' configuration"`
+
+	// NRIPluginRegistrationTimeout bounds how long a plugin may take to register once
+	// connected or started. Default: 5s.
+	NRIPluginRegistrationTimeout time.Duration `toml:"nri_plugin_registration_timeout" help:"how long an NRI plugin may take to register"`
+
+	// NRIPluginRequestTimeout bounds one plugin's handling of one event; a plugin that
+	// takes longer is disconnected (its failure policy then decides whether the
+	// request fails). The steps that call the plugins run detached from the CRI
+	// request, so a creation whose plugins outlive the request is cached for the
+	// retry. Default: 2s.
+	NRIPluginRequestTimeout time.Duration `toml:"nri_plugin_request_timeout" help:"how long an NRI plugin may take to handle one event"`
+
+	// NRIDisableConnections refuses external plugins: only those of nri_plugin_dir
+	// run, and nri_listen is not created. Default: false.
+	NRIDisableConnections bool `toml:"nri_disable_connections" help:"accept no external NRI plugin connections"`
 }
 
 // Registry redirects the pulls of images whose name starts with a prefix.
@@ -334,6 +368,13 @@ func Default() Config {
 		RegistriesConfDir: "/etc/containers/registries.conf.d",
 		SignaturePolicy:   "/etc/containers/policy.json",
 		CgroupManager:     CgroupManagerCgroupfs,
+
+		EnableNRI:                    true,
+		NRIListen:                    "/var/run/nri/nri.sock",
+		NRIPluginDir:                 "/opt/nri/plugins",
+		NRIPluginConfigDir:           "/etc/nri/conf.d",
+		NRIPluginRegistrationTimeout: 5 * time.Second,
+		NRIPluginRequestTimeout:      2 * time.Second,
 	}
 }
 
@@ -568,6 +609,16 @@ func (c Config) Validate() error {
 			c.CgroupManager, CgroupManagerCgroupfs)
 	default:
 		bad("cgroup_manager", "must be %q, got %q", CgroupManagerCgroupfs, c.CgroupManager)
+	}
+	if c.EnableNRI {
+		absolute("nri_listen", c.NRIListen, !c.NRIDisableConnections)
+		if len(c.NRIListen) > maxSocketPath {
+			bad("nri_listen", "is %d bytes long, a unix socket path can have at most %d", len(c.NRIListen), maxSocketPath)
+		}
+		absolute("nri_plugin_dir", c.NRIPluginDir, false)
+		absolute("nri_plugin_config_dir", c.NRIPluginConfigDir, false)
+		positive("nri_plugin_registration_timeout", c.NRIPluginRegistrationTimeout)
+		positive("nri_plugin_request_timeout", c.NRIPluginRequestTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -414,6 +414,8 @@ func TestTOMLRoundTrip(t *testing.T) {
 		CgroupManager:     CgroupManagerCgroupfs,
 	}
 	custom.SeccompUnavailable = true
+	custom.EnableNRI, custom.NRIListen, custom.NRIPluginDir, custom.NRIPluginConfigDir = false, "/run/cj/nri.sock", "/srv/nri/plugins", "/srv/nri/conf.d"
+	custom.NRIPluginRegistrationTimeout, custom.NRIPluginRequestTimeout, custom.NRIDisableConnections = 9*time.Second, 4*time.Second, true
 	// custom must set every field to a non-default value, or the test
 	// would not show that the field round-trips. CgroupManager has one
 	// accepted value (its default) until systemd cgroups are implemented.

@@ -22,7 +22,7 @@ import (
 const cniDir = "/usr/lib/cni"
 
 // goBuildTags are the build tags of the daemon (GOTAGS in the Makefile).
-const goBuildTags = "containers_image_openpgp,exclude_graphdriver_btrfs"
+const goBuildTags = "containers_image_openpgp,exclude_graphdriver_btrfs,nri_no_wasm"
 
 var (
 	prereqOnce sync.Once
