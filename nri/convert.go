@@ -139,7 +139,7 @@ func criResources(r *runtimeapi.LinuxContainerResources) *api.LinuxResources {
 		return nil
 	}
 	out := &api.LinuxResources{
-		Cpu: &api.LinuxCPU{Cpus: r.GetCpusetCpus(), Mems: r.GetCpusetMems()},
+		Cpu:    &api.LinuxCPU{Cpus: r.GetCpusetCpus(), Mems: r.GetCpusetMems()},
 		Memory: &api.LinuxMemory{},
 	}
 	if v := r.GetCpuShares(); v != 0 {

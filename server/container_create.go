@@ -36,7 +36,8 @@ const (
 )
 
 // CreateContainer creates a container in a created sandbox: a storage container (root
-// filesystem) from the image, then the OCI container under conmon. Each step is journaled
+// filesystem) from the image, NRI's CreateContainer (whose plugins may adjust the
+// spec), then the OCI container under conmon. Each step is journaled
 // before it acts; a creation that outlives its request is cached for the retry, exactly as
 // RunPodSandbox does.
 func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
@@ -159,10 +160,19 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err == nil {
 		err = s.injectCDI(spec, cfg) // may add groups: before the user is recorded
 	}
-	obj.User = specUser(spec)
 	if err != nil {
 		return nil, c.fail(stageContainerSpec, err)
 	}
+
+	// The NRI plugins, asked about the spec; the spec they adjusted is the one created.
+	// A plugin's synchronization waits until the container has settled (package nri).
+	unblock := s.nri.Block()
+	defer unblock()
+	plugins, err := s.nriContainerStep(c, sb, cfg, spec)
+	if err != nil {
+		return nil, err
+	}
+	obj.User = specUser(spec)
 
 	// The OCI container, created by the runtime under conmon.
 	create := oci.CreateStep(rt, id, obj.Bundle, spec, logFile, oci.StdinModeOf(cfg))
@@ -173,7 +183,9 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if _, err := c.finish(obj); err != nil {
 		return nil, err
 	}
+	unblock()
 	s.log.Info("container created", "id", id, "name", name, "sandbox", sb.rec.ID, "image", obj.Image, "took", time.Since(started))
+	s.nriCreated(ctx, id, plugins)
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 

@@ -31,7 +31,7 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	case !exit.Exited:
 		return nil
 	}
-	return s.journal.SetMarkers(c.rec.ID, map[string]*string{
+	return s.exitMarkers(ctx, c, map[string]*string{
 		markerExitCode:   stringPtr(strconv.Itoa(exit.Code)),
 		markerReason:     stringPtr(exit.Reason),
 		markerFinishedAt: stringPtr(exit.At.UTC().Format(time.RFC3339Nano)),

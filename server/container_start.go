@@ -7,7 +7,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// StartContainer starts a created container.
+// StartContainer starts a created container; NRI plugins are told before
+// (StartContainer, whose failure fails the call) and after (PostStartContainer).
 func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
 	c, err := s.findContainer(req.GetContainerId())
 	if err != nil {
@@ -20,6 +21,15 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 	if err != nil {
 		return nil, err
 	}
+	if s.nri.Enabled() {
+		pod, ctr, err := s.nriOf(c)
+		if err == nil {
+			err = s.nri.StartContainer(ctx, pod, ctr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
+		}
+	}
 	if err := rt.Start(ctx, c.rec.ID); err != nil {
 		return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
 	}
@@ -27,5 +37,8 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 		return nil, err
 	}
 	s.log.Info("container started", "id", c.rec.ID, "name", c.rec.Name)
+	if c, err := s.findContainer(c.rec.ID); err == nil {
+		s.nriEvent(ctx, c, "PostStartContainer", s.nri.PostStartContainer)
+	}
 	return &runtimeapi.StartContainerResponse{}, nil
 }

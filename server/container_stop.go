@@ -68,7 +68,7 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 	}
 	if c.state() == runtimeapi.ContainerState_CONTAINER_CREATED {
 		// Never started: the runtime's init process is killed; record a plain exit.
-		return s.journal.SetMarkers(c.rec.ID, map[string]*string{
+		return s.exitMarkers(ctx, c, map[string]*string{
 			markerExitCode: stringPtr("0"), markerReason: stringPtr(oci.ReasonCompleted), markerFinishedAt: nowMarker(),
 		})
 	}

@@ -6,33 +6,56 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/nri"
 	"github.com/crijournal/crijournal/oci"
 )
 
-// UpdateContainerResources changes a container's cgroup limits.
+// UpdateContainerResources changes a container's cgroup limits. NRI plugins are asked
+// first (UpdateContainer: they may change the resources, and ask for updates of other
+// containers) and told after (PostUpdateContainer).
 func (s *Server) UpdateContainerResources(ctx context.Context, req *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	c, err := s.findContainer(req.GetContainerId())
 	if err != nil {
 		return nil, err
 	}
-	if st := c.state(); st == runtimeapi.ContainerState_CONTAINER_EXITED {
-		return nil, errContainerState(c.rec.ID, st, "CREATED or RUNNING")
+	res := req.GetLinux()
+	if s.nri.Enabled() && res != nil {
+		pod, ctr, err := s.nriOf(c)
+		if err != nil {
+			return nil, err
+		}
+		adjusted, others, err := s.nri.UpdateContainer(ctx, pod, ctr, nri.Resources(res))
+		if err != nil {
+			return nil, err
+		}
+		res = nri.CRIResources(adjusted, res)
+		defer s.nriApply(ctx, others, nil)
 	}
-	res, err := oci.Resources(req.GetLinux())
+	if err := s.updateResources(ctx, c, res); err != nil {
+		return nil, err
+	}
+	s.nriEvent(ctx, c, "PostUpdateContainer", s.nri.PostUpdateContainer)
+	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+}
+
+// updateResources sets a container's resources (the CRI's own fields) and records them:
+// the path of UpdateContainerResources and of the updates NRI plugins ask for.
+func (s *Server) updateResources(ctx context.Context, c container, linux *runtimeapi.LinuxContainerResources) error {
+	if st := c.state(); st == runtimeapi.ContainerState_CONTAINER_EXITED {
+		return errContainerState(c.rec.ID, st, "CREATED or RUNNING")
+	}
+	res, err := oci.Resources(linux)
 	if err != nil {
-		return nil, invalidf("%w", err)
+		return invalidf("%w", err)
 	}
 	rt, err := s.runtimes.Runtime(c.obj.Handler)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := rt.UpdateResources(ctx, c.rec.ID, res); err != nil {
-		return nil, fmt.Errorf("update resources of %s: %w", c.rec.ID, err)
+		return fmt.Errorf("update resources of %s: %w", c.rec.ID, err)
 	}
-	if err := s.recordResources(ctx, c, req.GetLinux()); err != nil {
-		return nil, err
-	}
-	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
+	return s.recordResources(ctx, c, linux)
 }
 
 // recordResources keeps the resources UpdateContainerResources set, for ContainerStatus.

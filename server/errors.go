@@ -11,6 +11,7 @@ import (
 
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/nri"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage"
 )
@@ -61,6 +62,7 @@ var classes = []struct {
 	{oci.ErrInvalidSpec, codes.InvalidArgument},
 	{oci.ErrExecTimeout, codes.DeadlineExceeded},
 	{oci.ErrNoDefaultAppArmor, codes.FailedPrecondition},
+	{nri.ErrPlugin, codes.FailedPrecondition},
 	{storage.ErrImageNotFound, codes.NotFound},
 	{storage.ErrImageInUse, codes.FailedPrecondition},
 	{storage.ErrRootfsUnreachable, codes.FailedPrecondition},

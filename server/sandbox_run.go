@@ -30,7 +30,8 @@ const namespaceTimeout = 30 * time.Second
 // RunPodSandbox creates a pod sandbox: pinned namespaces, a pause process holding a
 // shared pid namespace when the pod asks for one (pid POD), the pod's files (resolv.conf,
 // hostname, /dev/shm; see podfiles.go) and, unless the pod uses the host's network, a CNI
-// attachment with the pod's host ports. Each step is journaled before it acts.
+// attachment with the pod's host ports; then NRI's RunPodSandbox. Each step is journaled
+// before it acts.
 func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	cfg := req.GetConfig()
 	name, err := sandboxName(cfg)
@@ -144,6 +145,13 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 			return nil, err
 		}
 		obj.IPs = attached.IPs
+	}
+	// The NRI plugins, told last so that they see the pod's network; a plugin's
+	// synchronization waits until the sandbox has settled (see package nri).
+	unblock := s.nri.Block()
+	defer unblock()
+	if err := s.nriSandboxStep(c, cfg, obj); err != nil {
+		return nil, err
 	}
 
 	settled, err := c.finish(obj)

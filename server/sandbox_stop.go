@@ -55,11 +55,14 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		}
 	}
 	if _, stopped := sb.rec.Marker(markerStopped); !stopped {
-		// CNI DEL (the undo of the attach step), the pod's /dev/shm unmounted (as CRI-O
-		// does at stop: no container of the pod runs again), and both markers in one commit.
+		// NRI's StopPodSandbox, CNI DEL (the undo of the attach step), the pod's /dev/shm
+		// unmounted (as CRI-O does at stop: no container of the pod runs again), and the
+		// markers in one commit.
 		nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 		at := nowMarker()
-		err := s.journal.UndoSteps(nctx, sb.rec.ID, map[string]*string{markerNetworkStopped: at, markerStopped: at}, netns.StepAttach, netns.StepShm)
+		markers := map[string]*string{markerNetworkStopped: at, markerStopped: at}
+		s.nriStopPod(nctx, sb, markers)
+		err := s.journal.UndoSteps(nctx, sb.rec.ID, markers, netns.StepAttach, netns.StepShm)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)

@@ -8,7 +8,7 @@
 // step's intent, acts and marks it done, and rolls the creation back when the step fails;
 // finally finish, which makes the record created when the request is still live and
 // cached when it is not. The steps themselves are values (journal.Action) made by the
-// packages that own the resources (netns, storage, oci).
+// packages that own the resources (netns, storage, oci, nri).
 //
 // Handlers return plain Go errors that wrap a class (errors.go) or a package's typed
 // error; toStatus, called by UnaryInterceptor, chooses the gRPC code in one table.
@@ -21,7 +21,8 @@
 // sandbox_portforward.go, container_create.go, container_start.go, container_stop.go,
 // container_remove.go, container_status.go (ContainerStatus, ListContainers),
 // container_update.go, container_exec.go (ExecSync, Exec, Attach),
-// container_log_reopen.go; the stats calls are in stats.go, the runtime-wide ones
+// container_log_reopen.go; the NRI events and what NRI plugins ask of the runtime in
+// nri.go; the stats calls are in stats.go, the runtime-wide ones
 // (Version, Status, RuntimeConfig, UpdateRuntimeConfig) in status.go, the
 // ImageService in image.go. A helper that one call uses lives in its file, or beside
 // it in <noun>_<topic>.go (container_mounts.go, container_exit.go, sandbox_watch.go);
@@ -53,6 +54,7 @@ import (
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/nri"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/server/stream"
 	"github.com/crijournal/crijournal/storage"
@@ -80,6 +82,8 @@ type Server struct {
 	collected chan struct{}   // closed when the collecting goroutine ends; nil until started
 	node      nodeConfig      // what UpdateRuntimeConfig said
 	cdi       *oci.CDI        // CDI devices, from cdi_spec_dirs
+	nri       *nri.NRI        // NRI plugins; nil when disabled
+	nriStops  nriStops        // keeps a container's StopContainer events apart
 
 	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
 	// sandboxCache and containerCache keep decoded objects for the List calls: what
@@ -110,6 +114,7 @@ type Deps struct {
 	Runtimes RuntimeSource    // nil: no containers
 	Version  string
 	Log      *slog.Logger
+	NRI      *nri.NRI // nil: NRI disabled
 }
 
 // New returns a server over an open journal. Close it to stop the work it starts by
@@ -117,7 +122,7 @@ type Deps struct {
 func New(d Deps) *Server {
 	s := &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics,
 		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log,
-		cdi: oci.NewCDI(d.Config.CDISpecDirs)}
+		cdi: oci.NewCDI(d.Config.CDISpecDirs), nri: d.NRI}
 	s.lifetime, s.end = context.WithCancel(context.Background())
 	if d.Images != nil {
 		s.layers = &layerCollector{list: s.createdContainerIDs, find: d.Images.WritableLayerDir,

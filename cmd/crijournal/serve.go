@@ -20,6 +20,7 @@ import (
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/nri"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/profiling"
 	"github.com/crijournal/crijournal/recovery"
@@ -84,11 +85,22 @@ func runServe(cmd *cobra.Command, args []string) error {
 	log.Info("image storage ready", "driver", images.Driver(), "root", cfg.StorageRootDir())
 	runtimes := newRuntimeSet(cfg)
 
+	// NRI: made before the undo registry, which its steps' undos need; started once
+	// recovery has run, so that plugins are synchronized with what the journal holds.
+	plugins, err := nri.New(nri.Options{Enable: cfg.EnableNRI, Socket: cfg.NRIListen, PluginDir: cfg.NRIPluginDir,
+		PluginConfigDir: cfg.NRIPluginConfigDir, RegistrationTimeout: cfg.NRIPluginRegistrationTimeout,
+		RequestTimeout: cfg.NRIPluginRequestTimeout, DisableConnections: cfg.NRIDisableConnections,
+		Version: version, Log: log})
+	if err != nil {
+		return err
+	}
+
 	registry := journal.NewRegistry()
 	networks := &netns.Networks{ConfDir: cfg.CNIConfDir, PluginDirs: cfg.CNIPluginDirs, CacheDir: cfg.CNICacheDir}
 	netns.RegisterUndos(registry, networks)
 	storage.RegisterUndos(registry, func() (*storage.Store, error) { return images, nil })
 	oci.RegisterUndos(registry, runtimes.Runtime)
+	nri.RegisterUndos(registry, plugins)
 
 	j, err = journal.Open(cfg.JournalFile(), journal.Options{
 		LockTimeout:  cfg.JournalLockTimeout,
@@ -113,13 +125,20 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 
 	srv := server.New(server.Deps{Config: cfg, Journal: j, Networks: networks, Metrics: m,
-		Images: images, Runtimes: runtimes, Version: version, Log: log})
+		Images: images, Runtimes: runtimes, Version: version, Log: log, NRI: plugins})
 	defer srv.Close()
 	start := time.Now()
 	sum := recovery.Run(ctx, j, log, srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
 	if err := j.Err(); err != nil {
 		return failStop(cfg, "during recovery", err)
+	}
+	if err := plugins.Start(srv.NRISource()); err != nil {
+		return err
+	}
+	defer plugins.Stop()
+	if plugins.Enabled() {
+		log.Info("NRI enabled", "socket", cfg.NRIListen, "plugin_dir", cfg.NRIPluginDir)
 	}
 	for outcome, n := range map[string]int{"rolled_back": sum.RolledBack, "cached": sum.Cached, "kept": sum.Kept,
 		"resumed": sum.Resumed, "reconciled": sum.Reconciled, "retrying": sum.Retrying} {
