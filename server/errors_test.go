@@ -12,6 +12,7 @@ import (
 
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/nri"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage"
 )
@@ -37,6 +38,7 @@ func TestToStatus(t *testing.T) {
 		{oci.ErrInvalidSpec, fmt.Errorf("spec: %w: working dir", oci.ErrInvalidSpec), codes.InvalidArgument},
 		{storage.ErrInvalidReference, fmt.Errorf("pull: %w", storage.ErrInvalidReference), codes.InvalidArgument},
 		{journal.ErrNotFound, fmt.Errorf("x: %w", journal.ErrNotFound), codes.NotFound},
+		{nri.ErrPlugin, fmt.Errorf("create: %w", nri.ErrPlugin), codes.FailedPrecondition},
 		{storage.ErrImageNotFound, fmt.Errorf("status: %w", storage.ErrImageNotFound), codes.NotFound},
 		{journal.ErrNameHeld, &journal.HeldError{}, codes.AlreadyExists},
 		{netns.ErrNoNetwork, fmt.Errorf("x: %w", netns.ErrNoNetwork), codes.FailedPrecondition},

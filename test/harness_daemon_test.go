@@ -93,6 +93,7 @@ type daemon struct {
 	root       string
 	runRoot    string
 	socket     string
+	nriSocket  string // nri_listen: the socket NRI plugins of the test connect to
 	nsDir      string
 	confDir    string
 	pluginDir  string // the wrapper bridge plugin, first in cni_plugin_dirs
@@ -152,6 +153,7 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 		root:       filepath.Join(base, "root"),
 		runRoot:    filepath.Join(base, "run"),
 		socket:     filepath.Join(base, "crijournal.sock"),
+		nriSocket:  filepath.Join(base, "nri.sock"),
 		nsDir:      filepath.Join(base, "ns"),
 		confDir:    filepath.Join(base, "net.d"),
 		pluginDir:  filepath.Join(base, "plugins"),
@@ -287,6 +289,11 @@ func (d *daemon) writeConfig(t *testing.T) {
 		`journal_lock_timeout = "5s"`,
 		`log_level = "debug"`,
 		`log_format = "text"`,
+		// NRI on (the default), on the daemon's own socket and directories, never
+		// the node's /var/run/nri.
+		"nri_listen = " + q(d.nriSocket),
+		"nri_plugin_dir = " + q(filepath.Join(d.base, "nri", "plugins")),
+		"nri_plugin_config_dir = " + q(filepath.Join(d.base, "nri", "conf.d")),
 	}
 	if d.opts.storageDriver == "" {
 		lines = append(lines, `storage_driver = "vfs"`)

@@ -83,6 +83,24 @@ var (
 		allowed: []crashOutcome{outcomeGone},
 	}
 
+	// rollbackAnsweredSandboxTrigger: RunPodSandbox whose answer fails
+	// (sandbox-create/before-answer=error) after every step, the last one
+	// NRI's, so that the rollback undoes them all and the crash hits it.
+	rollbackAnsweredSandboxTrigger = &crashTrigger{
+		how:     "crictl runp whose answer fails (sandbox-create/before-answer=error)",
+		variant: "every step",
+		alsoArm: "sandbox-create/before-answer=error",
+		provoke: func(t *testing.T, d *daemon, pod string) string {
+			t.Helper()
+			if id, _, err := d.runp(t, pod); err == nil {
+				t.Fatalf("crictl runp returned sandbox %s although its answer fails", id)
+			}
+			return ""
+		},
+		settle:  settleSandbox,
+		allowed: []crashOutcome{outcomeGone},
+	}
+
 	// rollbackSandboxTrigger: RunPodSandbox while CNI ADD fails, so the
 	// creation is rolled back at once and the crash hits the rollback. A
 	// failed creation can only end gone.
