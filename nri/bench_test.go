@@ -11,7 +11,9 @@ import (
 
 type noSource struct{}
 
-func (noSource) List(context.Context) ([]*api.PodSandbox, []*api.Container, error) { return nil, nil, nil }
+func (noSource) List(context.Context) ([]*api.PodSandbox, []*api.Container, error) {
+	return nil, nil, nil
+}
 func (noSource) Update(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
 	return nil, nil
 }
