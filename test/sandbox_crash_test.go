@@ -90,13 +90,7 @@ var (
 		how:     "crictl runp whose answer fails (sandbox-create/before-answer=error)",
 		variant: "every step",
 		alsoArm: "sandbox-create/before-answer=error",
-		provoke: func(t *testing.T, d *daemon, pod string) string {
-			t.Helper()
-			if id, _, err := d.runp(t, pod); err == nil {
-				t.Fatalf("crictl runp returned sandbox %s although its answer fails", id)
-			}
-			return ""
-		},
+		provoke: func(t *testing.T, d *daemon, pod string) string { return createSandboxTrigger.provoke(t, d, pod) },
 		settle:  settleSandbox,
 		allowed: []crashOutcome{outcomeGone},
 	}
