@@ -145,12 +145,14 @@ func (n *NRI) Block() (unblock func()) {
 	return b.Unblock
 }
 
-// pluginError wraps an error of the plugins in ErrPlugin.
+// pluginError wraps an error of the plugins in ErrPlugin. The cause is kept as text
+// only: a plugin's ttrpc status says nothing about the runtime's call, whose code
+// ErrPlugin decides.
 func pluginError(event string, err error) error {
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("%w: %s: %w", ErrPlugin, event, err)
+	return fmt.Errorf("%w: %s: %v", ErrPlugin, event, err)
 }
 
 // RunPodSandbox tells the plugins a pod was made; an error fails its creation.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/nri"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage"
 )
@@ -207,6 +208,8 @@ func (s *Server) answerContainer(ctx context.Context, res reservation, err error
 		} else {
 			s.placeLog(c)
 		}
+		// Its creation ended cached, without PostCreateContainer: sent now, once.
+		s.nriCreated(ctx, res.existingID, nri.Created{})
 	}
 	return &runtimeapi.CreateContainerResponse{ContainerId: res.existingID}, nil
 }

@@ -124,9 +124,15 @@ func (s *Server) nriEvent(ctx context.Context, c container, event string, send f
 func (s *Server) exitMarkers(ctx context.Context, c container, markers map[string]*string) error {
 	if _, sent := c.rec.Marker(nri.MarkerStopped); !sent && s.nri.Enabled() {
 		if _, busy := s.nriStops.inFlight.LoadOrStore(c.rec.ID, struct{}{}); !busy {
-			defer s.nriStops.inFlight.Delete(c.rec.ID)
-			s.nriStopContainer(ctx, c)
-			markers[nri.MarkerStopped] = nowMarker()
+			defer s.nriStops.inFlight.Delete(c.rec.ID) // after the markers' commit
+			// Look again: c may be older than the commit of another caller that sent it.
+			if rec, err := s.journal.Get(c.rec.ID); err == nil {
+				_, sent = rec.Marker(nri.MarkerStopped)
+			}
+			if !sent {
+				s.nriStopContainer(ctx, c)
+				markers[nri.MarkerStopped] = nowMarker()
+			}
 		}
 	}
 	return s.journal.SetMarkers(c.rec.ID, markers)
