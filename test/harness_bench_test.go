@@ -82,6 +82,12 @@ func startBenchNode(b *testing.B) *benchNode {
 		"cni_conf_dir = " + q(filepath.Join(base, "net.d")),
 		`storage_driver = "overlay"`,
 		"log_level = " + q(benchLogLevel()),
+		// NRI as configured by CRIJOURNAL_BENCH_NRI (default on), in the node's own
+		// directory, never the machine's /var/run/nri.
+		"enable_nri = " + strconv.FormatBool(os.Getenv("CRIJOURNAL_BENCH_NRI") != "false"),
+		"nri_listen = " + q(filepath.Join(base, "nri.sock")),
+		"nri_plugin_dir = " + q(filepath.Join(base, "nri", "plugins")),
+		"nri_plugin_config_dir = " + q(filepath.Join(base, "nri", "conf.d")),
 		// The node's containers files are the benchmark's own, never /etc/containers.
 		"registries_conf = " + q(filepath.Join(base, "registries.conf")),
 		"registries_conf_dir = " + q(filepath.Join(base, "registries.conf.d")),
