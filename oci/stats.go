@@ -58,22 +58,23 @@ type cgroupEntry struct {
 	dir statDirs
 }
 
-// statDirs are the directories of one cgroup that readStats reads: on cgroup v1 one per
-// controller, as the library resolved them ("" for a controller that is not mounted);
-// on cgroup v2 the one unified directory in all three.
+// statDirs are the directories of one cgroup that readStats and readMetrics read: on
+// cgroup v1 one per controller, as the library resolved them ("" for a controller that
+// is not mounted; cpu is cpuacct's, cpuCtl the cpu controller's); on cgroup v2 the one
+// unified directory in all of them.
 type statDirs struct {
-	v2                bool
-	cpu, memory, pids string
+	v2                               bool
+	cpu, cpuCtl, memory, pids, blkio string
 }
 
 // statDirsOf returns the directories of m's cgroup, from the library's path resolution.
 func statDirsOf(m cgroups.Manager, v2 bool) statDirs {
 	if v2 {
 		p := m.Path("")
-		return statDirs{v2: true, cpu: p, memory: p, pids: p}
+		return statDirs{v2: true, cpu: p, cpuCtl: p, memory: p, pids: p, blkio: p}
 	}
 	paths := m.GetPaths()
-	return statDirs{cpu: paths["cpuacct"], memory: paths["memory"], pids: paths["pids"]}
+	return statDirs{cpu: paths["cpuacct"], cpuCtl: paths["cpu"], memory: paths["memory"], pids: paths["pids"], blkio: paths["blkio"]}
 }
 
 // get returns the cgroup of the container whose cgroupsPath is read by path.
