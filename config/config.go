@@ -107,6 +107,19 @@ type Config struct {
 	// stats_collect_period). Default: 10s.
 	StatsCollectPeriod time.Duration `toml:"stats_collect_period" help:"how often the containers' writable layers are measured for stats"`
 
+	// IncludedPodMetrics are the groups of metrics that ListPodSandboxMetrics reports
+	// and ListMetricDescriptors describes (the kubelet's /metrics/cadvisor with
+	// PodAndContainerStatsFromCRI), as CRI-O's included_pod_metrics: "cpu", "memory",
+	// "network", "disk", "diskIO", "process", "spec", "oom", or "all" as the only
+	// element. container_last_seen is always reported. Each group costs reads per
+	// container on every call: a few cgroup files (cpu, memory, oom, diskIO), cgroup.procs
+	// and every process's /proc/<pid>/fd (process), one netlink dump per pod (network);
+	// disk reports the writable-layer figure of stats_collect_period's background pass
+	// and spec the recorded resources, neither reading anything. CRI-O's "hugetlb" and
+	// "pressure" are not implemented: they are refused. Default: [] (CRI-O's), only
+	// container_last_seen.
+	IncludedPodMetrics []string `toml:"included_pod_metrics" help:"metric groups of ListPodSandboxMetrics: cpu, memory, network, disk, diskIO, process, spec, oom, or all"`
+
 	// UndoRetryMin is the first delay before an undo that failed is retried;
 	// the delay doubles on each failure up to UndoRetryMax. Default: 1s.
 	UndoRetryMin time.Duration `toml:"undo_retry_min" help:"first delay before a failed undo is retried"`
@@ -351,6 +364,7 @@ func Default() Config {
 		CacheTTL:           2 * time.Minute,
 		CacheSweepInterval: 10 * time.Second,
 		StatsCollectPeriod: 10 * time.Second,
+		IncludedPodMetrics: []string{},
 		UndoRetryMin:       time.Second,
 		UndoRetryMax:       5 * time.Minute,
 		UndoTimeout:        2 * time.Minute,
@@ -468,7 +482,16 @@ var (
 	logLevels      = []string{"debug", "info", "warn", "error"}
 	logFormats     = []string{"text", "json"}
 	storageDrivers = []string{"", "overlay", "vfs"}
+)
 
+// PodMetricGroups are the groups of included_pod_metrics, in the order of CRI-O's
+// documentation; PodMetricsAll stands for all of them.
+var PodMetricGroups = []string{"cpu", "disk", "diskIO", "memory", "network", "oom", "process", "spec"}
+
+// PodMetricsAll, as the only element of included_pod_metrics, includes every group.
+const PodMetricsAll = "all"
+
+var (
 	// handlerName is a DNS-1123 label, what Kubernetes allows as a
 	// RuntimeClass handler.
 	handlerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -525,6 +548,13 @@ func (c Config) Validate() error {
 	positive("cache_ttl", c.CacheTTL)
 	positive("cache_sweep_interval", c.CacheSweepInterval)
 	positive("stats_collect_period", c.StatsCollectPeriod)
+	for _, g := range c.IncludedPodMetrics {
+		if g == PodMetricsAll && len(c.IncludedPodMetrics) > 1 {
+			bad("included_pod_metrics", "%q must be the only element", PodMetricsAll)
+		} else if g != PodMetricsAll {
+			oneOf("included_pod_metrics", g, PodMetricGroups)
+		}
+	}
 	positive("undo_retry_min", c.UndoRetryMin)
 	positive("undo_retry_max", c.UndoRetryMax)
 	positive("undo_timeout", c.UndoTimeout)
@@ -783,4 +813,12 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// PodMetrics returns the groups of included_pod_metrics, "all" expanded.
+func (c Config) PodMetrics() []string {
+	if len(c.IncludedPodMetrics) == 1 && c.IncludedPodMetrics[0] == PodMetricsAll {
+		return slices.Clone(PodMetricGroups)
+	}
+	return slices.Clone(c.IncludedPodMetrics)
 }

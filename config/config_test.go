@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -285,6 +286,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"negative ttl", source{file: `cache_ttl = "-1m"`}, "cache_ttl", "positive"},
 		{"zero sweep interval", source{env: map[string]string{"CRIJOURNAL_CACHE_SWEEP_INTERVAL": "0s"}}, "cache_sweep_interval", "positive"},
 		{"zero stats period", source{file: `stats_collect_period = "0s"`}, "stats_collect_period", "positive"},
+		{"unknown metric group", source{file: `included_pod_metrics = ["cpu", "gpu"]`}, "included_pod_metrics", `got "gpu"`},
+		{"hugetlb metrics", source{file: `included_pod_metrics = ["hugetlb"]`}, "included_pod_metrics", `got "hugetlb"`},
+		{"all and more", source{file: `included_pod_metrics = ["all", "cpu"]`}, "included_pod_metrics", "only element"},
 		{"negative ttl flag", source{flags: []string{"--cache-ttl=-5s"}}, "cache_ttl", "flag --cache-ttl"},
 		{"undo max below min", source{file: "undo_retry_min = \"10m\"\nundo_retry_max = \"1m\""}, "undo_retry_max", "undo_retry_min"},
 		{"relative root", source{file: `root = "var/lib/cj"`}, "root", "absolute"},
@@ -376,6 +380,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		CacheTTL:           90 * time.Second,
 		CacheSweepInterval: 1500 * time.Millisecond,
 		StatsCollectPeriod: 30 * time.Second,
+		IncludedPodMetrics: []string{"cpu", "memory", "network"},
 		UndoRetryMin:       250 * time.Millisecond,
 		UndoRetryMax:       time.Hour,
 		UndoTimeout:        30 * time.Second,
@@ -557,5 +562,24 @@ func TestRuntimePath(t *testing.T) {
 				t.Errorf("runtimePath(%q, %q) = %q, want %q", tc.path, tc.bundled, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestPodMetrics(t *testing.T) {
+	for _, tt := range []struct {
+		included, want []string
+	}{
+		{[]string{}, []string{}},
+		{[]string{"network", "cpu"}, []string{"network", "cpu"}},
+		{[]string{"all"}, PodMetricGroups},
+	} {
+		c := Default()
+		c.IncludedPodMetrics = tt.included
+		if err := c.Validate(); err != nil {
+			t.Errorf("included_pod_metrics %q: %v", tt.included, err)
+		}
+		if got := c.PodMetrics(); !slices.Equal(got, tt.want) {
+			t.Errorf("PodMetrics of %q = %q, want %q", tt.included, got, tt.want)
+		}
 	}
 }
