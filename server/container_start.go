@@ -37,6 +37,9 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 		return nil, err
 	}
 	s.log.Info("container started", "id", c.rec.ID, "name", c.rec.Name)
+	if s.layers != nil {
+		s.layers.measureSoon(c.rec.ID) // its stats and metrics have a writable layer soon
+	}
 	if c, err := s.findContainer(c.rec.ID); err == nil {
 		s.nriEvent(ctx, c, "PostStartContainer", s.nri.PostStartContainer)
 	}

@@ -126,7 +126,7 @@ func New(d Deps) *Server {
 	s.lifetime, s.end = context.WithCancel(context.Background())
 	if d.Images != nil {
 		s.layers = &layerCollector{list: s.createdContainerIDs, find: d.Images.WritableLayerDir,
-			measure: storage.DirUsage, now: time.Now, log: d.Log}
+			measure: storage.DirUsage, now: time.Now, log: d.Log, wake: make(chan struct{}, 1)}
 	}
 	s.pauseProgram, _ = PauseProgramPath(d.Config) // StartPause refuses "": the daemon checks it at start
 	return s

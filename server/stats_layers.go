@@ -24,12 +24,16 @@ import (
 //     and the next pass starts one full period (config stats_collect_period) after the
 //     previous one ended, not on a fixed tick: however slow the walks, they take at most
 //     one core, and never back to back.
-//   - New containers. A container created since the last pass has no figure until the
-//     next pass measures it (at most one period plus one pass): its stats leave the
-//     writable layer out, which the kubelet reads as unknown. A stats call never walks a
-//     layer itself, so a burst of new containers (or a daemon restart) cannot make the
-//     calls walk every layer at once. containerd reports zeros in that case; none is more
-//     honest than a zero that looks measured.
+//   - New containers. StartContainer queues the container (measureSoon), and the same
+//     goroutine measures the queued ones as soon as it is free, without waiting for the
+//     next pass nor moving it: a started container's layer, nearly empty then, has a
+//     figure within moments, and the metrics and stats that need one (container_fs_usage_bytes)
+//     have it. Until then, and for a container the daemon found at start until the first
+//     pass, its stats leave the writable layer out, which the kubelet reads as unknown. A
+//     stats call never walks a layer itself, so a burst of new containers (or a daemon
+//     restart) cannot make the calls walk every layer at once; a burst of starts makes the
+//     goroutine walk each new layer once, one after another. containerd reports zeros in
+//     that case; none is more honest than a zero that looks measured.
 //   - Forgetting. Each pass measures the containers list names (the created ones) and
 //     drops the figures of every other: a removed container's figure stays until the
 //     next pass that does not list it, and is never served meanwhile, as stats are only
@@ -51,6 +55,8 @@ type layerCollector struct {
 
 	mu     sync.Mutex
 	layers map[string]layerFigure // by container ID
+	queued []string               // containers to measure before the next pass (measureSoon)
+	wake   chan struct{}          // signalled by measureSoon; buffered (1)
 }
 
 // layerFigure is what the collector knows of one container's writable layer.
@@ -73,7 +79,7 @@ func (lc *layerCollector) usage(id string) (u storage.FsUsage, at time.Time, ok 
 }
 
 // run collects once at once, then once every period after the previous pass ended,
-// until ctx ends.
+// until ctx ends; between passes, it measures the containers measureSoon queued.
 func (lc *layerCollector) run(ctx context.Context, period time.Duration) {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -81,10 +87,39 @@ func (lc *layerCollector) run(ctx context.Context, period time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-lc.wake:
+			lc.measureQueued(ctx)
+			continue
 		case <-timer.C:
 		}
 		lc.collect(ctx)
 		timer.Reset(period)
+	}
+}
+
+// measureSoon queues container id for the collecting goroutine to measure as soon as it
+// is free (see "New containers" above).
+func (lc *layerCollector) measureSoon(id string) {
+	lc.mu.Lock()
+	lc.queued = append(lc.queued, id)
+	lc.mu.Unlock()
+	select {
+	case lc.wake <- struct{}{}:
+	default: // already signalled: that wake-up takes this one too
+	}
+}
+
+// measureQueued measures the containers measureSoon queued, one after another.
+func (lc *layerCollector) measureQueued(ctx context.Context) {
+	lc.mu.Lock()
+	ids := lc.queued
+	lc.queued = nil
+	lc.mu.Unlock()
+	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
+		lc.measureOne(id)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/storage"
 )
 
@@ -57,7 +58,8 @@ func (f *fakeLayers) collector() *layerCollector {
 			defer f.mu.Unlock()
 			return f.now
 		},
-		log: slog.New(slog.DiscardHandler),
+		log:  slog.New(slog.DiscardHandler),
+		wake: make(chan struct{}, 1),
 	}
 }
 
@@ -281,5 +283,46 @@ func TestWritableLayerBeforeAPass(t *testing.T) {
 	}
 	if len(f.walks) != 0 {
 		t.Errorf("writableLayer walked %v, want nothing", f.walks)
+	}
+}
+
+// TestLayerCollectorMeasureSoon: a started container (measureSoon) is measured before
+// the next pass, which an hour's period would otherwise make it wait for, and alone.
+func TestLayerCollectorMeasureSoon(t *testing.T) {
+	f := newFakeLayers()
+	f.live = []string{"a"}
+	f.bytes["/layers/new"] = 42
+	lc := f.collector()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		lc.run(ctx, time.Hour)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if _, _, ok := lc.usage("a"); !ok {
+			return errors.New("the first pass has not measured a")
+		}
+		return nil
+	})
+	f.mu.Lock()
+	f.live = append(f.live, "new")
+	f.mu.Unlock()
+	lc.measureSoon("new")
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		u, _, ok := lc.usage("new")
+		if !ok || u.UsedBytes != 42 {
+			return fmt.Errorf("usage of new = %+v, %v; want 42 bytes", u, ok)
+		}
+		return nil
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want := []string{"/layers/a", "/layers/new"}; !slices.Equal(f.walks, want) {
+		t.Errorf("walks = %v, want %v (the queued container alone, no new pass)", f.walks, want)
 	}
 }
