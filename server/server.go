@@ -22,7 +22,8 @@
 // container_remove.go, container_status.go (ContainerStatus, ListContainers),
 // container_update.go, container_exec.go (ExecSync, Exec, Attach),
 // container_log_reopen.go; the NRI events and what NRI plugins ask of the runtime in
-// nri.go; the stats calls are in stats.go, the runtime-wide ones
+// nri.go; the stats calls are in stats.go, the CRI metrics ones (ListMetricDescriptors,
+// ListPodSandboxMetrics) in stats_metrics.go, the runtime-wide ones
 // (Version, Status, RuntimeConfig, UpdateRuntimeConfig) in status.go, the
 // ImageService in image.go. A helper that one call uses lives in its file, or beside
 // it in <noun>_<topic>.go (container_mounts.go, container_exit.go, sandbox_watch.go);
