@@ -24,7 +24,8 @@ type IdleOptions struct {
 	Duration time.Duration // how long to poll (default 60s)
 	// RelistEvery is the period of ListPodSandbox and ListContainers (the kubelet's PLEG
 	// relist; default 1s); StatusEvery that of ContainerStatus and PodSandboxStatus of
-	// every pod and container and of ListContainerStats (default 10s).
+	// every pod and container and of ListContainerStats and ListPodSandboxMetrics (default
+	// 10s).
 	RelistEvery, StatusEvery time.Duration
 }
 
@@ -35,6 +36,10 @@ const (
 	CallPodSandboxStatus   = "PodSandboxStatus"
 	CallContainerStatus    = "ContainerStatus"
 	CallListContainerStats = "ListContainerStats"
+	// CallListPodSandboxMetrics is what the kubelet calls for /metrics/cadvisor with
+	// PodAndContainerStatsFromCRI; what it costs depends on the daemon's
+	// included_pod_metrics.
+	CallListPodSandboxMetrics = "ListPodSandboxMetrics"
 )
 
 // IdleReport is the idle workload's outcome.
@@ -160,7 +165,8 @@ func statsOf(s []time.Duration) Stats {
 
 // poll calls the runtime as a kubelet does, for d: every relist, ListPodSandbox and
 // ListContainers; every status period, PodSandboxStatus of every sandbox and
-// ContainerStatus of every container those lists returned, and ListContainerStats. The
+// ContainerStatus of every container those lists returned, ListContainerStats and
+// ListPodSandboxMetrics. The
 // first status round comes at once. One call at a time, as the kubelet's loops are
 // sequential; a call that fails is counted and the polling goes on. A call under way
 // when d ends is finished (and counted): calls have a timeout of their own, as the
@@ -256,6 +262,18 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 			return
 		}
 		c.add(CallListContainerStats, t, err)
+		if over() {
+			return
+		}
+		t = time.Now()
+		err = call(func(ctx context.Context) error {
+			_, err := rt.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
+			return err
+		})
+		if ctx.Err() != nil {
+			return
+		}
+		c.add(CallListPodSandboxMetrics, t, err)
 	}
 	list()
 	statuses()

@@ -77,6 +77,11 @@ func (f *fakeRuntime) ListContainerStats(context.Context, *runtimeapi.ListContai
 	return &runtimeapi.ListContainerStatsResponse{}, nil
 }
 
+func (f *fakeRuntime) ListPodSandboxMetrics(context.Context, *runtimeapi.ListPodSandboxMetricsRequest) (*runtimeapi.ListPodSandboxMetricsResponse, error) {
+	f.count(CallListPodSandboxMetrics)
+	return &runtimeapi.ListPodSandboxMetricsResponse{}, nil
+}
+
 func (f *fakeRuntime) helpersLeft() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -154,6 +159,9 @@ func TestIdle(t *testing.T) {
 	}
 	if n := f.called(CallListContainerStats); n < 2 || n > 3 {
 		t.Errorf("%d calls of ListContainerStats, want one per status round", n)
+	}
+	if n := f.called(CallListPodSandboxMetrics); n < 2 || n > 3 {
+		t.Errorf("%d calls of ListPodSandboxMetrics, want one per status round", n)
 	}
 	if m := r.Memory; m == nil || m.Helpers != 3 || m.HelperRSSPerPodMiB <= 0 || m.DaemonPeakRSSMiB <= 0 {
 		t.Errorf("memory %+v: want the 3 helpers, their RSS and the daemon's peak", m)
