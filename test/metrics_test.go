@@ -3,7 +3,6 @@ package test
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -26,18 +25,7 @@ func TestPodSandboxMetrics(t *testing.T) {
 	podID := d.mustRunp(t, pod)
 	spin := d.run(t, podID, containerConfig(t, "spin", 0, []string{"sh", "-c",
 		"while [ ! -e /stop ]; do :; done; echo stopped; exec sleep 3600"}), pod)
-	st := d.inspectp(t, podID)
-	if st.Status.Network == nil || st.Status.Network.IP == "" {
-		t.Fatalf("crictl inspectp %s shows no pod IP", podID)
-	}
-	conn, err := net.Dial("udp", net.JoinHostPort(st.Status.Network.IP, "9"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		_, _ = conn.Write([]byte("metrics"))
-	}
-	conn.Close()
+	d.sendDatagrams(t, podID)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

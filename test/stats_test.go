@@ -43,20 +43,7 @@ func TestStats(t *testing.T) {
 	idlePodID := d.mustRunp(t, idlePod)
 	idle := d.run(t, idlePodID, containerConfig(t, "idle", 0, sleeper, withLabel("role", "idle")), idlePod)
 	d.waitLog(t, busy, "written", 30*time.Second)
-	// Some traffic on the busy pod's interface: UDP datagrams from the node to
-	// a closed port of the pod (in), answered with port unreachable (out).
-	st := d.inspectp(t, busyPodID)
-	if st.Status.Network == nil || st.Status.Network.IP == "" {
-		t.Fatalf("crictl inspectp %s shows no pod IP", busyPodID)
-	}
-	conn, err := net.Dial("udp", net.JoinHostPort(st.Status.Network.IP, "9"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		_, _ = conn.Write([]byte("stats"))
-	}
-	conn.Close()
+	d.sendDatagrams(t, busyPodID)
 
 	// The writable layers are measured in the background (stats_collect_period, 1s
 	// here), so the 8 MiB shows up within a pass or two of being written.
@@ -213,3 +200,21 @@ func runcCalls(t *testing.T, path string) int {
 // protojsonLenient reads crictl's JSON output as CRI messages, skipping what
 // crictl adds.
 var protojsonLenient = protojson.UnmarshalOptions{DiscardUnknown: true}
+
+// sendDatagrams makes some traffic on a pod's interface: UDP datagrams from the node to
+// a closed port of the pod (in), answered with port unreachable (out).
+func (d *daemon) sendDatagrams(t *testing.T, podID string) {
+	t.Helper()
+	st := d.inspectp(t, podID)
+	if st.Status.Network == nil || st.Status.Network.IP == "" {
+		t.Fatalf("crictl inspectp %s shows no pod IP", podID)
+	}
+	conn, err := net.Dial("udp", net.JoinHostPort(st.Status.Network.IP, "9"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		_, _ = conn.Write([]byte("stats"))
+	}
+	conn.Close()
+}
