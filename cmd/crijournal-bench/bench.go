@@ -54,8 +54,9 @@ Workloads (--workload):
   pods   the above (the default).
   idle   brings --pods pods up, then polls them as a kubelet does for --duration
          (ListPodSandbox and ListContainers every second; PodSandboxStatus and
-         ContainerStatus of each, and ListContainerStats, every 10 s) and reports the
-         daemon's CPU time (utime+stime from /proc/<pid>/stat, the daemon only) as % of
+         ContainerStatus of each, ListContainerStats and ListPodSandboxMetrics, every
+         10 s) and reports the daemon's CPU time (utime+stime from /proc/<pid>/stat, the
+         daemon only) as % of
          one core, its peak RSS (VmHWM), and the RSS of the pods' helper processes
          (conmon, containerd's shim: processes whose command line names a pod or
          container ID) per pod. The daemon is found from the socket's peer
