@@ -56,11 +56,10 @@ Workloads (--workload):
          (ListPodSandbox and ListContainers every second; PodSandboxStatus and
          ContainerStatus of each, ListContainerStats and ListPodSandboxMetrics, every
          10 s) and reports the daemon's CPU time (utime+stime from /proc/<pid>/stat, the
-         daemon only) as % of
-         one core, its peak RSS (VmHWM), and the RSS of the pods' helper processes
-         (conmon, containerd's shim: processes whose command line names a pod or
-         container ID) per pod. The daemon is found from the socket's peer
-         credentials (SO_PEERCRED), or given with --daemon-pid.
+         daemon only) as % of one core, its peak RSS (VmHWM), and the RSS of the pods'
+         helper processes (conmon, containerd's shim: processes whose command line
+         names a pod or container ID) per pod. The daemon is found from the socket's
+         peer credentials (SO_PEERCRED), or given with --daemon-pid.
   scale  fills the node to --pods pods, --concurrency at a time, and at 0,
          --scale-step, ... pods measures --scale-samples more pods brought up one at a
          time and the latency of ListPodSandbox and ListContainers.
