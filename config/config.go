@@ -313,7 +313,10 @@ type Config struct {
 	// takes longer is disconnected (its failure policy then decides whether the
 	// request fails). The steps that call the plugins run detached from the CRI
 	// request, so a creation whose plugins outlive the request is cached for the
-	// retry. Default: 2s.
+	// retry. It also bounds a plugin's Synchronize, the whole listing of the node a
+	// plugin gets when it connects, which a plugin may take time over (critest holds
+	// it 2 s), and one cut off then misses the containers made meanwhile. Default: 5s
+	// (containerd and CRI-O: 2s).
 	NRIPluginRequestTimeout time.Duration `toml:"nri_plugin_request_timeout" help:"how long an NRI plugin may take to handle one event"`
 
 	// NRIDisableConnections refuses external plugins: only those of nri_plugin_dir
@@ -386,7 +389,7 @@ func Default() Config {
 		NRIPluginDir:                 "/opt/nri/plugins",
 		NRIPluginConfigDir:           "/etc/nri/conf.d",
 		NRIPluginRegistrationTimeout: 5 * time.Second,
-		NRIPluginRequestTimeout:      2 * time.Second,
+		NRIPluginRequestTimeout:      5 * time.Second,
 	}
 }
 
