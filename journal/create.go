@@ -411,6 +411,17 @@ func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <
 	return out, changed
 }
 
+// Changed returns a channel closed at the next published change of any record (a
+// commit, a lazy change, a deletion). Taken before a look (Snapshot, List), it lets no
+// change slip between the look and the wait: a change published after it was taken
+// closes it, whether or not the look saw that change. It is WatchAll without the copies,
+// for a reader that keeps its own view (the server's container events).
+func (j *Journal) Changed() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.wake
+}
+
 // Watch returns the record holding a name (found false when the name is free) and a
 // channel closed at the next change of that record (or, when free, of any record). The
 // snapshot and the channel are taken together, so no change is ever missed between a
