@@ -26,6 +26,19 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 	if c, err = s.findContainer(c.rec.ID); err != nil {
 		return nil, err
 	}
+	resp := &runtimeapi.ContainerStatusResponse{Status: c.status()}
+	if req.GetVerbose() {
+		resp.Info = map[string]string{"info": infoJSON(map[string]any{
+			"sandbox_id": c.obj.SandboxID, "runtime_handler": c.obj.Handler, "bundle": c.obj.Bundle, "rootfs": c.obj.Rootfs,
+			"journal": map[string]any{"state": c.rec.State, "steps": c.rec.Steps, "markers": c.rec.Markers},
+		})}
+	}
+	return resp, nil
+}
+
+// status is the container's CRI status as its record has it: ContainerStatus's answer,
+// and the statuses that PodSandboxStatus and the container events carry.
+func (c container) status() *runtimeapi.ContainerStatus {
 	st := &runtimeapi.ContainerStatus{
 		Id: c.rec.ID, Metadata: c.config.GetMetadata(), State: c.state(),
 		CreatedAt: c.obj.CreatedAt.UnixNano(), StartedAt: markerTime(c.rec, markerStartedAt),
@@ -40,14 +53,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 		st.ExitCode = int32(code)
 		st.Reason, _ = c.rec.Marker(markerReason)
 	}
-	resp := &runtimeapi.ContainerStatusResponse{Status: st}
-	if req.GetVerbose() {
-		resp.Info = map[string]string{"info": infoJSON(map[string]any{
-			"sandbox_id": c.obj.SandboxID, "runtime_handler": c.obj.Handler, "bundle": c.obj.Bundle, "rootfs": c.obj.Rootfs,
-			"journal": map[string]any{"state": c.rec.State, "steps": c.rec.Steps, "markers": c.rec.Markers},
-		})}
-	}
-	return resp, nil
+	return st
 }
 
 // ListContainers lists created containers; cached and in-progress ones are hidden.

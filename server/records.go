@@ -100,6 +100,14 @@ func (s *Server) containersOf(sandboxID string) []journal.Record {
 	})
 }
 
+// createdContainersOf returns the records of a sandbox's created containers, oldest
+// first, as published. They are shared with the journal (see journal.Snapshot): read them.
+func (s *Server) createdContainersOf(sandboxID string) []journal.Record {
+	return s.journal.Snapshot(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.Parent == sandboxID && r.State == journal.StateCreated
+	})
+}
+
 // decodeObject reads a record's object (JSON) into obj, then the CRI config that obj
 // carries as protobuf (*configBytes, filled by the first step) into config.
 func decodeObject(rec journal.Record, obj any, configBytes *[]byte, config proto.Message) error {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"strings"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -10,11 +11,42 @@ import (
 )
 
 // PodSandboxStatus reports a created sandbox; verbose adds the journal's view of it.
+//
+// The answer carries the statuses of the sandbox's containers and the time they were
+// read (containers_statuses and timestamp), always both: a kubelet with the Evented PLEG
+// takes a non-zero timestamp to mean that containers_statuses is the whole pod and asks
+// for no container status of its own, so a timestamp without the statuses would hide
+// every container (containerd set only the timestamp and had to revert it). When one
+// container cannot be read, neither is set, and the kubelet asks for each container
+// itself. Both are set whatever verbose says: the kubelet asks with verbose false.
 func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
 	sb, err := s.findSandbox(req.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
+	// The exits that conmon's watch has not recorded yet, as ContainerStatus records
+	// them; then the time, before the look, so nothing committed before it is missing.
+	s.recordExits(ctx, sb.rec.ID)
+	at := time.Now()
+	if sb, err = s.findSandbox(sb.rec.ID); err != nil {
+		return nil, err
+	}
+	resp := &runtimeapi.PodSandboxStatusResponse{Status: sb.status()}
+	if statuses, ok := s.podContainerStatuses(sb.rec.ID); ok {
+		resp.ContainersStatuses, resp.Timestamp = statuses, at.UnixNano()
+	}
+	if req.GetVerbose() {
+		resp.Info = map[string]string{"info": infoJSON(map[string]any{
+			"namespaces": sb.obj.Namespaces, "host_network": sb.obj.HostNetwork,
+			"journal": map[string]any{"state": sb.rec.State, "steps": sb.rec.Steps, "markers": sb.rec.Markers},
+		})}
+	}
+	return resp, nil
+}
+
+// status is the sandbox's CRI status as its record has it: PodSandboxStatus's answer,
+// and the sandbox status that the container events carry.
+func (sb sandbox) status() *runtimeapi.PodSandboxStatus {
 	st := &runtimeapi.PodSandboxStatus{
 		Id:             sb.rec.ID,
 		Metadata:       sb.config.GetMetadata(),
@@ -33,14 +65,44 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 			st.Network.AdditionalIps = append(st.Network.AdditionalIps, &runtimeapi.PodIP{Ip: ip})
 		}
 	}
-	resp := &runtimeapi.PodSandboxStatusResponse{Status: st}
-	if req.GetVerbose() {
-		resp.Info = map[string]string{"info": infoJSON(map[string]any{
-			"namespaces": sb.obj.Namespaces, "host_network": sb.obj.HostNetwork,
-			"journal": map[string]any{"state": sb.rec.State, "steps": sb.rec.Steps, "markers": sb.rec.Markers},
-		})}
+	return st
+}
+
+// recordExits records the exits of a sandbox's started containers that conmon's watch
+// has not recorded yet (see recordExit); a container it cannot ask about is logged and
+// reported as its record has it.
+func (s *Server) recordExits(ctx context.Context, sandboxID string) {
+	if s.runtimes == nil {
+		return
 	}
-	return resp, nil
+	for _, rec := range s.createdContainersOf(sandboxID) {
+		_, started := rec.Marker(markerStartedAt)
+		if _, finished := rec.Marker(markerFinishedAt); !started || finished {
+			continue
+		}
+		c, err := s.listedContainer(rec)
+		if err == nil {
+			err = s.recordExit(ctx, c)
+		}
+		if err != nil {
+			s.log.Warn("container exit not readable", "id", rec.ID, "name", rec.Name, "err", err)
+		}
+	}
+}
+
+// podContainerStatuses returns the statuses of a sandbox's created containers, oldest
+// first, as the journal has them now; ok is false when one of them cannot be decoded.
+func (s *Server) podContainerStatuses(sandboxID string) (statuses []*runtimeapi.ContainerStatus, ok bool) {
+	statuses = []*runtimeapi.ContainerStatus{}
+	for _, rec := range s.createdContainersOf(sandboxID) {
+		c, err := s.listedContainer(rec)
+		if err != nil {
+			s.log.Warn("container of the sandbox not decodable: its status goes without its containers", "id", rec.ID, "name", rec.Name, "sandbox", sandboxID, "err", err)
+			return nil, false
+		}
+		statuses = append(statuses, c.status())
+	}
+	return statuses, true
 }
 
 // ListPodSandbox lists created sandboxes; cached and in-progress ones are hidden.
