@@ -21,9 +21,11 @@
 // sandbox_portforward.go, container_create.go, container_start.go, container_stop.go,
 // container_remove.go, container_status.go (ContainerStatus, ListContainers),
 // container_update.go, container_exec.go (ExecSync, Exec, Attach),
-// container_log_reopen.go; the NRI events and what NRI plugins ask of the runtime in
-// nri.go; the stats calls are in stats.go, the CRI metrics ones (ListMetricDescriptors,
-// ListPodSandboxMetrics) in stats_metrics.go, the runtime-wide ones
+// container_log_reopen.go, container_events.go (GetContainerEvents; what the events
+// are, read from the journal, in container_events_source.go); the NRI events and what
+// NRI plugins ask of the runtime in nri.go; the stats calls are in stats.go, the CRI
+// metrics ones (ListMetricDescriptors, ListPodSandboxMetrics) in stats_metrics.go, the
+// runtime-wide ones
 // (Version, Status, RuntimeConfig, UpdateRuntimeConfig) in status.go, the
 // ImageService in image.go. A helper that one call uses lives in its file, or beside
 // it in <noun>_<topic>.go (container_mounts.go, container_exit.go, sandbox_watch.go);
@@ -86,7 +88,8 @@ type Server struct {
 	nri       *nri.NRI        // NRI plugins; nil when disabled
 	nriStops  nriStops        // keeps a container's StopContainer events apart
 
-	pauseWatches sync.Map // sandbox ID -> struct{}: pause processes watched (watchPause)
+	events       eventFeed // the container events' streams (GetContainerEvents)
+	pauseWatches sync.Map  // sandbox ID -> struct{}: pause processes watched (watchPause)
 	// sandboxCache and containerCache keep decoded objects for the List calls: what
 	// they hand out is shared, read only (see decodeCache). The record in it is stale:
 	// listedSandbox and listedContainer put the current one in.
@@ -95,7 +98,8 @@ type Server struct {
 	// pauseProgram is the program a pause process runs (see PauseProgramPath).
 	pauseProgram string
 	// lifetime is the context of the work the server starts by itself (the watches of
-	// pause processes, the collection of stats); Close ends it.
+	// pause processes, the feed of container events, the collection of stats); Close
+	// ends it.
 	lifetime context.Context
 	end      context.CancelFunc
 }
@@ -149,10 +153,12 @@ func PauseProgramPath(cfg config.Config) (string, error) {
 	return filepath.Join(filepath.Dir(exe), PauseProgramName), nil
 }
 
-// Close stops the work the server started by itself: the watches of pause processes and
-// the collection of stats, which it waits for. Call it once no request runs any more.
+// Close stops the work the server started by itself: the watches of pause processes, the
+// feed of container events and the collection of stats, the last two of which it waits
+// for. Call it once no request runs any more.
 func (s *Server) Close() {
 	s.end()
+	s.StopEvents()
 	if s.collected != nil {
 		<-s.collected
 	}

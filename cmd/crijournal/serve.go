@@ -238,10 +238,12 @@ func runServe(cmd *cobra.Command, args []string) error {
 		failed = j.Err()
 		stop()
 	}
-	// Sessions end first: their processes are killed, their clients see the end.
+	// Sessions end first: their processes are killed, their clients see the end. So do
+	// the container event streams, which the graceful stop would wait for.
 	if err := streams.Stop(); err != nil {
 		log.Warn("stopping the streaming server", "err", err)
 	}
+	srv.StopEvents()
 	stopped := make(chan struct{})
 	go func() {
 		g.GracefulStop()
