@@ -493,6 +493,33 @@ func TestWatchSeesEveryChange(t *testing.T) {
 	}
 }
 
+// TestChangedSeesEveryChange: the channel Changed returns is closed by the next published
+// change of any record, including a deletion, and not before.
+func TestChangedSeesEveryChange(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	changed := j.Changed()
+	rec := begin(t, j, "pod", time.Time{})
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a reservation after Changed did not close its channel")
+	}
+	changed = j.Changed()
+	select {
+	case <-changed:
+		t.Fatal("closed with nothing changed")
+	default:
+	}
+	if err := j.Rollback(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("the record's deletion did not close the channel")
+	}
+}
+
 // TestConcurrentWaiters races creators and waiters on a few names: each name has exactly
 // one winner, every waiter sees the final state, and nobody waits forever.
 func TestConcurrentWaiters(t *testing.T) {

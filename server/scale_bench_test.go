@@ -62,9 +62,9 @@ func benchContainerConfig() *runtimeapi.ContainerConfig {
 	}
 }
 
-// create runs one creation-shaped flow (begin, two steps, finish) of kind under name and
+// benchCreate runs one creation-shaped flow (begin, two steps, finish) of kind under name and
 // returns its ID.
-func benchCreate(b *testing.B, s *Server, kind journal.Kind, name, parent string, object any) string {
+func benchCreate(b testing.TB, s *Server, kind journal.Kind, name, parent string, object any) string {
 	c, existing, err := s.begin(context.Background(), "bench-create", journal.BeginRequest{Kind: kind, Name: name, Parent: parent, Fingerprint: "fp-" + name, Stage: "reserve"}, sameRequest{})
 	if err != nil || c == nil {
 		b.Fatalf("begin %s = %q, %v; want a new creation", name, existing.existingID, err)
