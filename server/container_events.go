@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -23,7 +24,8 @@ const eventBuffer = 1000
 // GetContainerEvents streams the container events (see container_events_source.go for
 // what they are and when they are sent) from the moment it is called until the client
 // goes or the server stops (Close, StopEvents). Nothing is replayed: a client that
-// (re)connects lists what exists.
+// (re)connects lists what exists. The response headers are sent once the client is
+// subscribed.
 func (s *Server) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream runtimeapi.RuntimeService_GetContainerEventsServer) error {
 	if err := s.journal.Err(); err != nil {
 		return toStatus(newError(errUnavailable, "%v; the runtime is stopping and takes no more work", err))
@@ -33,6 +35,11 @@ func (s *Server) GetContainerEvents(_ *runtimeapi.GetEventsRequest, stream runti
 		return toStatus(err)
 	}
 	defer s.events.unsubscribe(sub)
+	// The headers say the client is subscribed: one that waits for them (Header)
+	// misses no event of a change published after.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return err
+	}
 	for {
 		select {
 		case <-stream.Context().Done():

@@ -26,7 +26,9 @@ import (
 //     retry. A container cached because its request timed out was never answered, and
 //     gets none; its claim is its creation as far as the kubelet knows, and sends it.
 //   - STARTED when its started_at marker is committed (StartContainer, or an exit or
-//     status call finding it running without one).
+//     status call finding it running without one), unless it was announced STOPPED
+//     already: a container that exits at once may have its exit recorded (by the exit
+//     watch) before StartContainer records its start.
 //   - STOPPED when its finished_at marker is committed: StopContainer, or its exit by
 //     itself (conmon's exit file, recorded by the exit watch or a status call).
 //   - DELETED when its record stops being created: Remove marks it removing, durably,
@@ -102,7 +104,7 @@ func transitions(before, after view) []transition {
 		if !seen {
 			out = append(out, transition{l, runtimeapi.ContainerEventType_CONTAINER_CREATED_EVENT})
 		}
-		if l.started && !was.started {
+		if l.started && !was.started && !was.stopped {
 			out = append(out, transition{l, runtimeapi.ContainerEventType_CONTAINER_STARTED_EVENT})
 		}
 		if l.stopped && !was.stopped {

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -189,6 +190,8 @@ func TestTransitionsOfCoalescedChanges(t *testing.T) {
 			[]seen{{"c1", evStopped}}},
 		{"a container stopped before it started", []journal.Record{sb, c2}, []journal.Record{sb, withMarker(c2, markerFinishedAt)},
 			[]seen{{"c2", evStopped}}},
+		{"a start recorded after the exit", []journal.Record{sb, withMarker(c2, markerFinishedAt)},
+			[]journal.Record{sb, withMarker(withMarker(c2, markerFinishedAt), markerStartedAt)}, nil},
 		{"a sandbox's pause exits", []journal.Record{sb}, []journal.Record{withMarker(sb, markerPauseExited)},
 			[]seen{{"sb", evStopped}}},
 	}
@@ -255,6 +258,8 @@ type fakeEventStream struct {
 }
 
 func (f *fakeEventStream) Context() context.Context { return f.ctx }
+
+func (f *fakeEventStream) SendHeader(metadata.MD) error { return nil }
 
 func (f *fakeEventStream) Send(ev *runtimeapi.ContainerEventResponse) error {
 	f.sent <- ev

@@ -44,13 +44,7 @@ func (d *daemon) crictlTimeout(limit time.Duration, args ...string) (stdout, std
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	full := append([]string{
-		"--config", os.DevNull,
-		"--runtime-endpoint", "unix://" + d.socket,
-		"--image-endpoint", "unix://" + d.socket,
-		"--timeout", "30s",
-	}, args...)
-	cmd := exec.CommandContext(ctx, crictlPath, full...)
+	cmd := exec.CommandContext(ctx, crictlPath, d.crictlArgs(args...)...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err = cmd.Run()
@@ -58,6 +52,17 @@ func (d *daemon) crictlTimeout(limit time.Duration, args ...string) (stdout, std
 		err = fmt.Errorf("crictl %s killed after %v: %w", strings.Join(args, " "), limit, err)
 	}
 	return out.String(), errb.String(), err
+}
+
+// crictlArgs are crictl's arguments for a command against the daemon: its endpoints,
+// no configuration file, then args.
+func (d *daemon) crictlArgs(args ...string) []string {
+	return append([]string{
+		"--config", os.DevNull,
+		"--runtime-endpoint", "unix://" + d.socket,
+		"--image-endpoint", "unix://" + d.socket,
+		"--timeout", "30s",
+	}, args...)
 }
 
 // mustCrictl runs crictl and fails the test when it fails; it returns stdout.
