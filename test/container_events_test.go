@@ -225,4 +225,30 @@ func TestContainerEvents(t *testing.T) {
 		l.wait(t, who, seven, evCreated, evStarted, evStopped, evDeleted)
 		l.wait(t, who, podID, evCreated, evStarted, evStopped, evDeleted)
 	}
+
+	// A stream open when the daemon stops ends at once: the graceful stop (which
+	// waits for every stream, 5 s at most) does not wait for it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stream, err := d.cri(t).GetContainerEvents(ctx, &runtimeapi.GetEventsRequest{})
+	if err == nil {
+		_, err = stream.Header()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() {
+		_, err := stream.Recv()
+		ended <- err
+	}()
+	stopping := time.Now()
+	d.stop(t)
+	if took := time.Since(stopping); took > 4*time.Second {
+		t.Errorf("the daemon took %v to stop with an event stream open", took)
+	}
+	if err := <-ended; err == nil {
+		t.Error("the event stream got an event, want its end")
+	}
+	d.restart(t)
 }
