@@ -218,7 +218,8 @@ func withMarker(r journal.Record, key string) journal.Record {
 }
 
 // TestEventBufferIsBounded: a subscriber that does not read keeps eventBuffer events and
-// loses the rest, without holding up the others; once it reads again it gets new ones.
+// loses the rest, without holding up the sender or the other subscribers; once it reads
+// again it gets new ones.
 func TestEventBufferIsBounded(t *testing.T) {
 	s, _ := flowServer(t) // nothing changes in the journal: the feed's goroutine sends nothing
 	slow, fast := subscribe(t, s), subscribe(t, s)
@@ -229,24 +230,24 @@ func TestEventBufferIsBounded(t *testing.T) {
 		}
 		return out
 	}
-	done := make(chan struct{})
-	go func() { // the fast one reads everything
-		defer close(done)
-		for range eventBuffer + 10 {
-			<-fast.c
+	s.events.send(s.log, batch(eventBuffer+10)) // returns: nobody reads
+	for name, sub := range map[string]*eventSub{"slow": slow, "fast": fast} {
+		if len(sub.c) != eventBuffer || sub.dropped != 10 {
+			t.Fatalf("%s subscriber: %d buffered, %d dropped; want %d and 10", name, len(sub.c), sub.dropped, eventBuffer)
 		}
-	}()
-	s.events.send(s.log, batch(eventBuffer+10))
-	<-done
-	if len(slow.c) != eventBuffer || slow.dropped != 10 {
-		t.Fatalf("slow subscriber: %d buffered, %d dropped; want %d and 10", len(slow.c), slow.dropped, eventBuffer)
 	}
-	if first := <-slow.c; first.ContainerId != "0" {
-		t.Errorf("the slow subscriber's first event is %s: want the oldest kept", first.ContainerId)
+	if first := <-fast.c; first.ContainerId != "0" {
+		t.Fatalf("the first event kept is %s, want the oldest", first.ContainerId)
+	}
+	for range eventBuffer - 1 { // the fast one reads the rest
+		<-fast.c
 	}
 	s.events.send(s.log, batch(1))
-	if slow.dropped != 0 || len(slow.c) != eventBuffer {
-		t.Errorf("after reading one: %d buffered, %d dropped; want it delivered", len(slow.c), slow.dropped)
+	if len(fast.c) != 1 || fast.dropped != 0 {
+		t.Errorf("fast subscriber after reading: %d buffered, %d dropped; want the new event delivered", len(fast.c), fast.dropped)
+	}
+	if len(slow.c) != eventBuffer || slow.dropped != 11 {
+		t.Errorf("slow subscriber: %d buffered, %d dropped; want %d and 11", len(slow.c), slow.dropped, eventBuffer)
 	}
 }
 
