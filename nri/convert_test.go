@@ -163,3 +163,26 @@ func TestDisabledIsANoOp(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestStepArgsLeaveOutAnnotations: the steps keep the pod in their arguments without its
+// annotations (the record holds them already), and the pod the events get is untouched.
+func TestStepArgsLeaveOutAnnotations(t *testing.T) {
+	pod := &api.PodSandbox{Id: "p", Name: "web", Uid: "u", Namespace: "ns",
+		Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"big": "ballast"}}
+	ctr := &api.Container{Id: "c", PodSandboxId: "p", Name: "app"}
+	for name, args := range map[string]map[string]string{
+		"pod":       SandboxStep(nil, pod).Args,
+		"container": ContainerStep(nil, pod, ctr).Args,
+	} {
+		got := &api.PodSandbox{}
+		if err := decode(args[ArgPod], got); err != nil {
+			t.Fatalf("%s step: %v", name, err)
+		}
+		if len(got.Annotations) != 0 || got.Id != "p" || got.Uid != "u" || got.Labels["app"] != "web" {
+			t.Errorf("%s step keeps the pod %v, want its identity and labels without annotations", name, got)
+		}
+	}
+	if pod.Annotations["big"] != "ballast" {
+		t.Error("the steps changed the pod the events are sent")
+	}
+}

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+
 	"time"
+
+	nrilog "github.com/containerd/nri/pkg/log"
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
@@ -64,6 +67,7 @@ func New(o Options) (*NRI, error) {
 	if n.log == nil {
 		n.log = slog.Default()
 	}
+	nrilog.Set(slogLogger{n.log})
 	opts := []adaptation.Option{
 		adaptation.WithPluginPath(o.PluginDir),
 		adaptation.WithPluginConfigPath(o.PluginConfigDir),

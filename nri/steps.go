@@ -40,9 +40,10 @@ const (
 const MarkerStopped = "nri_stopped"
 
 // SandboxStep returns the step that sends RunPodSandbox for pod to the plugins. Its
-// undo sends StopPodSandbox (unless the record has MarkerStopped) and RemovePodSandbox.
+// undo sends StopPodSandbox (unless the record has MarkerStopped) and RemovePodSandbox,
+// for the pod as the step's arguments keep it (see withoutAnnotations).
 func SandboxStep(n *NRI, pod *api.PodSandbox) journal.Action[struct{}] {
-	return journal.Action[struct{}]{Kind: StepPod, Stage: StagePod, Args: map[string]string{ArgPod: encode(pod)},
+	return journal.Action[struct{}]{Kind: StepPod, Stage: StagePod, Args: map[string]string{ArgPod: encode(withoutAnnotations(pod))},
 		Run: func(ctx context.Context) (struct{}, error) {
 			return struct{}{}, n.RunPodSandbox(ctx, pod)
 		}}
@@ -54,10 +55,25 @@ func SandboxStep(n *NRI, pod *api.PodSandbox) journal.Action[struct{}] {
 // MarkerStopped) and RemoveContainer.
 func ContainerStep(n *NRI, pod *api.PodSandbox, ctr *api.Container) journal.Action[Created] {
 	return journal.Action[Created]{Kind: StepContainer, Stage: StageContainer,
-		Args: map[string]string{ArgPod: encode(pod), ArgContainer: encode(ctr)},
+		Args: map[string]string{ArgPod: encode(withoutAnnotations(pod)), ArgContainer: encode(ctr)},
 		Run: func(ctx context.Context) (Created, error) {
 			return n.CreateContainer(ctx, pod, ctr)
 		}}
+}
+
+// withoutAnnotations returns a copy of pod without its annotations, as the steps keep it
+// in their arguments: the sandbox's record holds the pod's configuration already, and
+// its annotations, which may be large (they are the kubelet's and the user's free-form
+// data), would otherwise be in every record twice or three times and make each of its
+// commits that much larger. The Stop and Remove events an undo sends carry the pod's
+// identity, labels and the rest, not its annotations.
+func withoutAnnotations(pod *api.PodSandbox) *api.PodSandbox {
+	if pod == nil || len(pod.Annotations) == 0 {
+		return pod
+	}
+	c := proto.Clone(pod).(*api.PodSandbox)
+	c.Annotations = nil
+	return c
 }
 
 // RegisterUndos registers the undo of every step kind this package owns. n may be

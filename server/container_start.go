@@ -22,6 +22,9 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 		return nil, err
 	}
 	if s.nri.Enabled() {
+		// A container that exits at once waits with its StopContainer event until the
+		// PostStartContainer below is sent.
+		defer s.nriStops.start(c.rec.ID)()
 		pod, ctr, err := s.nriOf(c)
 		if err == nil {
 			err = s.nri.StartContainer(ctx, pod, ctr)

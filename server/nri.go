@@ -32,7 +32,39 @@ const nriEventTimeout = 30 * time.Second
 // nriStops keeps the StopContainer events of one container apart: recordExit is called
 // from several places at once (the exit watcher, status calls, StopContainer), and only
 // one of them sends the event (see exitMarkers).
-type nriStops struct{ inFlight sync.Map } // container ID -> struct{}
+type nriStops struct {
+	inFlight sync.Map // container ID -> struct{}
+	// starting holds the containers StartContainer is starting (container ID -> a
+	// channel closed once it sent PostStartContainer): a container that exits at once
+	// has its StopContainer wait for that, so plugins see PostStart before Stop.
+	starting sync.Map
+}
+
+// start marks container id as being started until the returned func is called.
+func (n *nriStops) start(id string) (done func()) {
+	ch := make(chan struct{})
+	n.starting.Store(id, ch)
+	return func() {
+		n.starting.Delete(id)
+		close(ch)
+	}
+}
+
+// waitStarted waits until container id is not being started, for at most
+// nriEventTimeout (a caller inside the start itself must not wait for ever).
+func (n *nriStops) waitStarted(ctx context.Context, id string) {
+	v, ok := n.starting.Load(id)
+	if !ok {
+		return
+	}
+	t := time.NewTimer(nriEventTimeout)
+	defer t.Stop()
+	select {
+	case <-v.(chan struct{}):
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
 
 // nriPod returns the NRI form of a created sandbox.
 func nriPod(sb sandbox) *api.PodSandbox {
@@ -130,6 +162,7 @@ func (s *Server) exitMarkers(ctx context.Context, c container, markers map[strin
 				_, sent = rec.Marker(nri.MarkerStopped)
 			}
 			if !sent {
+				s.nriStops.waitStarted(ctx, c.rec.ID)
 				s.nriStopContainer(ctx, c)
 				markers[nri.MarkerStopped] = nowMarker()
 			}

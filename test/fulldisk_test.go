@@ -43,12 +43,12 @@ const journalFSSize = 4 << 20
 
 // fullDiskDaemon starts a daemon whose journal is on a tmpfs of its own, and returns the
 // tmpfs's directory.
-func fullDiskDaemon(t *testing.T) (*daemon, string) {
+func fullDiskDaemon(t *testing.T, extraTOML ...string) (*daemon, string) {
 	t.Helper()
 	requirePrereqs(t)
 	testenv.RequireRoot(t, "the full-disk tests mount a tmpfs for the journal")
 	dir := testenv.SmallFS(t, "", journalFSSize)
-	return startDaemon(t, daemonOptions{journalDir: dir}), dir
+	return startDaemon(t, daemonOptions{journalDir: dir, extraTOML: extraTOML}), dir
 }
 
 // bigPod writes a pod configuration with a 200 KiB annotation (see above).
@@ -195,8 +195,15 @@ func TestFullDiskDuringRemoval(t *testing.T) {
 // (Before Settle, the file held such a pod ready, and recovery had to write it cached:
 // that commit failed on the full disk and the daemon fail-stopped during recovery. No
 // crash of this version leaves a ready record, so that path is no longer reached here.)
+//
+// NRI is off here. With it on, the creation has one more step, the file's pages lie
+// differently, and the rollback's one commit needed a page the full disk could not
+// give: the daemon fail-stopped during recovery (the safe outcome
+// TestFullDiskDuringRecoveryWrite requires when recovery must write) instead of
+// serving. That a delete needs no new page is bbolt's page layout, not a guarantee;
+// this test keeps the layout it was written for.
 func TestFullDiskDuringRecovery(t *testing.T) {
-	d, dir := fullDiskDaemon(t)
+	d, dir := fullDiskDaemon(t, "enable_nri = false")
 	const point = "sandbox-create/before-answer"
 	d.restartArmed(t, point)
 	pod := bigPod(t, "survivor")
