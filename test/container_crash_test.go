@@ -182,21 +182,7 @@ func usernsContainerTrigger(trigger *crashTrigger) *crashTrigger {
 // the kubelet copies it into each container's namespace options.
 func usernsCrashContainerConfig(t *testing.T, pod string) string {
 	t.Helper()
-	b, err := json.MarshalIndent(map[string]any{
-		"metadata": map[string]any{"name": "crash", "attempt": 0},
-		"image":    map[string]any{"image": testImage},
-		"command":  sleeper,
-		"log_path": "crash_0.log",
-		"linux": map[string]any{"security_context": map[string]any{
-			"namespace_options": usernsOptions(runtimeapi.NamespaceMode_CONTAINER),
-		}},
-	}, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(filepath.Dir(pod), "ctr-crash-userns.json")
-	writeFile(t, path, string(b), 0o644)
-	return path
+	return writeCrashContainerConfig(t, pod, "ctr-crash-userns.json", usernsOptions(runtimeapi.NamespaceMode_CONTAINER))
 }
 
 // TestContainerSurvivesRestart checks that a running container outlives the

@@ -110,19 +110,25 @@ func createCrashingContainerWith(t *testing.T, d *daemon, pod string, config fun
 // container configuration of a crash case, kept beside its pod's.
 func crashContainerConfig(t *testing.T, pod string) string {
 	t.Helper()
+	return writeCrashContainerConfig(t, pod, "ctr-crash.json",
+		map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)})
+}
+
+// writeCrashContainerConfig writes the crash case's container configuration with the
+// given namespace options to name beside the pod's configuration, and returns its path.
+func writeCrashContainerConfig(t *testing.T, pod, name string, namespaces map[string]any) string {
+	t.Helper()
 	b, err := json.MarshalIndent(map[string]any{
 		"metadata": map[string]any{"name": "crash", "attempt": 0},
 		"image":    map[string]any{"image": testImage},
 		"command":  sleeper,
 		"log_path": "crash_0.log",
-		"linux": map[string]any{"security_context": map[string]any{
-			"namespace_options": map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)},
-		}},
+		"linux":    map[string]any{"security_context": map[string]any{"namespace_options": namespaces}},
 	}, "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(filepath.Dir(pod), "ctr-crash.json")
+	path := filepath.Join(filepath.Dir(pod), name)
 	writeFile(t, path, string(b), 0o644)
 	return path
 }
