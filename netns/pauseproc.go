@@ -52,8 +52,8 @@ func (p PauseProgram) validate() error {
 	if !filepath.IsAbs(p.Path) {
 		return fmt.Errorf("pause program %q: %w: not an absolute path", p.Path, ErrInvalid)
 	}
-	if p.Cgroup != "" && (!path.IsAbs(p.Cgroup) || strings.Contains(p.Cgroup, "..")) {
-		return fmt.Errorf("pause cgroup %q: %w: not an absolute cgroupfs path", p.Cgroup, ErrInvalid)
+	if p.Cgroup != "" {
+		return checkCgroupPath(p.Cgroup)
 	}
 	return nil
 }
@@ -147,8 +147,13 @@ func (s *pauseStart) waitReady(ctx context.Context) error {
 	if err := s.ready.SetReadDeadline(deadline); err != nil {
 		return fmt.Errorf("wait for the pause process: %w", err)
 	}
+	// A ctx that ends without a deadline cuts the read short too.
+	stop := context.AfterFunc(ctx, func() { _ = s.ready.SetReadDeadline(time.Now()) })
+	defer stop()
 	msg, err := io.ReadAll(io.LimitReader(s.ready, 4096))
 	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
+		return fmt.Errorf("wait for the pause process: %w", ctx.Err())
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("the pause process did not report that it is confined within %v", wait)
 	case err != nil:
@@ -188,10 +193,18 @@ func RemoveCgroup(path string) error {
 	return nil
 }
 
+// checkCgroupPath refuses a cgroup path that is not absolute (an empty one would name
+// the caller's own cgroup to the manager) or that leaves the hierarchy.
+func checkCgroupPath(p string) error {
+	if !path.IsAbs(p) || strings.Contains(p, "..") {
+		return fmt.Errorf("cgroup %q: %w: not an absolute cgroupfs path", p, ErrInvalid)
+	}
+	return nil
+}
+
 func cgroupManager(path string) (cgroups.Manager, error) {
-	// An empty path would name the caller's own cgroup to the manager.
-	if !strings.HasPrefix(path, "/") || strings.Contains(path, "..") {
-		return nil, fmt.Errorf("cgroup %q: %w: not an absolute cgroupfs path", path, ErrInvalid)
+	if err := checkCgroupPath(path); err != nil {
+		return nil, err
 	}
 	m, err := manager.New(&cgroups.Cgroup{Path: path, Resources: &cgroups.Resources{SkipDevices: true}})
 	if err != nil {

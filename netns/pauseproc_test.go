@@ -3,7 +3,9 @@ package netns
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
+	"time"
 
 	"github.com/crijournal/crijournal/internal/testenv"
 )
@@ -43,5 +45,26 @@ func TestCgroupPathsRefused(t *testing.T) {
 		if err := joinCgroup(p, 1); !errors.Is(err, ErrInvalid) {
 			t.Errorf("joinCgroup(%q) = %v, want ErrInvalid", p, err)
 		}
+	}
+}
+
+// TestWaitReadyHonoursCancel: a wait for a pause process that never reports ends when
+// its ctx is cancelled (no deadline), with the ctx's error, not after pauseReadyWait.
+func TestWaitReadyHonoursCancel(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close() // the silent process's end, open for the whole wait
+	s := &pauseStart{ready: r}
+	defer s.close()
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	if err := s.waitReady(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("waitReady = %v, want context.Canceled", err)
+	}
+	if d := time.Since(start); d > pauseReadyWait/2 {
+		t.Fatalf("waitReady returned after %v, not at the cancel", d)
 	}
 }
