@@ -36,6 +36,14 @@ export CRIJOURNAL_BIN := $(abspath $(BIN))
 KUBELET_BIN := bin/kubelet
 KUBELET_SRC := test/kubelet/go.mod test/kubelet/go.sum $(wildcard test/kubelet/*.go)
 export CRIJOURNAL_KUBELET := $(abspath $(KUBELET_BIN))
+# The kubelet's node end-to-end suite (issue 23; `make node-e2e`, opt-in, test/node-e2e/):
+# the test binary of k8s.io/kubernetes/test/e2e_node (etcd and the kube-apiserver run inside
+# it) and the agnhost and nonewprivs programs of its stand-in images, all from test/kubelet.
+NODE_E2E_BIN := bin/e2e_node.test
+AGNHOST_BIN := bin/agnhost
+NONEWPRIVS_BIN := bin/nonewprivs
+# Extra arguments of test/node-e2e/run.sh: make node-e2e NODE_E2E_ARGS='--focus "Pods.*should get a host IP"'
+NODE_E2E_ARGS ?=
 
 # Debian packages the daemon and its tests run (gcc and libc6-dev for cgo and -race).
 # (libseccomp-dev and pkg-config build the project's runc; apparmor's apparmor_parser loads
@@ -74,12 +82,14 @@ FUZZ_TARGETS := ./server:FuzzRunPodSandboxConfig ./server:FuzzCreateContainerCon
 	./server:FuzzDecodeRecordObject ./journal:FuzzDecodeRecord
 FUZZTIME ?= 3s
 
-.PHONY: help deps build kubelet test fuzz run lint bench clean install uninstall
+.PHONY: help deps build kubelet node-e2e node-e2e-build test fuzz run lint bench clean install uninstall
 
 help:
 	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
 	@echo 'make build  build $(BIN), $(PAUSE_BIN) and $(BENCH_BIN)'
 	@echo 'make kubelet  build $(KUBELET_BIN), the kubelet of the end-to-end tests (only when test/kubelet changed)'
+	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
+	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN) (only when test/kubelet changed)'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
@@ -135,6 +145,31 @@ $(KUBELET_BIN): $(KUBELET_SRC)
 		go build -ldflags "-X k8s.io/component-base/version.gitVersion=$$v" \
 			-o $(abspath $@) k8s.io/kubernetes/cmd/kubelet
 	@touch $@
+
+# The node e2e suite's binaries: like the kubelet, rebuilt only when test/kubelet changed.
+# agnhost and nonewprivs go into the stand-in images: static, without cgo.
+node-e2e-build: $(KUBELET_BIN) $(NODE_E2E_BIN) $(AGNHOST_BIN) $(NONEWPRIVS_BIN)
+
+$(NODE_E2E_BIN): $(KUBELET_SRC)
+	@mkdir -p $(dir $@)
+	cd test/kubelet && v="$$(go list -m -f '{{.Version}}' k8s.io/kubernetes)" && \
+		go test -c -vet=off -ldflags "-X k8s.io/component-base/version.gitVersion=$$v" \
+			-o $(abspath $@) k8s.io/kubernetes/test/e2e_node
+	@touch $@
+
+$(AGNHOST_BIN): $(KUBELET_SRC)
+	@mkdir -p $(dir $@)
+	cd test/kubelet && CGO_ENABLED=0 go build -o $(abspath $@) k8s.io/kubernetes/test/images/agnhost
+	@touch $@
+
+$(NONEWPRIVS_BIN): $(KUBELET_SRC)
+	@mkdir -p $(dir $@)
+	cd test/kubelet && CGO_ENABLED=0 go build -o $(abspath $@) k8s.io/kubernetes/test/images/nonewprivs
+	@touch $@
+
+# Opt-in, not part of test: it runs for most of an hour on 2 cores. As root.
+node-e2e: deps build node-e2e-build
+	test/node-e2e/run.sh $(NODE_E2E_ARGS)
 
 test: deps build kubelet
 	go vet -tags '$(GOTAGS)' ./...

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# run.sh [extra e2e_node.test flags] — the kubelet's node conformance suite against crijournal
+# (issue 23). As root, after `make build node-e2e-build` (`make node-e2e` does both and runs this).
+#
+# It builds the stand-in images (mk-images.sh, cached in $IMAGES), serves them from a loopback
+# registry ($REG_ADDR), starts bin/crijournal on private paths under a temporary directory
+# (its own socket, root, CNI network, registries.conf), writes the base kubelet configuration
+# this node needs, and runs bin/e2e_node.test, which starts etcd and the kube-apiserver
+# in-process and bin/kubelet as a child, with the focus and skip below. Results (junit, logs,
+# the kubelet's and the daemon's) go to $RESULTS.
+#
+#   FOCUS   ginkgo focus   (default '\[NodeConformance\]')
+#   SKIP    ginkgo skip    (default '\[Flaky\]|\[Slow\]|\[Serial\]')
+#   RESULTS report dir     (default _output/node-e2e/<time>)
+#   IMAGES  stand-in image cache (default /var/tmp/crij-node-e2e-images)
+#   REG_ADDR loopback registry (default 127.0.0.1:5055)
+#   KEEP=1  keep the temporary directory
+# Extra arguments go to e2e_node.test, e.g. --ginkgo.dry-run, --ginkgo.focus=... (later wins).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BIN=$ROOT/bin
+KIT=${CONFORMANCE_KIT:-$ROOT/../shared/conformance}
+FOCUS=${FOCUS:-'\[NodeConformance\]'}
+SKIP=${SKIP:-'\[Flaky\]|\[Slow\]|\[Serial\]'}
+RESULTS=${RESULTS:-$ROOT/_output/node-e2e/$(date +%Y%m%dT%H%M%S)}
+IMAGES=${IMAGES:-/var/tmp/crij-node-e2e-images}
+export REG_ADDR=${REG_ADDR:-127.0.0.1:5055}
+
+[ "$(id -u)" -eq 0 ] || { echo "run.sh: must run as root" >&2; exit 1; }
+for b in crijournal crijournal-pause kubelet e2e_node.test agnhost nonewprivs; do
+	[ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing: make build node-e2e-build" >&2; exit 1; }
+done
+mkdir -p "$RESULTS"
+RESULTS=$(cd "$RESULTS" && pwd)
+WORK=$(mktemp -d /var/tmp/crij-node-e2e.XXXXXX)
+export REG_RUN=$WORK/registry
+DAEMON_PID=
+
+cleanup() {
+	local rc=$?
+	set +e
+	if [ -n "$DAEMON_PID" ]; then
+		kill -TERM "$DAEMON_PID" 2>/dev/null
+		for _ in $(seq 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.2; done
+		kill -KILL "$DAEMON_PID" 2>/dev/null
+	fi
+	"$KIT/local-registry.sh" stop >/dev/null 2>&1
+	# the network the daemon's pods used: nothing should be left, the bridge is ours
+	ip link del cnie2e0 2>/dev/null
+	if [ "${KEEP:-0}" = 1 ]; then echo "run.sh: kept $WORK"; else
+		grep -q " $WORK/" /proc/self/mountinfo && echo "run.sh: mounts left under $WORK (kept)" >&2 || rm -rf "$WORK"
+	fi
+	exit $rc
+}
+trap cleanup EXIT INT TERM
+
+# 1. images ------------------------------------------------------------------------------
+if [ ! -s "$IMAGES/images.list" ] || [ "$HERE/mk-images.sh" -nt "$IMAGES/images.list" ] ||
+	[ "$BIN/agnhost" -nt "$IMAGES/images.list" ]; then
+	"$HERE/mk-images.sh" "$IMAGES"
+fi
+"$KIT/local-registry.sh" start "$IMAGES" >"$RESULTS/registry-push.log"
+
+# 2. the daemon, on private paths --------------------------------------------------------
+mkdir -p "$WORK/cni" "$WORK/registries.conf.d" "$WORK/run"
+SOCK=$WORK/run/crijournal.sock
+jq --arg d "$WORK/cni-ipam" '.name = "crij-node-e2e" | .plugins[0].bridge = "cnie2e0" |
+	.plugins[0].ipam.ranges = [[{subnet: "10.100.0.0/24"}]] | .plugins[0].ipam.dataDir = $d' \
+	"$ROOT/contrib/cni/10-crijournal-bridge.conflist" >"$WORK/cni/10-node-e2e.conflist"
+cat >"$WORK/registries.conf" <<REG
+[[registry]]
+location = "$REG_ADDR"
+insecure = true
+REG
+{
+	cat <<CFG
+root = "$WORK/root"
+run_root = "$WORK/run"
+socket = "$SOCK"
+namespace_dir = "$WORK/run/ns"
+cni_conf_dir = "$WORK/cni"
+cni_cache_dir = "$WORK/cni-cache"
+registries_conf = "$WORK/registries.conf"
+registries_conf_dir = "$WORK/registries.conf.d"
+signature_policy = "$ROOT/contrib/containers/policy.json"
+cgroup_manager = "cgroupfs"
+enable_nri = false
+CFG
+	# names the suite does not map through KUBE_TEST_REPO_LIST (hard-coded references)
+	for h in registry.k8s.io gcr.io k8s.gcr.io docker.io; do
+		printf '\n[[registries]]\nprefix = "%s"\nlocation = "%s"\ninsecure = true\n' "$h" "$REG_ADDR"
+	done
+} >"$WORK/crijournal.toml"
+"$BIN/crijournal" serve --config "$WORK/crijournal.toml" >"$RESULTS/crijournal.log" 2>&1 &
+DAEMON_PID=$!
+for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
+[ -S "$SOCK" ] || { echo "run.sh: the daemon did not start, see $RESULTS/crijournal.log" >&2; exit 1; }
+
+# 3. the suite's image names, mapped to the loopback registry ------------------------------
+cat >"$WORK/repo-list.yaml" <<YAML
+promoterE2eRegistry: $REG_ADDR/e2e-test-images
+buildImageRegistry: $REG_ADDR/build-image
+gcEtcdRegistry: $REG_ADDR
+gcRegistry: $REG_ADDR
+sigStorageRegistry: $REG_ADDR/sig-storage
+dockerLibraryRegistry: $REG_ADDR/library
+cloudProviderGcpRegistry: $REG_ADDR/cloud-provider-gcp
+YAML
+export KUBE_TEST_REPO_LIST=$WORK/repo-list.yaml
+# The suite's own pre-pull wants images that cannot be made here (a digest-pinned busybox,
+# cadvisor, node-perf, the node problem detector: IMAGES.md); pull the stand-ins instead.
+while read -r _ ref; do
+	crictl --runtime-endpoint "unix://$SOCK" --image-endpoint "unix://$SOCK" pull "$REG_ADDR/${ref#*/}" >/dev/null
+done <"$IMAGES/images.list"
+
+# 4. the kubelet's base configuration (the suite adds its own settings on top) -------------
+cat >"$WORK/kubelet-base.yaml" <<KC
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+# this node: cgroup v1 (the 1.37 kubelet refuses it unless told), cgroupfs, no systemd
+failCgroupV1: false
+cgroupDriver: cgroupfs
+cgroupRoot: /
+# leave the host's sysctls as they are (the kubelet checks them instead of setting them)
+protectKernelDefaults: true
+# test/e2e_node/jenkins/default-kubelet-config.yaml
+podCIDR: "10.100.0.0/24"
+volumeStatsAggPeriod: 10s
+fileCheckFrequency: 10s
+evictionPressureTransitionPeriod: 30s
+evictionHard:
+  memory.available: 250Mi
+  nodefs.available: 10%
+  nodefs.inodesFree: 5%
+evictionMinimumReclaim:
+  nodefs.available: 5%
+  nodefs.inodesFree: 5%
+serializeImagePulls: false
+KC
+
+# 5. the suite --------------------------------------------------------------------------
+# bin/kubelet is found beside bin/e2e_node.test. Without systemd-run in PATH the suite starts the kubelet as its own child rather than as a
+# transient systemd unit (PID 1 is not systemd here); journalctl hidden too, so that it copies
+# log files instead of asking journald. The rest of PATH is the usual one, link by link.
+mkdir -p "$WORK/path"
+for d in /usr/local/go/bin /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
+	[ -d "$d" ] || continue
+	for f in "$d"/*; do
+		n=${f##*/}
+		case $n in systemd-run | systemctl | journalctl) continue ;; esac
+		[ -x "$f" ] && [ ! -e "$WORK/path/$n" ] && ln -s "$f" "$WORK/path/$n"
+	done
+done
+# The suite's non-systemd defaults move every host process into /system and name a
+# /docker-daemon runtime cgroup: not on a shared machine, and there is no such daemon.
+KUBELET_FLAGS="--system-cgroups= --runtime-cgroups= --kubelet-cgroups="
+cd "$WORK"
+set +e
+PATH=$WORK/path "$BIN/e2e_node.test" \
+	--container-runtime-endpoint="unix://$SOCK" --image-service-endpoint="unix://$SOCK" \
+	--kubelet-config-file="$WORK/kubelet-base.yaml" --kubelet-flags="$KUBELET_FLAGS" \
+	--prepull-images=false \
+	--report-dir="$RESULTS" \
+	--ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" \
+	--ginkgo.junit-report="$RESULTS/junit.xml" --ginkgo.timeout=3h \
+	"$@" 2>&1 | tee "$RESULTS/e2e_node.log"
+rc=${PIPESTATUS[0]}
+set -e
+cp -a "$WORK"/kubelet-config "$WORK"/kubelet.log "$RESULTS/" 2>/dev/null || true
+if [ -s "$RESULTS/junit.xml" ]; then
+	python3 - "$RESULTS/junit.xml" <<'PY' | tee "$RESULTS/summary.txt"
+import sys, xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+p = f = s = 0
+for c in cases:
+    if c.find("skipped") is not None:
+        s += 1
+    elif c.find("failure") is not None or c.find("error") is not None:
+        f += 1
+        el = c.find("failure") if c.find("failure") is not None else c.find("error")
+        print("FAIL", c.get("name"), "::", (el.get("message") or "").splitlines()[0][:200] if el.get("message") else "")
+    else:
+        p += 1
+print(f"passed {p}, failed {f}, skipped {s}")
+PY
+fi
+echo "run.sh: results in $RESULTS (exit $rc)"
+exit $rc
