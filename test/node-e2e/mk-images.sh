@@ -47,6 +47,9 @@ add kit/busybox.tar $E/busybox:1.36.1-1       # memory_qos_test (not NodeConform
 add kit/pause.tar registry.k8s.io/pause:3.10.2 # imageutils.Pause, GetPauseImageName
 add kit/nginx.tar $E/nginx:1.27.0-2           # imageutils.Nginx
 add kit/nginx.tar $E/nginx:1.28.0-2           # imageutils.NginxNew
+# glibc-dns-testing (Debian + dnsutils + coredns upstream): the specs only run
+# `hostname; hostname -f`, which the kit's busybox does through glibc's resolver too
+add kit/busybox.tar $E/glibc-dns-testing:2.1.1 # imageutils.GlibcDnsTesting
 
 # agnhost: busybox + /agnhost (static, from the module), as test/images/agnhost/Dockerfile
 # lays it out: /agnhost-2 link, /uploads, porter's localhost.crt/key, user-defined-in-image

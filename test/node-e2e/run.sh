@@ -36,11 +36,14 @@ RESULTS=$(cd "$RESULTS" && pwd)
 WORK=$(mktemp -d /var/tmp/crij-node-e2e.XXXXXX)
 export REG_RUN=$WORK/registry
 DAEMON_PID=
+SOCK=$WORK/run/crijournal.sock
 
 cleanup() {
 	local rc=$?
 	set +e
 	if [ -n "$DAEMON_PID" ]; then
+		# pods the suite left: their conmons and containers would outlive the daemon
+		crictl --runtime-endpoint "unix://$SOCK" --timeout 60s rmp -fa >/dev/null 2>&1
 		kill -TERM "$DAEMON_PID" 2>/dev/null
 		for _ in $(seq 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.2; done
 		kill -KILL "$DAEMON_PID" 2>/dev/null
@@ -64,7 +67,6 @@ fi
 
 # 2. the daemon, on private paths --------------------------------------------------------
 mkdir -p "$WORK/cni" "$WORK/registries.conf.d" "$WORK/run"
-SOCK=$WORK/run/crijournal.sock
 jq --arg d "$WORK/cni-ipam" '.name = "crij-node-e2e" | .plugins[0].bridge = "cnie2e0" |
 	.plugins[0].ipam.ranges = [[{subnet: "10.100.0.0/24"}]] | .plugins[0].ipam.dataDir = $d' \
 	"$ROOT/contrib/cni/10-crijournal-bridge.conflist" >"$WORK/cni/10-node-e2e.conflist"
@@ -163,7 +165,7 @@ PATH=$WORK/path "$BIN/e2e_node.test" \
 	--prepull-images=false \
 	--report-dir="$RESULTS" \
 	--ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" \
-	--ginkgo.junit-report="$RESULTS/junit.xml" --ginkgo.timeout=3h \
+	--ginkgo.junit-report="$RESULTS/junit.xml" --ginkgo.timeout=3h --ginkgo.no-color \
 	"$@" 2>&1 | tee "$RESULTS/e2e_node.log"
 rc=${PIPESTATUS[0]}
 set -e
