@@ -43,7 +43,7 @@ cleanup() {
 	set +e
 	if [ -n "$DAEMON_PID" ]; then
 		# pods the suite left: their conmons and containers would outlive the daemon
-		crictl --runtime-endpoint "unix://$SOCK" --timeout 60s rmp -fa >/dev/null 2>&1
+		crictl --config "$WORK/crictl.yaml" rmp -fa >/dev/null 2>&1
 		kill -TERM "$DAEMON_PID" 2>/dev/null
 		for _ in $(seq 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.2; done
 		kill -KILL "$DAEMON_PID" 2>/dev/null
@@ -112,8 +112,9 @@ YAML
 export KUBE_TEST_REPO_LIST=$WORK/repo-list.yaml
 # The suite's own pre-pull wants images that cannot be made here (a digest-pinned busybox,
 # cadvisor, node-perf, the node problem detector: IMAGES.md); pull the stand-ins instead.
+printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n' "$SOCK" "$SOCK" >"$WORK/crictl.yaml"
 while read -r _ ref; do
-	crictl --runtime-endpoint "unix://$SOCK" --image-endpoint "unix://$SOCK" pull "$REG_ADDR/${ref#*/}" >/dev/null
+	crictl --config "$WORK/crictl.yaml" pull "$REG_ADDR/${ref#*/}" >/dev/null
 done <"$IMAGES/images.list"
 
 # 4. the kubelet's base configuration (the suite adds its own settings on top) -------------
@@ -172,19 +173,36 @@ set -e
 cp -a "$WORK"/kubelet-config "$WORK"/kubelet.log "$RESULTS/" 2>/dev/null || true
 if [ -s "$RESULTS/junit.xml" ]; then
 	python3 - "$RESULTS/junit.xml" <<'PY' | tee "$RESULTS/summary.txt"
+# Specs only ([It]); "filtered" = not selected by focus/skip (ginkgo's plain "skipped"),
+# "skipped" = selected but skipped at run time (the reason follows "skipped - ").
 import sys, xml.etree.ElementTree as ET
-cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
-p = f = s = 0
-for c in cases:
-    if c.find("skipped") is not None:
-        s += 1
-    elif c.find("failure") is not None or c.find("error") is not None:
+p = f = s = filt = 0
+lines = []
+for c in ET.parse(sys.argv[1]).getroot().iter("testcase"):
+    name = c.get("name", "")
+    if not name.startswith("[It] "):
+        if c.find("failure") is not None or c.find("error") is not None:
+            lines.append("FAIL " + name)
+        continue
+    name = name[5:]
+    sk, fl = c.find("skipped"), c.find("failure")
+    if fl is None:
+        fl = c.find("error")
+    if sk is not None:
+        msg = sk.get("message") or ""
+        if msg == "skipped":
+            filt += 1
+        else:
+            s += 1
+            lines.append("SKIP " + name + " :: " + msg.replace("skipped - ", "", 1).splitlines()[0][:200])
+    elif fl is not None:
         f += 1
-        el = c.find("failure") if c.find("failure") is not None else c.find("error")
-        print("FAIL", c.get("name"), "::", (el.get("message") or "").splitlines()[0][:200] if el.get("message") else "")
+        msg = (fl.get("message") or fl.text or "").strip().splitlines()
+        lines.append("FAIL " + name + " :: " + (msg[0][:200] if msg else ""))
     else:
         p += 1
-print(f"passed {p}, failed {f}, skipped {s}")
+print("\n".join(lines))
+print(f"passed {p}, failed {f}, skipped {s} (of {p + f + s} selected; {filt} not selected)")
 PY
 fi
 echo "run.sh: results in $RESULTS (exit $rc)"
