@@ -36,6 +36,7 @@ RESULTS=$(cd "$RESULTS" && pwd)
 WORK=$(mktemp -d /var/tmp/crij-node-e2e.XXXXXX)
 export REG_RUN=$WORK/registry
 DAEMON_PID=
+NAT_RULES=()
 SOCK=$WORK/run/crijournal.sock
 
 cleanup() {
@@ -49,6 +50,7 @@ cleanup() {
 		kill -KILL "$DAEMON_PID" 2>/dev/null
 	fi
 	"$KIT/local-registry.sh" stop >/dev/null 2>&1
+	for r in "${NAT_RULES[@]}"; do iptables -t nat -D OUTPUT $r 2>/dev/null; done
 	# the network the daemon's pods used: nothing should be left, the bridge is ours
 	ip link del cnie2e0 2>/dev/null
 	if [ "${KEEP:-0}" = 1 ]; then echo "run.sh: kept $WORK"; else
@@ -117,10 +119,22 @@ while read -r _ ref; do
 	crictl --config "$WORK/crictl.yaml" pull "$REG_ADDR/${ref#*/}" >/dev/null
 done <"$IMAGES/images.list"
 
-# 4. the kubelet's base configuration (the suite adds its own settings on top) -------------
+# 4. the kubelet, on loopback only. The suite's apiserver reaches it at the node's InternalIP
+# (the kubelet refuses a loopback node IP): this host's own connections to NODE_IP:10250 and
+# :10255 are sent to 127.0.0.1 (nat OUTPUT, removed at the end; nothing from outside reaches it).
+NODE_IP=${NODE_IP:-$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')}
+[ -n "$NODE_IP" ] || { echo "run.sh: no node IP (set NODE_IP)" >&2; exit 1; }
+for port in 10250 10255; do
+	r="-p tcp -d $NODE_IP --dport $port -m comment --comment crij-node-e2e -j DNAT --to-destination 127.0.0.1:$port"
+	iptables -t nat -I OUTPUT $r
+	NAT_RULES+=("$r")
+done
+
+# the kubelet's base configuration (the suite adds its own settings on top) -------------
 cat >"$WORK/kubelet-base.yaml" <<KC
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
+address: 127.0.0.1
 # this node: cgroup v1 (the 1.37 kubelet refuses it unless told), cgroupfs, no systemd
 failCgroupV1: false
 cgroupDriver: cgroupfs
@@ -157,7 +171,7 @@ for d in /usr/local/go/bin /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sb
 done
 # The suite's non-systemd defaults move every host process into /system and name a
 # /docker-daemon runtime cgroup: not on a shared machine, and there is no such daemon.
-KUBELET_FLAGS="--system-cgroups= --runtime-cgroups= --kubelet-cgroups="
+KUBELET_FLAGS="--system-cgroups= --runtime-cgroups= --kubelet-cgroups= --node-ip=$NODE_IP"
 cd "$WORK"
 set +e
 PATH=$WORK/path "$BIN/e2e_node.test" \
