@@ -34,6 +34,9 @@ done
 mkdir -p "$RESULTS"
 RESULTS=$(cd "$RESULTS" && pwd)
 WORK=$(mktemp -d /var/tmp/crij-node-e2e.XXXXXX)
+# searchable by others: user-namespaced pods (hostUsers: false) reach their root
+# filesystems under it through an idmapped mount (mktemp makes it 0700)
+chmod 0711 "$WORK"
 export REG_RUN=$WORK/registry
 DAEMON_PID=
 NAT_RULES=()
