@@ -9,7 +9,9 @@
 # in-process and bin/kubelet as a child, with the focus and skip below. Results (junit, logs,
 # the kubelet's and the daemon's) go to $RESULTS.
 #
-#   FOCUS   ginkgo focus   (default '\[NodeConformance\]')
+#   ONLY    a regex: only the focused specs it matches (FOCUS='(ONLY).*\[NodeConformance\]')
+#   FOCUS   ginkgo focus   (default '\[NodeConformance\]'; replaces it, so a FOCUS of your own
+#           runs specs outside the conformance set too: prefer ONLY)
 #   SKIP    ginkgo skip    (default '\[Flaky\]|\[Slow\]|\[Serial\]')
 #   RESULTS report dir     (default _output/node-e2e/<time>)
 #   IMAGES  stand-in image cache (default /var/tmp/crij-node-e2e-images)
@@ -22,6 +24,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$ROOT/bin
 KIT=${CONFORMANCE_KIT:-$ROOT/../shared/conformance}
 FOCUS=${FOCUS:-'\[NodeConformance\]'}
+[ -z "${ONLY:-}" ] || FOCUS="($ONLY).*\[NodeConformance\]"
 SKIP=${SKIP:-'\[Flaky\]|\[Slow\]|\[Serial\]'}
 RESULTS=${RESULTS:-$ROOT/_output/node-e2e/$(date +%Y%m%dT%H%M%S)}
 IMAGES=${IMAGES:-/var/tmp/crij-node-e2e-images}
