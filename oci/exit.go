@@ -341,6 +341,30 @@ func signalPidfd(f *os.File, sig unix.Signal) error {
 	return serr
 }
 
+// parentPid returns the parent PID of a process from /proc/<pid>/stat, or -1 when that
+// cannot be read (the process is gone).
+func parentPid(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return -1
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	fields := strings.Fields(s[i+1:])
+	if len(fields) < 2 {
+		return -1
+	}
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		return -1
+	}
+	return ppid
+}
+
 // descendants returns the PIDs of every descendant of pid, parents before children,
 // from the parent PIDs in /proc/<pid>/stat.
 func descendants(pid int) []int {
@@ -354,25 +378,9 @@ func descendants(pid int) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
+		if ppid := parentPid(p); ppid >= 0 {
+			children[ppid] = append(children[ppid], p)
 		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		fields := strings.Fields(s[i+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, err := strconv.Atoi(fields[1])
-		if err != nil {
-			continue
-		}
-		children[ppid] = append(children[ppid], p)
 	}
 	var out []int
 	queue := []int{pid}

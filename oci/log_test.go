@@ -34,7 +34,7 @@ func TestReopenLog(t *testing.T) {
 		}
 		return nil
 	})
-	if err := r.Stop(ctxb, c.id, syscall.SIGKILL, 0); err != nil {
+	if err := r.Stop(ctxb, c.id, true, syscall.SIGKILL, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.ReopenLog(ctxb, c.id); !errors.Is(err, ErrNotRunning) {

@@ -361,37 +361,30 @@ const killWait = 10 * time.Second
 
 // Stop sends sig to the container's init process and waits up to timeout for it to
 // exit, then kills every process of the container with SIGKILL and waits for that. A
-// container that never started (created) is killed at once. Stop returns once conmon
-// has recorded the exit (ExitStatus answers), or it is clear conmon never will. An
-// already stopped container is success; an unknown one is ErrNotFound.
-func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, timeout time.Duration) error {
-	st, err := r.State(ctx, id)
+// container that never started (created), or a timeout of 0, is killed at once. Stop
+// returns once conmon has recorded the exit (ExitStatus answers), or it is clear conmon
+// never will. An already stopped container is success; an unknown one is ErrNotFound.
+//
+// started says whether the caller knows the container was started. A started container
+// whose conmon lives and has written no exit file is stopped without asking the runtime
+// its state (see runningInit): the stop signal goes through a pidfd, and only the final
+// SIGKILL of every process forks the runtime (runc kill --all), as the floor does.
+func (r *Runtime) Stop(ctx context.Context, id string, started bool, sig syscall.Signal, timeout time.Duration) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	init, pid, created, err := r.stopTarget(ctx, id, started)
 	if err != nil {
 		return err
 	}
-	if st.Status == StatusStopped || st.Pid <= 0 {
+	if init == nil {
 		r.waitExitRecorded(ctx, id)
-		return nil
-	}
-	// Watch the init process through a pidfd taken before any signal, so that a
-	// recycled PID cannot fool the wait.
-	init, err := openPidfd(st.Pid)
-	if err != nil {
-		r.waitExitRecorded(ctx, id)
-		return nil // already gone
+		return nil // already stopped
 	}
 	defer init.Close()
-	st2, err := r.State(ctx, id)
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return err
-	}
-	if err != nil || st2.Pid != st.Pid || st2.Status == StatusStopped {
-		r.waitExitRecorded(ctx, id)
-		return nil // it exited between the two looks; the pidfd may be a stranger
-	}
-	if st.Status != StatusCreated && sig != syscall.SIGKILL {
-		if err := r.Kill(ctx, id, sig, false); err != nil {
-			return err
+	if !created && sig != syscall.SIGKILL && timeout > 0 {
+		if err := signalPidfd(init, sig); err != nil {
+			return fmt.Errorf("stop %s: signal %v: %w", id, sig, err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, timeout)
 		err := waitPidfd(wctx, init)
@@ -410,10 +403,75 @@ func (r *Runtime) Stop(ctx context.Context, id string, sig syscall.Signal, timeo
 	wctx, cancel := context.WithTimeout(ctx, killWait)
 	defer cancel()
 	if err := waitPidfd(wctx, init); err != nil {
-		return fmt.Errorf("stop %s: init process %d survived SIGKILL: %w", id, st.Pid, err)
+		return fmt.Errorf("stop %s: init process %d survived SIGKILL: %w", id, pid, err)
 	}
 	r.waitExitRecorded(ctx, id)
 	return nil
+}
+
+// stopTarget returns a pidfd of the container's init process, its PID and whether the
+// container was only created (never started); a nil pidfd when nothing runs. A started
+// container with a live conmon is answered without the runtime (runningInit); otherwise
+// the runtime is asked twice around opening the pidfd, so that a PID recycled in between
+// cannot pass for the container's.
+func (r *Runtime) stopTarget(ctx context.Context, id string, started bool) (init *os.File, pid int, created bool, err error) {
+	if started {
+		if f, pid, ok := r.runningInit(id); ok {
+			return f, pid, false, nil
+		}
+	}
+	st, err := r.State(ctx, id)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	if st.Status == StatusStopped || st.Pid <= 0 {
+		return nil, 0, false, nil
+	}
+	// Watch the init process through a pidfd taken before any signal, so that a
+	// recycled PID cannot fool the wait.
+	f, err := openPidfd(st.Pid)
+	if err != nil {
+		return nil, 0, false, nil // already gone
+	}
+	st2, err := r.State(ctx, id)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		f.Close()
+		return nil, 0, false, err
+	}
+	if err != nil || st2.Pid != st.Pid || st2.Status == StatusStopped {
+		f.Close()
+		return nil, 0, false, nil // it exited between the two looks; the pidfd may be a stranger
+	}
+	return f, st.Pid, st.Status == StatusCreated, nil
+}
+
+// runningInit returns a pidfd of a started container's init process and its PID, when
+// that is certain without forking the runtime: conmon lives and has written no exit file
+// (Running), and the PID runc wrote at create names, behind the pidfd, a child of that
+// conmon. conmon is the subreaper of the container's init; a PID recycled after the init
+// died would belong to another parent. ok is false whenever any of it cannot be told.
+func (r *Runtime) runningInit(id string) (init *os.File, pid int, ok bool) {
+	if !r.Running(id) {
+		return nil, 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(r.containerDir(id), "pid"))
+	if err != nil {
+		return nil, 0, false
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return nil, 0, false
+	}
+	f, err := openPidfd(pid)
+	if err != nil {
+		return nil, 0, false
+	}
+	conmon, err := r.ConmonPID(id)
+	if err != nil || parentPid(pid) != conmon || !r.Running(id) {
+		f.Close()
+		return nil, 0, false
+	}
+	return f, pid, true
 }
 
 // Delete removes a container and everything Create made for it: the runtime's

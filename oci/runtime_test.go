@@ -235,7 +235,7 @@ func TestStopGraceful(t *testing.T) {
 	c := startContainer(t, r, []string{"sh", "-c", "trap 'exit 0' TERM; echo ready; sleep 30 & wait"}, nil)
 	waitLog(t, c, "stdout F ready")
 	start := time.Now()
-	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, 10*time.Second); err != nil {
+	if err := r.Stop(ctxb, c.id, true, syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if took := time.Since(start); took > 5*time.Second {
@@ -252,7 +252,7 @@ func TestStopGraceful(t *testing.T) {
 		t.Fatalf("state after Stop = %+v, %v", st, err)
 	}
 	// Stopping a stopped container is fine.
-	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, time.Second); err != nil {
+	if err := r.Stop(ctxb, c.id, true, syscall.SIGTERM, time.Second); err != nil {
 		t.Fatalf("second Stop: %v", err)
 	}
 }
@@ -262,7 +262,7 @@ func TestStopKillsAfterTimeout(t *testing.T) {
 	c := startContainer(t, r, []string{"sh", "-c", "trap '' TERM; echo ready; sleep 30"}, nil)
 	waitLog(t, c, "stdout F ready")
 	start := time.Now()
-	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, time.Second); err != nil {
+	if err := r.Stop(ctxb, c.id, true, syscall.SIGTERM, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	took := time.Since(start)
@@ -278,14 +278,60 @@ func TestStopKillsAfterTimeout(t *testing.T) {
 func TestStopCreatedContainer(t *testing.T) {
 	r := newRuntime(t)
 	c := createContainer(t, r, []string{"sleep", "30"}, nil)
-	if err := r.Stop(ctxb, c.id, syscall.SIGTERM, 10*time.Second); err != nil {
+	if err := r.Stop(ctxb, c.id, false, syscall.SIGTERM, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := r.State(ctxb, c.id); err != nil || st.Status != StatusStopped {
 		t.Fatalf("state = %+v, %v; want stopped", st, err)
 	}
-	if err := r.Stop(ctxb, "unknown", syscall.SIGTERM, time.Second); !errors.Is(err, ErrNotFound) {
+	if err := r.Stop(ctxb, "unknown", false, syscall.SIGTERM, time.Second); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("Stop of an unknown container: %v", err)
+	}
+}
+
+// A started container with a live conmon is stopped without asking the runtime its
+// state: the stop signal goes through a pidfd, and only a kill of every process forks
+// the runtime. The runtime binary is swapped, after Create, for a script that logs each
+// call and runs it.
+func TestStopStartedForksOnlyTheKill(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		script  string
+		sig     syscall.Signal
+		timeout time.Duration
+		want    []string // the runtime's subcommands, in order
+		code    int
+	}{
+		{"exits on the stop signal", "trap 'exit 0' TERM; echo ready; sleep 30 & wait", syscall.SIGTERM, 10 * time.Second, nil, 0},
+		{"timeout 0 kills at once", "trap 'exit 0' TERM; echo ready; sleep 30 & wait", syscall.SIGTERM, 0, []string{"kill"}, 137},
+		{"ignores the stop signal", "trap '' TERM; echo ready; sleep 30", syscall.SIGTERM, 200 * time.Millisecond, []string{"kill"}, 137},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRuntime(t)
+			c := startContainer(t, r, []string{"sh", "-c", tc.script}, nil)
+			waitLog(t, c, "stdout F ready")
+			calls := filepath.Join(t.TempDir(), "calls")
+			wrapper := filepath.Join(t.TempDir(), "runtime")
+			if err := os.WriteFile(wrapper, []byte(fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do case $a in state|kill|delete|start|create|exec|ps|list) echo $a >> %s; break;; esac; done\nexec %s \"$@\"\n", calls, r.path)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			real := r.path
+			r.path = wrapper
+			t.Cleanup(func() { r.path = real }) // before the wrapper's directory goes
+			if err := r.Stop(ctxb, c.id, true, tc.sig, tc.timeout); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(calls)
+			if got := strings.Fields(string(b)); !slices.Equal(got, tc.want) {
+				t.Errorf("runtime calls = %q, want %q", got, tc.want)
+			}
+			if code, _, ok, err := r.ExitStatus(c.id); err != nil || !ok || code != tc.code {
+				t.Errorf("ExitStatus = %d, %v, %v; want %d recorded", code, ok, err, tc.code)
+			}
+			if err := r.Delete(ctxb, c.id); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
@@ -616,7 +662,7 @@ func TestContainerOutlivesDaemon(t *testing.T) {
 		t.Fatalf("conmon %d not alive after the daemon exited: %v", conmon, err)
 	}
 	// A new daemon life can still stop and delete it.
-	if err := r.Stop(ctxb, c.id, syscall.SIGKILL, 0); err != nil {
+	if err := r.Stop(ctxb, c.id, true, syscall.SIGKILL, 0); err != nil {
 		t.Fatal(err)
 	}
 	if code, _, ok, err := r.ExitStatus(c.id); err != nil || !ok || code != 137 {

@@ -52,7 +52,8 @@ func (s *Server) stopContainer(ctx context.Context, c container, timeout time.Du
 	// An exit recorded as unknown was concluded without conmon's word; earlier versions
 	// did so on any failed runtime query, while the container ran on. Stop it anyway:
 	// stopping a stopped container costs one runtime query.
-	err = rt.Stop(ctx, c.rec.ID, c.stopSignal(), timeout)
+	started := c.state() != runtimeapi.ContainerState_CONTAINER_CREATED
+	err = rt.Stop(ctx, c.rec.ID, started, c.stopSignal(), timeout)
 	if errors.Is(err, oci.ErrNotFound) {
 		// The runtime definitely does not know it: nothing runs.
 		if exited {
