@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -97,5 +98,36 @@ func TestStatusMountsReportImageRef(t *testing.T) {
 	c.obj.ImageVolumes = nil
 	if got := c.mounts(); len(got) != 2 || got[1] != vol {
 		t.Errorf("mounts without image volumes: %v", got)
+	}
+}
+
+// TestStatusImageNamesTheUsersImage: a container's status names its image as the user
+// wrote it when the kubelet passed that along (the kubelet compares it with the pod
+// spec's image to tell an image update took effect), and as the creation named it
+// otherwise; the container's config is left as it was.
+func TestStatusImageNamesTheUsersImage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec *runtimeapi.ImageSpec
+		want *runtimeapi.ImageSpec
+	}{
+		{"kubelet: image ID and the user's image",
+			&runtimeapi.ImageSpec{Image: "3d4170e87f55", UserSpecifiedImage: "busybox:1.37", Annotations: map[string]string{"a": "b"}},
+			&runtimeapi.ImageSpec{Image: "busybox:1.37", UserSpecifiedImage: "busybox:1.37", Annotations: map[string]string{"a": "b"}}},
+		{"crictl: the image only",
+			&runtimeapi.ImageSpec{Image: "busybox:1.37"},
+			&runtimeapi.ImageSpec{Image: "busybox:1.37"}},
+		{"no image", nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := proto.Clone(tc.spec)
+			c := container{config: &runtimeapi.ContainerConfig{Image: tc.spec}}
+			if diff := cmp.Diff(tc.want, c.statusImage(), protocmp.Transform()); diff != "" {
+				t.Errorf("status image (-want +got):\n%s", diff)
+			}
+			if !proto.Equal(before, tc.spec) {
+				t.Error("statusImage changed the container's config")
+			}
+		})
 	}
 }

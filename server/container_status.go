@@ -43,7 +43,7 @@ func (c container) status() *runtimeapi.ContainerStatus {
 		Id: c.rec.ID, Metadata: c.config.GetMetadata(), State: c.state(),
 		CreatedAt: c.obj.CreatedAt.UnixNano(), StartedAt: markerTime(c.rec, markerStartedAt),
 		FinishedAt: markerTime(c.rec, markerFinishedAt),
-		Image:      c.config.GetImage(), ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID,
+		Image:      c.statusImage(), ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID,
 		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
 		Mounts: c.mounts(), LogPath: c.obj.LogPath,
 		User: c.user(), Resources: c.resources(), StopSignal: criSignal(c.stopSignal()),
@@ -54,6 +54,21 @@ func (c container) status() *runtimeapi.ContainerStatus {
 		st.Reason, _ = c.rec.Marker(markerReason)
 	}
 	return st
+}
+
+// statusImage is the image a container's status names: the image as the user wrote it
+// when the kubelet passed that along (UserSpecifiedImage; the kubelet's Image is then
+// the image's ID, and it shows this field as the pod's container image, which it
+// compares with the pod spec's to tell an image update has taken effect), as CRI-O and
+// containerd 2 answer; otherwise the image as the creation named it.
+func (c container) statusImage() *runtimeapi.ImageSpec {
+	img := c.config.GetImage()
+	if img.GetUserSpecifiedImage() == "" || img.GetImage() == img.GetUserSpecifiedImage() {
+		return img
+	}
+	out := proto.Clone(img).(*runtimeapi.ImageSpec)
+	out.Image = img.GetUserSpecifiedImage()
+	return out
 }
 
 // ListContainers lists created containers; cached and in-progress ones are hidden.
