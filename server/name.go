@@ -44,7 +44,7 @@ func sandboxName(cfg *runtimeapi.PodSandboxConfig) (string, error) {
 		}
 	}
 	if h := cfg.GetHostname(); h != "" && !hostnamePattern.MatchString(h) {
-		return "", invalidf("hostname %q is invalid: at most 63 letters, digits, '-' and '.'", h)
+		return "", invalidf("hostname %q is invalid: at most 64 letters, digits, '-' and '.', starting with a letter or digit", h)
 	}
 	return fmt.Sprintf("k8s_%s_%s_%s_%d", md.GetName(), md.GetNamespace(), md.GetUid(), md.GetAttempt()), nil
 }
@@ -56,7 +56,11 @@ func sandboxIdentity(cfg *runtimeapi.PodSandboxConfig) string {
 	return md.GetNamespace() + "/" + md.GetName() + "/" + md.GetUid()
 }
 
-var hostnamePattern = regexp.MustCompile(`^[A-Za-z0-9]([A-Za-z0-9.-]{0,61}[A-Za-z0-9])?$`)
+// hostnamePattern is what a pod's hostname may be: what the kernel takes for a UTS
+// hostname (at most 64 bytes), in the characters of DNS names, starting with a letter or
+// digit. It may end with a dot: with setHostnameAsFQDN and no cluster domain the kubelet
+// sends an absolute name such as "web-0.sub.default.svc.", which the anchors set as it is.
+var hostnamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9.-]{0,63}$`)
 
 // containerName validates a container config and returns its name,
 // k8s_<container>_<pod>_<namespace>_<uid>_<attempt>.

@@ -35,7 +35,11 @@ func TestSandboxName(t *testing.T) {
 		{"leading dash", md("-rf", "default", "u"), "", "invalid"},
 		{"newline", md("a\nb", "default", "u"), "", "invalid"},
 		{"too long", md(strings.Repeat("a", 254), "default", "u"), "", "invalid"},
-		{"bad hostname", &runtimeapi.PodSandboxConfig{Hostname: "a b", Metadata: &runtimeapi.PodSandboxMetadata{Name: "n", Namespace: "d", Uid: "u"}}, "", "hostname"},
+		{"bad hostname", withHostname("a b"), "", "hostname"},
+		{"hostname starting with a dash", withHostname("-a"), "", "hostname"},
+		{"hostname of 65 bytes", withHostname(strings.Repeat("a", 65)), "", "hostname"},
+		{"hostname of 64 bytes (the kernel's limit)", withHostname(strings.Repeat("a", 64)), "k8s_n_d_u_0", ""},
+		{"absolute FQDN hostname (setHostnameAsFQDN, no cluster domain)", withHostname("hostfqdn-32837.t.hostfqdn-6428.svc."), "k8s_n_d_u_0", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,4 +86,9 @@ func TestRunPodSandboxRefusesUnknownRuntimeHandler(t *testing.T) {
 	if recs := s.journal.List(nil); len(recs) != 0 {
 		t.Fatalf("a refused request left records: %v", recs)
 	}
+}
+
+// withHostname is a valid sandbox config with the given hostname.
+func withHostname(h string) *runtimeapi.PodSandboxConfig {
+	return &runtimeapi.PodSandboxConfig{Hostname: h, Metadata: &runtimeapi.PodSandboxMetadata{Name: "n", Namespace: "d", Uid: "u"}}
 }
