@@ -24,6 +24,11 @@ BIN := bin/crijournal
 # The pause program of shared pid namespaces, which the daemon looks for beside its own
 # binary. Built without cgo: it drops its privileges on every thread (see internal/pause).
 PAUSE_BIN := bin/crijournal-pause
+# The sleeper the pause program becomes once confined (cmd/crijournal-pause-sleep, see
+# internal/pause): a static C program of a few hundred KiB of memory, where the Go program
+# keeps a few MiB. Installed beside the pause program; without it the Go program stays.
+SLEEP_BIN := bin/crijournal-pause-sleep
+SLEEP_CFLAGS := -static -Os -s -Wall -Wextra -Werror
 # The benchmark program (contrib/bench, docs/BENCHMARKS.md): a binary of its own, so that the
 # daemon does not link gonum/plot and the progress bar (lint checks it). Not installed.
 BENCH_BIN := bin/crijournal-bench
@@ -45,7 +50,8 @@ NONEWPRIVS_BIN := bin/nonewprivs
 # Extra arguments of test/node-e2e/run.sh: make node-e2e NODE_E2E_ARGS='--focus "Pods.*should get a host IP"'
 NODE_E2E_ARGS ?=
 
-# Debian packages the daemon and its tests run (gcc and libc6-dev for cgo and -race).
+# Debian packages the daemon and its tests run (gcc and libc6-dev for cgo, -race and the
+# static $(SLEEP_BIN)).
 # (libseccomp-dev and pkg-config build the project's runc; apparmor's apparmor_parser loads
 # the default AppArmor profile on nodes that have AppArmor, and compiles it in the tests.)
 DEB_PACKAGES := runc conmon containernetworking-plugins iproute2 util-linux iptables gcc libc6-dev busybox-static \
@@ -86,7 +92,7 @@ FUZZTIME ?= 3s
 
 help:
 	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
-	@echo 'make build  build $(BIN), $(PAUSE_BIN) and $(BENCH_BIN)'
+	@echo 'make build  build $(BIN), $(PAUSE_BIN), $(SLEEP_BIN) and $(BENCH_BIN)'
 	@echo 'make kubelet  build $(KUBELET_BIN), the kubelet of the end-to-end tests (only when test/kubelet changed)'
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
 	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN) (only when test/kubelet changed)'
@@ -134,6 +140,7 @@ deps:
 build:
 	go build -tags '$(GOTAGS)' -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/crijournal
 	CGO_ENABLED=0 go build -trimpath -o $(PAUSE_BIN) ./cmd/crijournal-pause
+	$(CC) $(SLEEP_CFLAGS) -o $(SLEEP_BIN) cmd/crijournal-pause-sleep/sleep.c
 	go build -tags '$(GOTAGS)' -o $(BENCH_BIN) ./cmd/crijournal-bench
 
 # The kubelet takes minutes to build cold: rebuilt only when its module changed.
@@ -203,11 +210,12 @@ run: deps build
 # permissive signature policy. Files already there are never replaced, except the binary, the
 # unit and the completion.
 install:
-	@for b in $(BIN) $(PAUSE_BIN); do test -x $$b || { echo "install: $$b missing: run make build first" >&2; exit 1; }; done
+	@for b in $(BIN) $(PAUSE_BIN) $(SLEEP_BIN); do test -x $$b || { echo "install: $$b missing: run make build first" >&2; exit 1; }; done
 	@set -euo pipefail; d='$(DESTDIR)'; written=(); \
 	put() { install -D -m "$$1" "$$2" "$$d$$3"; written+=("$$3"); echo "install: $$3"; }; \
 	put 0755 $(BIN) $(BINDIR)/crijournal; \
 	put 0755 $(PAUSE_BIN) $(BINDIR)/crijournal-pause; \
+	put 0755 $(SLEEP_BIN) $(BINDIR)/crijournal-pause-sleep; \
 	tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 	sed 's|@BINDIR@|$(BINDIR)|g' contrib/systemd/crijournal.service > "$$tmp/crijournal.service"; \
 	put 0644 "$$tmp/crijournal.service" $(SYSTEMDDIR)/crijournal.service; \
