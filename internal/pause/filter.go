@@ -12,7 +12,8 @@ import (
 //
 // The pause process needs far less than a container: once confined it only waits for
 // signals and reaps children, and the Go runtime under it schedules threads, allocates
-// memory and delivers signals. Its filter allows those system calls (measured with
+// memory and delivers signals; or it executes the sleeper, which starts, waits for
+// signals and reaps children. Its filter allows those system calls (measured with
 // strace over the program's life, plus what the runtime may call later: more threads,
 // memory given back) and fails any other with EPERM, a filter far narrower than the
 // RuntimeDefault profile containers get. A call of another architecture (x32 on
@@ -33,6 +34,13 @@ var allowedSyscalls = []uintptr{
 	// Its netpoller and files: stdout, stderr (/dev/null), a panic's message.
 	unix.SYS_READ, unix.SYS_WRITE, unix.SYS_CLOSE, unix.SYS_FCNTL, unix.SYS_EPOLL_CREATE1,
 	unix.SYS_EPOLL_CTL, unix.SYS_EPOLL_PWAIT, unix.SYS_EVENTFD2, unix.SYS_PIPE2,
+	// The sleeper (cmd/crijournal-pause-sleep, see Main): its exec, what the start-up of a
+	// static glibc program calls that the Go runtime does not (the thread's TID and
+	// robust futex list, restartable sequences; readlink of /proc/self/exe, which fails in
+	// the empty root, in archSyscalls), and its wait for signals. Measured with strace -f
+	// on the pause program's exec of the sleeper.
+	unix.SYS_EXECVEAT, unix.SYS_SET_TID_ADDRESS, unix.SYS_SET_ROBUST_LIST, unix.SYS_RSEQ,
+	unix.SYS_RT_SIGTIMEDWAIT,
 }
 
 // auditArch is the AUDIT_ARCH_* value of the architecture the program was built for.

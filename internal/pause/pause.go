@@ -22,6 +22,17 @@
 // pod's containers) and exits with status 0 on SIGTERM or SIGINT, as the Kubernetes
 // pause image does.
 //
+// A sleeping Go program keeps a few MiB of memory; the pause process of every pod
+// should keep under one. So once confined, when the daemon passes it the sleeper
+// (cmd/crijournal-pause-sleep, a small static C program installed beside the pause
+// program, see [SleeperPath] and [EnvSleeperFD]), the Go program executes it as its
+// last act: its namespaces, root, user, capabilities (none, even for uid 0: an exec
+// gives a process no more than its bounding set, which is empty), no-new-privileges and
+// seccomp filter carry over, and the sleeper reports ready on [ReadyFD] and does what
+// the Go loop does, with the same signals and exit statuses. Without a sleeper the Go
+// program reports ready and loops itself, as it always did; with one that it cannot
+// execute it reports the error.
+//
 // The program must be built without cgo: a Go program's threads exist before main
 // runs, and capabilities and no-new-privileges are per thread, which only
 // syscall.AllThreadsSyscall (unavailable with cgo) changes on every thread.
@@ -58,7 +69,19 @@ const (
 	ReadyFD = 3
 	// Ready is what the pause process writes on ReadyFD once it is confined.
 	Ready = "ready\n"
+	// EnvSleeperFD names the environment variable that carries the file descriptor
+	// (above ReadyFD) of the sleeper, which the pause process executes once confined.
+	// Missing, the Go program stays and waits for signals itself.
+	EnvSleeperFD = "CRIJOURNAL_PAUSE_SLEEPER_FD"
+	// SleeperName is the sleeper's file name (cmd/crijournal-pause-sleep), beside the
+	// pause program (see SleeperPath).
+	SleeperName = "crijournal-pause-sleep"
 )
+
+// SleeperPath returns where the sleeper of the pause program at program is: beside it.
+func SleeperPath(program string) string {
+	return filepath.Join(filepath.Dir(program), SleeperName)
+}
 
 // DefaultUser is the uid and gid of the Kubernetes pause image (65535, "nobody" of
 // many images): the pause process's user when the pod names none.
@@ -78,8 +101,9 @@ func init() {
 	}
 }
 
-// Main is the pause program: it confines the process, reports it on ReadyFD, then
-// reaps children until SIGTERM or SIGINT. It returns the exit status.
+// Main is the pause program: it confines the process, then executes the sleeper if it
+// was given one, or reports on ReadyFD and reaps children until SIGTERM or SIGINT. It
+// returns the exit status.
 func Main() int {
 	// The handlers first: a signal sent while the process confines itself is not lost.
 	sigs := make(chan os.Signal, 16)
@@ -90,7 +114,20 @@ func Main() int {
 	signal.Ignore(unix.SIGQUIT, unix.SIGABRT, unix.SIGHUP)
 
 	ready := os.NewFile(ReadyFD, "ready")
-	if err := confine(os.Getenv(EnvUser), os.Getenv(EnvStarterMountNS)); err != nil {
+	sleeper, err := parseSleeperFD(os.Getenv(EnvSleeperFD))
+	if err == nil {
+		err = confine(os.Getenv(EnvUser), os.Getenv(EnvStarterMountNS), sleeper)
+	}
+	// The sleeper would not see a SIGTERM or SIGINT the handler took meanwhile: the Go
+	// program stays to act on it. (One that comes between this look and the exec is
+	// lost; the daemon sends none: it kills with SIGKILL.)
+	stopped := false
+	if err == nil && sleeper >= 0 {
+		if stopped = stopRequested(sigs); !stopped {
+			err = execSleeper(sleeper) // returns only if it failed
+		}
+	}
+	if err != nil {
 		fmt.Fprintf(ready, "pause process: %v\n", err)
 		return 1
 	}
@@ -98,6 +135,9 @@ func Main() int {
 		return 1
 	}
 	ready.Close()
+	if stopped {
+		return 0
+	}
 
 	reapChildren() // anything that died before the handler was there
 	for sig := range sigs {
@@ -108,6 +148,21 @@ func Main() int {
 		reapChildren()
 	}
 	return 0
+}
+
+// stopRequested takes the signals the handler holds and reports whether one of them is
+// SIGTERM or SIGINT.
+func stopRequested(sigs <-chan os.Signal) bool {
+	for {
+		select {
+		case sig := <-sigs:
+			if sig != unix.SIGCHLD {
+				return true
+			}
+		default:
+			return false
+		}
+	}
 }
 
 // reapChildren waits for every child that has exited, without blocking.
@@ -126,8 +181,9 @@ func reapChildren() {
 
 // confine does what the package's doc lists, in an order where each step still has the
 // privilege it needs: the root first (mounts), then the user and capabilities, then
-// no-new-privileges and the seccomp filter.
-func confine(user, starterMountNS string) error {
+// no-new-privileges and the seccomp filter. sleeper, if not -1, is the sleeper's file
+// descriptor, which it keeps open (close-on-exec).
+func confine(user, starterMountNS string, sleeper int) error {
 	uid, gid, err := parseUser(user)
 	if err != nil {
 		return err
@@ -135,9 +191,7 @@ func confine(user, starterMountNS string) error {
 	if err := checkOwnNamespaces(starterMountNS); err != nil {
 		return err
 	}
-	// Nothing but stdin, stdout, stderr and ReadyFD stays open (the daemon may pass the
-	// program's own file as fd 4 to exec it).
-	if err := unix.CloseRange(ReadyFD+1, ^uint(0), 0); err != nil {
+	if err := closeInheritedFiles(sleeper); err != nil {
 		return fmt.Errorf("close inherited files: %w", err)
 	}
 	if err := emptyRoot(); err != nil {
@@ -147,6 +201,57 @@ func confine(user, starterMountNS string) error {
 		return err
 	}
 	return installFilter()
+}
+
+// closeInheritedFiles closes every file but stdin, stdout, stderr, ReadyFD and sleeper
+// (the daemon may pass the program's own file as fd 4 to exec it), and makes sleeper
+// close-on-exec: the sleeper's program keeps no file but the first four.
+func closeInheritedFiles(sleeper int) error {
+	if sleeper < 0 {
+		return unix.CloseRange(ReadyFD+1, ^uint(0), 0)
+	}
+	if sleeper > ReadyFD+1 {
+		if err := unix.CloseRange(ReadyFD+1, uint(sleeper-1), 0); err != nil {
+			return err
+		}
+	}
+	if err := unix.CloseRange(uint(sleeper+1), ^uint(0), 0); err != nil {
+		return err
+	}
+	_, err := unix.FcntlInt(uintptr(sleeper), unix.F_SETFD, unix.FD_CLOEXEC)
+	return err
+}
+
+// parseSleeperFD parses EnvSleeperFD's value: a file descriptor above ReadyFD, or -1
+// for "" (no sleeper).
+func parseSleeperFD(s string) (int, error) {
+	if s == "" {
+		return -1, nil
+	}
+	fd, err := strconv.Atoi(s)
+	if err != nil || fd <= ReadyFD {
+		return -1, fmt.Errorf("%s=%q: want a file descriptor above %d", EnvSleeperFD, s, ReadyFD)
+	}
+	return fd, nil
+}
+
+// execSleeper replaces the program with the sleeper open at fd, with the same
+// arguments (the daemon recognises its pause processes by them) and no environment.
+// The root is empty by now: the sleeper is executed through its file descriptor, and
+// the filter allows execveat (see filter.go). It returns only if the exec failed.
+func execSleeper(fd int) error {
+	argv, err := syscall.SlicePtrFromStrings(os.Args)
+	if err != nil {
+		return fmt.Errorf("execute the sleeper: %w", err)
+	}
+	envv := []*byte{nil}
+	empty, err := unix.BytePtrFromString("")
+	if err != nil {
+		return fmt.Errorf("execute the sleeper: %w", err)
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_EXECVEAT, uintptr(fd), uintptr(unsafe.Pointer(empty)),
+		uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envv[0])), unix.AT_EMPTY_PATH, 0)
+	return fmt.Errorf("execute the sleeper: %w", errno)
 }
 
 // checkOwnNamespaces refuses to go on unless the process is PID 1 of its pid namespace

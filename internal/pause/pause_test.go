@@ -2,9 +2,11 @@ package pause
 
 import (
 	"encoding/binary"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -106,7 +108,8 @@ func TestMain(m *testing.M) {
 
 // startPause starts the pause program with the given clone flags and environment,
 // and returns it with the read end of its ready pipe. It is killed when the test ends.
-func startPause(t *testing.T, cloneflags uintptr, env []string) (*exec.Cmd, *os.File) {
+// sleeper, if not "", is a file passed to it as its sleeper, as fd 4.
+func startPause(t *testing.T, cloneflags uintptr, env []string, sleeper string) (*exec.Cmd, *os.File) {
 	t.Helper()
 	testenv.RequireRoot(t, "pause tests start the pause program in namespaces of its own")
 	program := testenv.PauseProgram(t)
@@ -117,6 +120,16 @@ func startPause(t *testing.T, cloneflags uintptr, env []string) (*exec.Cmd, *os.
 	cmd := exec.Command(program, Arg, "test")
 	cmd.Env = env
 	cmd.ExtraFiles = []*os.File{w}
+	if sleeper != "" {
+		// O_PATH, as the daemon opens it (see netns.PauseProgram).
+		f, err := os.OpenFile(sleeper, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
+		cmd.Env = append(cmd.Env, EnvSleeperFD+"="+strconv.Itoa(ReadyFD+1))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneflags, Setsid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -162,7 +175,7 @@ func TestRefusesNodeNamespaces(t *testing.T) {
 		{"a bad user", unix.CLONE_NEWPID | unix.CLONE_NEWNS, []string{EnvStarterMountNS + "=" + ownNS, EnvUser + "=nobody"}, "want <uid>:<gid>"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd, r := startPause(t, tc.flags, tc.env)
+			cmd, r := startPause(t, tc.flags, tc.env, "")
 			if got := readReady(t, r); !strings.Contains(got, tc.want) {
 				t.Errorf("ready pipe: %q, want an error that says %q", got, tc.want)
 			}
@@ -173,43 +186,216 @@ func TestRefusesNodeNamespaces(t *testing.T) {
 	}
 }
 
-// TestSignals checks the confined pause process's signals: SIGHUP, SIGQUIT and SIGABRT
-// are ignored, SIGTERM and SIGINT end it with status 0.
-func TestSignals(t *testing.T) {
+// variants are the two ways the pause process ends up once confined: the Go program
+// (no sleeper passed) or the sleeper it executes.
+var variants = []struct {
+	name    string
+	sleeper bool
+}{{"go", false}, {"sleeper", true}}
+
+// sleeperPath is the sleeper testenv.RunWithPause built beside the pause program, or ""
+// for a variant without one.
+func sleeperPath(t *testing.T, sleeper bool) string {
+	if !sleeper {
+		return ""
+	}
+	return SleeperPath(testenv.PauseProgram(t))
+}
+
+// startConfined starts the pause program in new pid and mount namespaces, as the user
+// user ("" for the default), and waits until it reports that it is confined.
+func startConfined(t *testing.T, user string, sleeper bool) *exec.Cmd {
+	t.Helper()
 	ownNS, err := MountNamespace("/proc/self/ns/mnt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
-		t.Run(sig.String(), func(t *testing.T) {
-			cmd, r := startPause(t, unix.CLONE_NEWPID|unix.CLONE_NEWNS, []string{EnvStarterMountNS + "=" + ownNS})
-			if got := readReady(t, r); got != Ready {
-				t.Fatalf("ready pipe: %q, want %q", got, Ready)
-			}
-			if s := status(cmd.Process.Pid, "Seccomp"); s != "2" {
-				t.Errorf("Seccomp: %q, want 2 (a filter)", s)
-			}
-			for _, ignored := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGABRT} {
-				_ = cmd.Process.Signal(ignored)
-			}
-			time.Sleep(100 * time.Millisecond)
-			if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
-				t.Fatalf("SIGHUP, SIGQUIT or SIGABRT ended the pause process: %v", err)
-			}
-			_ = cmd.Process.Signal(sig)
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("pause process after %v: %v, want exit status 0", sig, err)
+	env := []string{EnvStarterMountNS + "=" + ownNS}
+	if user != "" {
+		env = append(env, EnvUser+"="+user)
+	}
+	cmd, r := startPause(t, unix.CLONE_NEWPID|unix.CLONE_NEWNS, env, sleeperPath(t, sleeper))
+	if got := readReady(t, r); got != Ready {
+		t.Fatalf("ready pipe: %q, want %q", got, Ready)
+	}
+	return cmd
+}
+
+// requireConfined fails the test unless the process pid runs program (the pause
+// program or the sleeper) as uid with no capability, no new privileges and a seccomp
+// filter, in an empty root.
+func requireConfined(t *testing.T, pid int, program string, uid int) {
+	t.Helper()
+	if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || filepath.Base(exe) != program {
+		t.Errorf("the pause process runs %q (%v), want %s", exe, err, program)
+	}
+	u := strconv.Itoa(uid)
+	for field, want := range map[string]string{
+		"Uid": strings.Repeat(u+"\t", 3) + u, "CapInh": "0000000000000000", "CapPrm": "0000000000000000",
+		"CapEff": "0000000000000000", "CapBnd": "0000000000000000", "CapAmb": "0000000000000000",
+		"NoNewPrivs": "1", "Seccomp": "2",
+	} {
+		if got := status(pid, field); got != want {
+			t.Errorf("%s: %q, want %q", field, got, want)
+		}
+	}
+	if entries, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/root"); err != nil || len(entries) != 0 {
+		t.Errorf("the pause process's root holds %v (%v), want nothing", entries, err)
+	}
+}
+
+// programName is the file name of the program a variant of the pause process runs.
+func programName(t *testing.T, sleeper bool) string {
+	if sleeper {
+		return SleeperName
+	}
+	return filepath.Base(testenv.PauseProgram(t))
+}
+
+// TestSignals checks the confined pause process's signals, in the Go program and in the
+// sleeper: SIGHUP, SIGQUIT and SIGABRT are ignored (and another signal such as SIGUSR1
+// does nothing), SIGTERM and SIGINT end it with status 0.
+func TestSignals(t *testing.T) {
+	for _, v := range variants {
+		for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+			t.Run(v.name+"/"+sig.String(), func(t *testing.T) {
+				cmd := startConfined(t, "", v.sleeper)
+				requireConfined(t, cmd.Process.Pid, programName(t, v.sleeper), DefaultUser)
+				for _, ignored := range []syscall.Signal{syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGABRT, syscall.SIGUSR1} {
+					_ = cmd.Process.Signal(ignored)
 				}
-			case <-time.After(5 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("pause process still running 5s after %v", sig)
+				time.Sleep(100 * time.Millisecond)
+				if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+					t.Fatalf("SIGHUP, SIGQUIT, SIGABRT or SIGUSR1 ended the pause process: %v", err)
+				}
+				_ = cmd.Process.Signal(sig)
+				done := make(chan error, 1)
+				go func() { done <- cmd.Wait() }()
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatalf("pause process after %v: %v, want exit status 0", sig, err)
+					}
+				case <-time.After(5 * time.Second):
+					_ = cmd.Process.Kill()
+					<-done
+					t.Fatalf("pause process still running 5s after %v", sig)
+				}
+			})
+		}
+	}
+}
+
+// TestSleeperAsRoot checks that a pause process that runs as uid 0 (a pod that asks for
+// it) keeps no capability once it has executed the sleeper.
+func TestSleeperAsRoot(t *testing.T) {
+	cmd := startConfined(t, "0:0", true)
+	requireConfined(t, cmd.Process.Pid, SleeperName, 0)
+}
+
+// TestSleeperMemory checks what the sleeper is for: a pause process of less than 1 MiB
+// of resident memory (the Go program keeps about 2.4 MB).
+func TestSleeperMemory(t *testing.T) {
+	cmd := startConfined(t, "", true)
+	rss := status(cmd.Process.Pid, "VmRSS")
+	kb, err := strconv.Atoi(strings.TrimSuffix(rss, " kB"))
+	if err != nil {
+		t.Fatalf("VmRSS %q: %v", rss, err)
+	}
+	t.Logf("the sleeper's VmRSS: %d kB", kb)
+	if kb > 1024 {
+		t.Errorf("the sleeper's VmRSS is %d kB, want at most 1024", kb)
+	}
+}
+
+// TestReapsOrphans checks that the pause process, the Go program and the sleeper, reaps
+// an orphan left in its pid namespace.
+func TestReapsOrphans(t *testing.T) {
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		testenv.Need(t, "the orphan test needs nsenter (util-linux)")
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			cmd := startConfined(t, "", v.sleeper)
+			pid := cmd.Process.Pid
+			ns := "/proc/" + strconv.Itoa(pid) + "/ns/pid"
+			out, err := exec.Command("nsenter", "--pid="+ns, "sh", "-c", `sleep 0.2 & echo $!`).Output()
+			if err != nil {
+				t.Fatalf("nsenter: %v", err)
+			}
+			orphan, err := strconv.Atoi(strings.TrimSpace(string(out)))
+			if err != nil {
+				t.Fatalf("orphan PID %q: %v", out, err)
+			}
+			// orphan is its PID in the pause process's namespace; find it in ours.
+			testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {
+				for _, p := range childrenOf(pid) {
+					if nspid := strings.Fields(status(p, "NSpid")); len(nspid) == 2 && nspid[1] == strconv.Itoa(orphan) {
+						return fmt.Errorf("orphan %d (%d in the namespace) not reaped: state %q", p, orphan, status(p, "State"))
+					}
+				}
+				return nil
+			})
+			if err := cmd.Process.Signal(syscall.Signal(0)); err != nil {
+				t.Fatalf("the pause process is gone: %v", err)
 			}
 		})
+	}
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err == nil && status(p, "PPid") == strconv.Itoa(pid) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// TestSleeperFails checks that a pause process told of a sleeper it cannot execute
+// reports why, and exits with status 1, rather than stay the Go program.
+func TestSleeperFails(t *testing.T) {
+	ownNS, err := MountNamespace("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	notProgram := filepath.Join(t.TempDir(), "not-a-program")
+	if err := os.WriteFile(notProgram, []byte("not a program\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		sleeper string
+		want    string
+	}{
+		{"not a program", nil, notProgram, "execute the sleeper: exec format error"},
+		{"the ready pipe's fd", []string{EnvSleeperFD + "=3"}, "", EnvSleeperFD + `="3": want a file descriptor above 3`},
+		{"not a number", []string{EnvSleeperFD + "=x"}, "", EnvSleeperFD + `="x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := append([]string{EnvStarterMountNS + "=" + ownNS}, tc.env...)
+			cmd, r := startPause(t, unix.CLONE_NEWPID|unix.CLONE_NEWNS, env, tc.sleeper)
+			if got := readReady(t, r); !strings.Contains(got, tc.want) {
+				t.Errorf("ready pipe: %q, want an error that says %q", got, tc.want)
+			}
+			if err := cmd.Wait(); err == nil {
+				t.Error("the pause program exited with status 0, want 1")
+			}
+		})
+	}
+}
+
+func TestSleeperName(t *testing.T) {
+	if SleeperName != testenv.SleeperName {
+		t.Errorf("SleeperName %q, testenv.SleeperName %q: the test programs are built under another name", SleeperName, testenv.SleeperName)
+	}
+	if got, want := SleeperPath("/usr/local/bin/crijournal-pause"), "/usr/local/bin/"+SleeperName; got != want {
+		t.Errorf("SleeperPath: %q, want %q", got, want)
 	}
 }
 
@@ -222,4 +408,25 @@ func status(pid int, field string) string {
 		}
 	}
 	return ""
+}
+
+func TestStopRequested(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		sigs []os.Signal
+		want bool
+	}{
+		{"none", nil, false},
+		{"SIGCHLD", []os.Signal{unix.SIGCHLD, unix.SIGCHLD}, false},
+		{"SIGTERM after SIGCHLD", []os.Signal{unix.SIGCHLD, unix.SIGTERM}, true},
+		{"SIGINT", []os.Signal{unix.SIGINT}, true},
+	} {
+		c := make(chan os.Signal, len(tc.sigs))
+		for _, s := range tc.sigs {
+			c <- s
+		}
+		if got := stopRequested(c); got != tc.want {
+			t.Errorf("%s: stopRequested = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
-// BuildPause builds the pause program (cmd/crijournal-pause) into dir, as the Makefile
-// does (without cgo), and returns its path. It runs the go command, which takes a second
-// or two when cached.
+// BuildPause builds the pause program (cmd/crijournal-pause) and its sleeper
+// (cmd/crijournal-pause-sleep, see package pause) into dir, as the Makefile does (the
+// program without cgo, the sleeper static with the system's C compiler), and returns the
+// program's path. It runs the go command, which takes a second or two when cached, and cc.
 func BuildPause(dir string) (string, error) {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
@@ -23,8 +25,22 @@ func BuildPause(dir string) (string, error) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the pause program: %w\n%s", err, b)
 	}
+	// The sleeper's source is found the way the go command finds the module.
+	gomod, err := exec.Command(goCmd, "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("build the pause sleeper: go env GOMOD: %w", err)
+	}
+	src := filepath.Join(filepath.Dir(strings.TrimSpace(string(gomod))), "cmd", "crijournal-pause-sleep", "sleep.c")
+	cmd = exec.Command("cc", "-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror", "-o", filepath.Join(dir, SleeperName), src)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build the pause sleeper (make deps installs gcc and libc6-dev): %w\n%s", err, b)
+	}
 	return out, nil
 }
+
+// SleeperName is the file name of the pause program's sleeper (pause.SleeperName, which
+// testenv cannot import).
+const SleeperName = "crijournal-pause-sleep"
 
 // The pause program RunWithPause built, or why it could not.
 var (
