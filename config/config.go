@@ -201,7 +201,8 @@ type Config struct {
 
 	// PausePath is the pause program, the init of pods' shared pid namespaces
 	// (cmd/crijournal-pause). Default: "", meaning crijournal-pause beside the
-	// daemon's own binary, where make build and make install put it.
+	// daemon's own binary, where make build and make install put it. Its sleeper,
+	// crijournal-pause-sleep, is looked for beside it (see package netns).
 	PausePath string `toml:"pause_path" help:"pause program (empty: crijournal-pause beside the daemon's binary)"`
 
 	// CDISpecDirs are the directories of Container Device Interface (CDI) spec

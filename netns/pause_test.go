@@ -129,24 +129,15 @@ func startTestPause(t *testing.T) (dir, id, path string, pid int) {
 	return dir, id, path, pid
 }
 
-// envHasOnly reports whether a /proc/<pid>/environ holds exactly the given keys.
-func envHasOnly(environ string, keys ...string) bool {
-	var got []string
-	for _, kv := range strings.Split(strings.TrimRight(environ, "\x00"), "\x00") {
-		k, _, _ := strings.Cut(kv, "=")
-		got = append(got, k)
-	}
-	slices.Sort(got)
-	slices.Sort(keys)
-	return slices.Equal(got, keys)
-}
-
 // requireConfined fails the test unless the pause process pid is confined (see package
 // internal/pause): hostUID and hostGID as the node sees them, no capability, no new
 // privileges, a seccomp filter, and an empty read-only root and working directory in a
-// mount namespace of its own.
+// mount namespace of its own; and that it runs the sleeper of the test's pause program.
 func requireConfined(t *testing.T, pid int, hostUID, hostGID uint32) {
 	t.Helper()
+	if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err != nil || exe != pause.SleeperPath(testPause(t).Path) {
+		t.Errorf("pause process %d runs %q (%v), want the sleeper %s", pid, exe, err, pause.SleeperPath(testPause(t).Path))
+	}
 	for field, want := range map[string]string{
 		"Uid":        strings.Repeat(strconv.Itoa(int(hostUID))+"\t", 3) + strconv.Itoa(int(hostUID)),
 		"Gid":        strings.Repeat(strconv.Itoa(int(hostGID))+"\t", 3) + strconv.Itoa(int(hostGID)),
@@ -246,8 +237,9 @@ func TestStartPause(t *testing.T) {
 	if sid, _ := unix.Getsid(pid); sid != pid {
 		t.Errorf("pause process %d is in session %d, want its own", pid, sid)
 	}
-	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err != nil || !envHasOnly(string(env), pause.EnvUser, pause.EnvStarterMountNS) {
-		t.Errorf("pause process environment %q (%v), want only %s and %s", env, err, pause.EnvUser, pause.EnvStarterMountNS)
+	// Once confined it became the sleeper (see requireConfined), with no environment.
+	if env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ"); err != nil || len(env) != 0 {
+		t.Errorf("pause process environment %q (%v), want none", env, err)
 	}
 	if !PauseAlive(path) {
 		t.Fatal("PauseAlive = false for a running pause process")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path"
@@ -30,6 +31,12 @@ import (
 // which the starter waits for: a container never joins the pid namespace of a pause
 // process that is not confined yet. It is put in a cgroup of its own under the pod's
 // cgroup parent, as runc puts a pause container.
+//
+// Once confined, the process executes the pause program's sleeper
+// (cmd/crijournal-pause-sleep, which keeps a few hundred KiB of memory where the Go
+// program keeps a few MiB) when there is one beside the program ([pause.SleeperPath]):
+// the starter passes it open, since the process cannot reach it by path any more. Without
+// one, the Go program stays, as it did before the sleeper existed.
 
 // PauseProgram says what a pause process runs, as whom and where.
 type PauseProgram struct {
@@ -69,9 +76,9 @@ type pauseStart struct {
 
 // newPauseStart prepares the command of a pause process for sandboxID: "<program> pause
 // <sandboxID>", with an environment that names its user and the caller's mount
-// namespace only, / as its working
-// directory, /dev/null as stdin, stdout and stderr, the ready pipe as fd 3 and the
-// program itself as fd 4. It is run through /proc/self/fd/4, so that a process that runs
+// namespace only (and the sleeper's fd, when there is one), / as its working
+// directory, /dev/null as stdin, stdout and stderr, the ready pipe as fd 3, the
+// program itself as fd 4 and its sleeper, if any, as fd 5. It is run through /proc/self/fd/4, so that a process that runs
 // as the root of a user namespace (a host ID that may not search the directories on the
 // way to the program) still runs it. attr is the process's SysProcAttr (which makes or
 // finds its new pid namespace), to which CLONE_NEWNS and a new session are added. Call
@@ -81,9 +88,18 @@ func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) 
 	if err != nil {
 		return nil, fmt.Errorf("pause program: %w", err)
 	}
+	// O_PATH is enough for execveat, and reads nothing.
+	sleeper, err := os.OpenFile(pause.SleeperPath(p.Path), unix.O_PATH|unix.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		sleeper = nil
+	} else if err != nil {
+		program.Close()
+		return nil, fmt.Errorf("pause program's sleeper: %w", err)
+	}
 	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		program.Close()
+		closeIfOpen(sleeper)
 		return nil, err
 	}
 	// The process checks that it is not in this (the node's) mount namespace before it
@@ -91,12 +107,14 @@ func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) 
 	starterNS, err := pause.MountNamespace("/proc/thread-self/ns/mnt")
 	if err != nil {
 		program.Close()
+		closeIfOpen(sleeper)
 		devNull.Close()
 		return nil, err
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		program.Close()
+		closeIfOpen(sleeper)
 		devNull.Close()
 		return nil, err
 	}
@@ -116,7 +134,20 @@ func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) 
 		ExtraFiles:  []*os.File{w, program}, // fds 3 and 4
 		SysProcAttr: attr,
 	}
-	return &pauseStart{cmd: cmd, ready: r, closeAfterStart: []*os.File{w, program, devNull}}, nil
+	closeAfterStart := []*os.File{w, program, devNull}
+	if sleeper != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, sleeper) // fd 5
+		cmd.Env = append(cmd.Env, pause.EnvSleeperFD+"="+strconv.Itoa(pause.ReadyFD+2))
+		closeAfterStart = append(closeAfterStart, sleeper)
+	}
+	return &pauseStart{cmd: cmd, ready: r, closeAfterStart: closeAfterStart}, nil
+}
+
+// closeIfOpen closes f unless it is nil.
+func closeIfOpen(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
 }
 
 // started closes the parent's copies of the child's files, so that the ready pipe reads

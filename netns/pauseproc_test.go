@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/internal/testenv"
 )
 
@@ -66,5 +71,45 @@ func TestWaitReadyHonoursCancel(t *testing.T) {
 	}
 	if d := time.Since(start); d > pauseReadyWait/2 {
 		t.Fatalf("waitReady returned after %v, not at the cancel", d)
+	}
+}
+
+// TestNewPauseStartSleeper checks how a pause process is told of its sleeper: the file
+// beside the program, as fd 5, named in its environment; without one, neither.
+func TestNewPauseStartSleeper(t *testing.T) {
+	dir := t.TempDir()
+	program := filepath.Join(dir, "crijournal-pause")
+	if err := os.WriteFile(program, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, withSleeper := range []bool{false, true} {
+		if withSleeper {
+			if err := os.WriteFile(pause.SleeperPath(program), nil, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := newPauseStart(PauseProgram{Path: program, UID: 1, GID: 2}, "id", &syscall.SysProcAttr{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys := []string{}
+		for _, kv := range s.cmd.Env {
+			k, _, _ := strings.Cut(kv, "=")
+			keys = append(keys, k)
+		}
+		wantKeys, wantFiles := []string{pause.EnvUser, pause.EnvStarterMountNS}, 2
+		if withSleeper {
+			wantKeys, wantFiles = append(wantKeys, pause.EnvSleeperFD), 3
+			if !slices.Contains(s.cmd.Env, pause.EnvSleeperFD+"=5") {
+				t.Errorf("environment %q, want %s=5", s.cmd.Env, pause.EnvSleeperFD)
+			}
+			if got := s.cmd.ExtraFiles[2].Name(); got != pause.SleeperPath(program) {
+				t.Errorf("fd 5 is %s, want the sleeper %s", got, pause.SleeperPath(program))
+			}
+		}
+		if !slices.Equal(keys, wantKeys) || len(s.cmd.ExtraFiles) != wantFiles {
+			t.Errorf("sleeper %v: environment %q and %d extra files, want %q and %d", withSleeper, keys, len(s.cmd.ExtraFiles), wantKeys, wantFiles)
+		}
+		s.close()
 	}
 }

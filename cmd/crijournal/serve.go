@@ -17,6 +17,7 @@ import (
 
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/failpoint"
+	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
@@ -63,7 +64,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if cfg.MetricsAddress != "" {
 		m = metrics.New(func() []journal.Record { return j.List(nil) })
 	}
-	if err := checkPauseProgram(cfg); err != nil {
+	if err := checkPauseProgram(cfg, log); err != nil {
 		return err
 	}
 	if err := oci.BecomeSubreaper(); err != nil {
@@ -300,7 +301,9 @@ func isLoopback(addr string) bool {
 
 // checkPauseProgram refuses to start without the pause program: every pod that shares
 // its pid namespace (the CRI's default) or has a user namespace of its own needs it.
-func checkPauseProgram(cfg config.Config) error {
+// Without the sleeper beside it, which the default install has, it warns: pause
+// processes then keep several times the memory.
+func checkPauseProgram(cfg config.Config, log *slog.Logger) error {
 	p, err := server.PauseProgramPath(cfg)
 	if err != nil {
 		return err
@@ -312,6 +315,10 @@ func checkPauseProgram(cfg config.Config) error {
 	if err != nil {
 		return fmt.Errorf("pause program %s: %w (build it with make build, which puts %s beside the daemon's binary, or set pause_path)",
 			p, err, server.PauseProgramName)
+	}
+	if _, err := os.Stat(pause.SleeperPath(p)); err != nil {
+		log.Warn("no sleeper beside the pause program: pause processes stay Go programs, of a few MiB each (make build builds it, make install installs it)",
+			"sleeper", pause.SleeperPath(p), "err", err)
 	}
 	return nil
 }
