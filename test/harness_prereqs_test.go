@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/server"
 )
@@ -112,6 +113,9 @@ func findOrBuildDaemon() (string, error) {
 		if pause := pauseBinary(p); !isExecutable(pause) {
 			return "", fmt.Errorf("no pause program %s beside CRIJOURNAL_BIN (run make build)", pause)
 		}
+		if sleeper := pauseSleeper(p); !isExecutable(sleeper) {
+			return "", fmt.Errorf("no pause sleeper %s beside CRIJOURNAL_BIN: the pause processes would stay Go programs (run make build, which compiles it with cc -static)", sleeper)
+		}
 		return p, nil
 	}
 	gobin, err := exec.LookPath("go")
@@ -150,6 +154,12 @@ func findOrBuildDaemon() (string, error) {
 // pauseBinary is the pause program the daemon at bin runs: the one beside it.
 func pauseBinary(bin string) string {
 	return filepath.Join(filepath.Dir(bin), server.PauseProgramName)
+}
+
+// pauseSleeper is the sleeper the pause program of the daemon at bin becomes once
+// confined: the one beside it.
+func pauseSleeper(bin string) string {
+	return pause.SleeperPath(pauseBinary(bin))
 }
 
 func removeBuiltBinary() {

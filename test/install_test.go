@@ -17,6 +17,7 @@ var installedFiles = []string{
 	"etc/crijournal/crijournal.toml",
 	"usr/local/bin/crijournal",
 	"usr/local/bin/crijournal-pause",
+	"usr/local/bin/crijournal-pause-sleep",
 	"usr/local/lib/systemd/system/crijournal.service",
 	"usr/local/share/bash-completion/completions/crijournal",
 	"usr/local/share/crijournal/crictl.yaml",
@@ -30,7 +31,8 @@ func makeIn(t *testing.T, root, target string) string {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Fatalf("make install test: make is not installed: %v", err)
 	}
-	cmd := exec.Command("make", "--no-print-directory", "-C", "..", target, "DESTDIR="+root, "PREFIX=/usr/local", "BIN="+daemonBinary(t), "PAUSE_BIN="+pauseBinary(daemonBinary(t)))
+	cmd := exec.Command("make", "--no-print-directory", "-C", "..", target, "DESTDIR="+root, "PREFIX=/usr/local", "BIN="+daemonBinary(t), "PAUSE_BIN="+pauseBinary(daemonBinary(t)),
+		"SLEEP_BIN="+pauseSleeper(daemonBinary(t)))
 	cmd.Env = daemonEnv(nil)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

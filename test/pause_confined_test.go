@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,9 @@ import (
 // debug profiles do): through /proc/1 (the pause process) or any /proc/<pid> it can see,
 // the container reaches nothing of the node's filesystem, here a file put in the node's
 // /run. The pause process runs as an unprivileged user with no capability, no new
-// privileges and a seccomp filter, in a cgroup of its own beside the pod's containers'.
+// privileges and a seccomp filter, in a cgroup of its own beside the pod's containers';
+// once confined it is the sleeper (cmd/crijournal-pause-sleep), of at most 1 MiB of
+// resident memory.
 func TestPauseConfined(t *testing.T) {
 	t.Parallel()
 	reaper := newPauseReaper(t)
@@ -60,6 +63,17 @@ echo checked`, name)
 				if got := testenv.ProcStatus(pid, field); got != want {
 					t.Errorf("pause process %d: %s %q, want %q", pid, field, got, want)
 				}
+			}
+			if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || exe != pauseSleeper(daemonBinary(t)) {
+				t.Errorf("pause process %d runs %q (%v), want the sleeper %s", pid, exe, err, pauseSleeper(daemonBinary(t)))
+			}
+			// Resident memory is no timing: the sleeper's is its pages mapped (at most its
+			// file, about 0.7 MB) and a few of its own.
+			rss := testenv.ProcStatus(pid, "VmRSS")
+			if kb, err := strconv.Atoi(strings.TrimSuffix(rss, " kB")); err != nil || kb > 1024 {
+				t.Errorf("pause process %d: VmRSS %q, want at most 1024 kB", pid, rss)
+			} else {
+				t.Logf("pause process %d: VmRSS %d kB", pid, kb)
 			}
 			cgroups, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 			if err != nil || !strings.Contains(string(cgroups), "/crijournal-"+podID+"\n") {
