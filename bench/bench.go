@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +34,10 @@ type Options struct {
 	// DaemonPID is the process whose CPU time and memory are read from /proc: 0 finds it
 	// from the socket's peer credentials, -1 reads nothing (a remote endpoint).
 	DaemonPID int
+	// SharePID makes the pods share one pid namespace among their containers (pid POD,
+	// as a pod with shareProcessNamespace: true), where crijournal runs a pause process
+	// per pod (containerd a pause container). Default: pid CONTAINER, as a kubelet's pods.
+	SharePID bool
 }
 
 // Op names a measured operation.
@@ -103,6 +108,17 @@ type Memory struct {
 	// and containers; HelperRSSPerPodMiB is their summed VmRSS over the pods up.
 	Helpers            int     `json:"helpers"`
 	HelperRSSPerPodMiB float64 `json:"helper_rss_per_pod_mib"`
+	// Pauses counts crijournal's pause processes of the run's pods (with SharePID, one
+	// per pod), not among the helpers; PauseRSSMiB is their mean VmRSS.
+	Pauses      int     `json:"pauses,omitempty"`
+	PauseRSSMiB float64 `json:"pause_rss_mib,omitempty"`
+}
+
+// writePauses prints the pause processes' memory, if there are any.
+func (m *Memory) writePauses(w io.Writer) {
+	if m.Pauses > 0 {
+		fmt.Fprintf(w, "%d pause processes, %.2f MiB each\n", m.Pauses, m.PauseRSSMiB)
+	}
 }
 
 // readMemory reads the daemon's and its helpers' memory, for pods pods whose sandbox and
@@ -120,8 +136,11 @@ func readMemory(pid int, ids []string, pods int) *Memory {
 		return nil
 	}
 	m := &Memory{DaemonPID: pid, DaemonPeakRSSMiB: mib(u.PeakRSS), DaemonRSSMiB: mib(u.RSS)}
-	if sum, n, err := helperRSS(fs, pid, ids); err == nil && pods > 0 {
-		m.Helpers, m.HelperRSSPerPodMiB = n, mib(sum)/float64(pods)
+	if u, err := helperRSS(fs, pid, ids); err == nil && pods > 0 {
+		m.Helpers, m.HelperRSSPerPodMiB = u.N, mib(u.RSS)/float64(pods)
+		if u.Pauses > 0 {
+			m.Pauses, m.PauseRSSMiB = u.Pauses, mib(u.PauseRSS)/float64(u.Pauses)
+		}
 	}
 	return m
 }
@@ -422,6 +441,9 @@ func upPod(ctx context.Context, rt runtimeapi.RuntimeServiceClient, o Options, i
 		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
 			NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER},
 		}},
+	}
+	if o.SharePID {
+		cfg.Linux.SecurityContext.NamespaceOptions.Pid = runtimeapi.NamespaceMode_POD
 	}
 	start := time.Now()
 	var id string

@@ -141,6 +141,7 @@ func (c *Comparison) WriteTable(w io.Writer) {
 			if m := rep.Memory; m != nil {
 				fmt.Fprintf(w, "round %d, %s: daemon peak RSS %.1f MiB, %d helpers, %.2f MiB per pod\n",
 					i+1, rep.Runtime, m.DaemonPeakRSSMiB, m.Helpers, m.HelperRSSPerPodMiB)
+				m.writePauses(w)
 			}
 		}
 	}

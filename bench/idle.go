@@ -298,6 +298,7 @@ func (r *IdleReport) WriteTable(w io.Writer) {
 	if m := r.Memory; m != nil {
 		fmt.Fprintf(w, "daemon RSS %.1f MiB, peak %.1f MiB; %d helper processes, %.2f MiB per pod\n",
 			m.DaemonRSSMiB, m.DaemonPeakRSSMiB, m.Helpers, m.HelperRSSPerPodMiB)
+		m.writePauses(w)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "CALL\tCOUNT\tERRORS\tP50 ms\tP90 ms\tP99 ms\tMAX ms\t")

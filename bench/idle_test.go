@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,49 @@ func TestPeerPID(t *testing.T) {
 	}
 	if _, err := PeerPID("unix:///nonexistent/cri.sock"); err == nil {
 		t.Error("PeerPID of a socket that does not exist did not fail")
+	}
+}
+
+// TestHelperRSSPause: a process whose command line is "<program> pause <sandbox ID>" (a
+// crijournal pause process) is counted apart from the other helpers.
+func TestHelperRSSPause(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "pause"), []byte("sleep 60; :\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("sb-%d-pause", os.Getpid())
+	ctr := fmt.Sprintf("ctr-%d-pause", os.Getpid())
+	var procs []*exec.Cmd
+	for _, args := range [][]string{{"pause", id}, {"-c", "sleep 60; :", ctr}} {
+		c := exec.Command("sh", args...) // sh pause <id>: sh runs ./pause
+		c.Dir = dir
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range procs {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	})
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Until both have executed sh.
+	var u helperUsage
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if u, err = helperRSS(fs, os.Getpid(), []string{id, ctr}); err != nil {
+			t.Fatal(err)
+		}
+		if u.N+u.Pauses == 2 {
+			break
+		}
+	}
+	if u.N != 1 || u.Pauses != 1 || u.RSS == 0 || u.PauseRSS == 0 {
+		t.Errorf("helpers %+v: want one helper and one pause process, with their RSS", u)
 	}
 }
 

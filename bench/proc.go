@@ -62,18 +62,27 @@ func readUsage(fs procfs.FS, pid int) (procUsage, error) {
 	return procUsage{CPUSeconds: st.CPUTime(), RSS: status.VmRSS, PeakRSS: status.VmHWM}, nil
 }
 
-// helperRSS returns the summed resident memory of the runtime's helper processes of the
-// given pods and containers (conmon, containerd's shim) and how many there are. A helper
-// is told by its command line, which names its container or pod by ID as one argument
-// (conmon -c <container ID>, containerd-shim-runc-v2 -id <sandbox ID>); the containers'
-// own processes and the daemon are not counted. It only reads /proc.
-func helperRSS(fs procfs.FS, daemon int, ids []string) (uint64, int, error) {
+// helperUsage is the summed resident memory of a run's helper processes, the pause
+// processes apart.
+type helperUsage struct {
+	RSS      uint64 // helpers other than pause processes (conmon, containerd's shim)
+	N        int
+	PauseRSS uint64 // crijournal's pause processes (crijournal-pause pause <sandbox ID>)
+	Pauses   int
+}
+
+// helperRSS returns the summed resident memory (VmRSS) of the runtime's helper processes
+// of the given pods and containers (conmon, containerd's shim, crijournal's pause
+// processes) and how many there are. A helper is told by its command line, which names
+// its container or pod by ID as one argument (conmon -c <container ID>,
+// containerd-shim-runc-v2 -id <sandbox ID>, crijournal-pause pause <sandbox ID>); the
+// containers' own processes and the daemon are not counted. It only reads /proc.
+func helperRSS(fs procfs.FS, daemon int, ids []string) (helperUsage, error) {
 	procs, err := fs.AllProcs()
 	if err != nil {
-		return 0, 0, err
+		return helperUsage{}, err
 	}
-	var sum uint64
-	n := 0
+	var u helperUsage
 	for _, p := range procs {
 		if p.PID == daemon {
 			continue
@@ -86,10 +95,15 @@ func helperRSS(fs procfs.FS, daemon int, ids []string) (uint64, int, error) {
 		if err != nil {
 			continue // gone since the listing
 		}
-		sum += status.VmRSS
-		n++
+		if len(args) == 3 && args[1] == "pause" {
+			u.PauseRSS += status.VmRSS
+			u.Pauses++
+			continue
+		}
+		u.RSS += status.VmRSS
+		u.N++
 	}
-	return sum, n, nil
+	return u, nil
 }
 
 func mib(b uint64) float64 { return float64(b) / (1 << 20) }

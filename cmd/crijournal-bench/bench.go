@@ -58,7 +58,8 @@ Workloads (--workload):
          10 s) and reports the daemon's CPU time (utime+stime from /proc/<pid>/stat, the
          daemon only) as % of one core, its peak RSS (VmHWM), and the RSS of the pods'
          helper processes (conmon, containerd's shim: processes whose command line
-         names a pod or container ID) per pod. The daemon is found from the socket's
+         names a pod or container ID) per pod; with --share-pid, the RSS of
+         crijournal's pause processes apart. The daemon is found from the socket's
          peer credentials (SO_PEERCRED), or given with --daemon-pid.
   scale  fills the node to --pods pods, --concurrency at a time, and at 0,
          --scale-step, ... pods measures --scale-samples more pods brought up one at a
@@ -163,6 +164,7 @@ Workloads (--workload):
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&workload, "workload", "pods", "pods: bring pods up and down and time it; idle: bring --pods up and poll them kubelet-style for --duration, reading the daemon's CPU time; scale: fill the node to --pods and measure one more pod and the List calls every --scale-step; floor: time runc and the CNI plugin by themselves")
 	f.DurationVar(&idle.Duration, "duration", time.Minute, "with --workload idle, how long to poll")
+	f.BoolVar(&o.SharePID, "share-pid", false, "pods share a pid namespace among their containers (pid POD, shareProcessNamespace): crijournal then runs a pause process per pod, whose RSS is reported")
 	f.IntVar(&o.DaemonPID, "daemon-pid", 0, "the daemon whose CPU time and memory are read from /proc (0: the socket's peer; -1: none)")
 	f.IntVar(&so.Step, "scale-step", 100, "with --workload scale, pods between two measurements")
 	f.IntVar(&so.Samples, "scale-samples", 5, "with --workload scale, pods brought up one at a time and measured at each step")
