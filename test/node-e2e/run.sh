@@ -31,7 +31,7 @@ IMAGES=${IMAGES:-/var/tmp/crij-node-e2e-images}
 export REG_ADDR=${REG_ADDR:-127.0.0.1:5055}
 
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: must run as root" >&2; exit 1; }
-for b in crijournal crijournal-pause kubelet e2e_node.test agnhost nonewprivs; do
+for b in crijournal crijournal-pause crijournal-pause-sleep kubelet e2e_node.test agnhost nonewprivs; do
 	[ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing: make build node-e2e-build" >&2; exit 1; }
 done
 mkdir -p "$RESULTS"
