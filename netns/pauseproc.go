@@ -78,9 +78,10 @@ type pauseStart struct {
 // <sandboxID>", with an environment that names its user and the caller's mount
 // namespace only (and the sleeper's fd, when there is one), / as its working
 // directory, /dev/null as stdin, stdout and stderr, the ready pipe as fd 3, the
-// program itself as fd 4 and its sleeper, if any, as fd 5. It is run through /proc/self/fd/4, so that a process that runs
-// as the root of a user namespace (a host ID that may not search the directories on the
-// way to the program) still runs it. attr is the process's SysProcAttr (which makes or
+// program itself as fd 4 and its sleeper, if any, as fd 5. It is run through
+// /proc/self/fd/4, so that a process that runs as the root of a user namespace (a host
+// ID that may not search the directories on the way to the program) still runs it; the
+// sleeper is passed open for the same reason. attr is the process's SysProcAttr (which makes or
 // finds its new pid namespace), to which CLONE_NEWNS and a new session are added. Call
 // close once it started (or failed to).
 func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) (*pauseStart, error) {
