@@ -152,8 +152,10 @@
 // Reaping matters beyond tidiness: an exec'd process that stays an unreaped zombie
 // of the daemon is still in the container's pid namespace, and the namespace's init
 // cannot finish exiting until it is reaped, so `runc delete` fails with "container
-// init still running". Orphans this package does not know of (for example a
-// container's init whose conmon was killed by someone else) are not reaped by it.
+// init still running". Orphans of containers' pid namespaces this package does not
+// wait for (a stage of a runc exec that failed half way, a command nothing claimed) are
+// reaped by [ReapOrphans], which the daemon runs for its whole life; a container's init
+// whose conmon was killed by someone else is conmon's child, not the daemon's.
 //
 // # Streams
 //

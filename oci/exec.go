@@ -148,6 +148,7 @@ func (r *Runtime) execDetached(ctx context.Context, id string, cmd []string, std
 		return -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
 	defer fd.Close()
+	defer await(pid)() // its exit status is ours to collect, not ReapOrphans's
 	if werr := waitPidfd(ctx, fd); werr != nil {
 		err := fmt.Errorf("exec %q in %s: %w", cmd, id, ctx.Err())
 		if kerr := killTree(context.WithoutCancel(ctx), pid, fd, true); kerr != nil {

@@ -67,11 +67,24 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if err := checkPauseProgram(cfg, log); err != nil {
 		return err
 	}
-	if err := oci.BecomeSubreaper(); err != nil {
-		log.Warn("cannot become a child subreaper: processes killed by ExecSync timeouts may linger as zombies", "err", err)
+	subreaper := oci.BecomeSubreaper()
+	if subreaper != nil {
+		log.Warn("cannot become a child subreaper: processes killed by ExecSync timeouts may linger as zombies", "err", subreaper)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if subreaper == nil {
+		// Zombies of containers' processes the daemon inherits would keep their
+		// containers from exiting (see oci.ReapOrphans).
+		reaperDone := make(chan struct{})
+		go func() {
+			defer close(reaperDone)
+			oci.ReapOrphans(ctx, time.Second, func(pid, nsPid int) {
+				log.Info("reaped a container's process the daemon inherited", "pid", pid, "pid_in_container", nsPid)
+			})
+		}()
+		defer func() { stop(); <-reaperDone }()
+	}
 
 	images, err := storage.Open(ctx, storage.Options{
 		Root: cfg.StorageRootDir(), RunRoot: cfg.StorageRunRootDir(), Driver: cfg.StorageDriver,
