@@ -47,6 +47,7 @@ export CRIJOURNAL_KUBELET := $(abspath $(KUBELET_BIN))
 NODE_E2E_BIN := bin/e2e_node.test
 AGNHOST_BIN := bin/agnhost
 NONEWPRIVS_BIN := bin/nonewprivs
+GINKGO_BIN := bin/ginkgo
 # Extra arguments of test/node-e2e/run.sh: make node-e2e NODE_E2E_ARGS='--focus "Pods.*should get a host IP"'
 NODE_E2E_ARGS ?=
 
@@ -95,7 +96,7 @@ help:
 	@echo 'make build  build $(BIN), $(PAUSE_BIN), $(SLEEP_BIN) and $(BENCH_BIN)'
 	@echo 'make kubelet  build $(KUBELET_BIN), the kubelet of the end-to-end tests (only when test/kubelet changed)'
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
-	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN) (only when test/kubelet changed)'
+	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed)'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
@@ -155,7 +156,7 @@ $(KUBELET_BIN): $(KUBELET_SRC)
 
 # The node e2e suite's binaries: like the kubelet, rebuilt only when test/kubelet changed.
 # agnhost and nonewprivs go into the stand-in images: static, without cgo.
-node-e2e-build: $(KUBELET_BIN) $(NODE_E2E_BIN) $(AGNHOST_BIN) $(NONEWPRIVS_BIN)
+node-e2e-build: $(KUBELET_BIN) $(NODE_E2E_BIN) $(AGNHOST_BIN) $(NONEWPRIVS_BIN) $(GINKGO_BIN)
 
 $(NODE_E2E_BIN): $(KUBELET_SRC)
 	@mkdir -p $(dir $@)
@@ -172,6 +173,12 @@ $(AGNHOST_BIN): $(KUBELET_SRC)
 $(NONEWPRIVS_BIN): $(KUBELET_SRC)
 	@mkdir -p $(dir $@)
 	cd test/kubelet && CGO_ENABLED=0 go build -o $(abspath $@) k8s.io/kubernetes/test/images/nonewprivs
+	@touch $@
+
+# ginkgo's runner, for the suite's parallel processes (run.sh NODES), the version the suite links.
+$(GINKGO_BIN): $(KUBELET_SRC)
+	@mkdir -p $(dir $@)
+	cd test/kubelet && go build -o $(abspath $@) github.com/onsi/ginkgo/v2/ginkgo
 	@touch $@
 
 # Opt-in, not part of test: it runs for most of an hour on 2 cores. As root.

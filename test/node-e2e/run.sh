@@ -17,6 +17,9 @@
 #   IMAGES  stand-in image cache (default /var/tmp/crij-node-e2e-images)
 #   REG_ADDR loopback registry (default 127.0.0.1:5055)
 #   KEEP=1  keep the temporary directory
+#   NODES   parallel ginkgo processes (default 8, as upstream's node e2e jobs on 2-vCPU
+#           machines; bin/ginkgo runs them and process 1 starts the services); 1 runs the
+#           test binary alone (then ginkgo flags go in as --ginkgo.x)
 # Extra arguments go to e2e_node.test, e.g. --ginkgo.dry-run, --ginkgo.focus=... (later wins).
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -26,12 +29,13 @@ KIT=${CONFORMANCE_KIT:-$ROOT/../shared/conformance}
 FOCUS=${FOCUS:-'\[NodeConformance\]'}
 [ -z "${ONLY:-}" ] || FOCUS="($ONLY).*\[NodeConformance\]"
 SKIP=${SKIP:-'\[Flaky\]|\[Slow\]|\[Serial\]'}
+NODES=${NODES:-8}
 RESULTS=${RESULTS:-$ROOT/_output/node-e2e/$(date +%Y%m%dT%H%M%S)}
 IMAGES=${IMAGES:-/var/tmp/crij-node-e2e-images}
 export REG_ADDR=${REG_ADDR:-127.0.0.1:5055}
 
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: must run as root" >&2; exit 1; }
-for b in crijournal crijournal-pause crijournal-pause-sleep kubelet e2e_node.test agnhost nonewprivs; do
+for b in crijournal crijournal-pause crijournal-pause-sleep kubelet e2e_node.test agnhost nonewprivs ginkgo; do
 	[ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing: make build node-e2e-build" >&2; exit 1; }
 done
 mkdir -p "$RESULTS"
@@ -180,14 +184,23 @@ done
 KUBELET_FLAGS="--system-cgroups= --runtime-cgroups= --kubelet-cgroups= --node-ip=$NODE_IP"
 cd "$WORK"
 set +e
-PATH=$WORK/path "$BIN/e2e_node.test" \
-	--container-runtime-endpoint="unix://$SOCK" --image-service-endpoint="unix://$SOCK" \
-	--kubelet-config-file="$WORK/kubelet-base.yaml" --kubelet-flags="$KUBELET_FLAGS" \
-	--prepull-images=false \
-	--report-dir="$RESULTS" \
-	--ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" \
-	--ginkgo.junit-report="$RESULTS/junit.xml" --ginkgo.timeout=3h --ginkgo.no-color \
-	"$@" 2>&1 | tee "$RESULTS/e2e_node.log"
+SUITE_FLAGS=(
+	--container-runtime-endpoint="unix://$SOCK" --image-service-endpoint="unix://$SOCK"
+	--kubelet-config-file="$WORK/kubelet-base.yaml" --kubelet-flags="$KUBELET_FLAGS"
+	--prepull-images=false
+	--report-dir="$RESULTS"
+)
+if [ "$NODES" -gt 1 ]; then
+	PATH=$WORK/path "$BIN/ginkgo" --procs="$NODES" \
+		--focus="$FOCUS" --skip="$SKIP" \
+		--junit-report="$RESULTS/junit.xml" --timeout=3h --no-color \
+		"$BIN/e2e_node.test" -- "${SUITE_FLAGS[@]}" "$@" 2>&1 | tee "$RESULTS/e2e_node.log"
+else
+	PATH=$WORK/path "$BIN/e2e_node.test" "${SUITE_FLAGS[@]}" \
+		--ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" \
+		--ginkgo.junit-report="$RESULTS/junit.xml" --ginkgo.timeout=3h --ginkgo.no-color \
+		"$@" 2>&1 | tee "$RESULTS/e2e_node.log"
+fi
 rc=${PIPESTATUS[0]}
 set -e
 cp -a "$WORK"/kubelet-config "$WORK"/kubelet.log "$RESULTS/" 2>/dev/null || true
