@@ -40,16 +40,25 @@ rootfs() {
 
 E=registry.k8s.io/e2e-test-images
 rootfs "$work/bb" "$OUT/kit/busybox.tar"
+# The kit's busybox as upstream's busybox image lays it out: every applet in /bin too
+# (Debian's puts some in /sbin and /usr/bin; the sysctl specs run /bin/sysctl), and an
+# nmeter stand-in (Debian's busybox has no nmeter; the container lifecycle specs take the
+# time with milliseconds from `nmeter -d0 '%3t'`): test/node-e2e/nmeter.
+for a in $(chroot "$work/bb" /bin/busybox --list); do
+	[ -e "$work/bb/bin/$a" ] || ln "$work/bb/bin/busybox" "$work/bb/bin/$a"
+done
+(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -o "$work/bb/bin/nmeter" ./test/node-e2e/nmeter)
+"$KIT/mkimage.sh" "$work/bb" "$OUT/busybox.tar" $E/busybox:1.37.0-2 '{"Cmd":["sh"]}' >/dev/null
 
 # as they are -----------------------------------------------------------------------------
-add kit/busybox.tar $E/busybox:1.37.0-2       # imageutils.BusyBox
-add kit/busybox.tar $E/busybox:1.36.1-1       # memory_qos_test (not NodeConformance)
+add busybox.tar $E/busybox:1.37.0-2           # imageutils.BusyBox
+add busybox.tar $E/busybox:1.36.1-1           # memory_qos_test (not NodeConformance)
 add kit/pause.tar registry.k8s.io/pause:3.10.2 # imageutils.Pause, GetPauseImageName
 add kit/nginx.tar $E/nginx:1.27.0-2           # imageutils.Nginx
 add kit/nginx.tar $E/nginx:1.28.0-2           # imageutils.NginxNew
 # glibc-dns-testing (Debian + dnsutils + coredns upstream): the specs only run
 # `hostname; hostname -f`, which the kit's busybox does through glibc's resolver too
-add kit/busybox.tar $E/glibc-dns-testing:2.1.1 # imageutils.GlibcDnsTesting
+add busybox.tar $E/glibc-dns-testing:2.1.1 # imageutils.GlibcDnsTesting
 
 # agnhost: busybox + /agnhost (static, from the module), as test/images/agnhost/Dockerfile
 # lays it out: /agnhost-2 link, /uploads, porter's localhost.crt/key, user-defined-in-image
