@@ -63,7 +63,7 @@ add busybox.tar $E/glibc-dns-testing:2.1.1 # imageutils.GlibcDnsTesting
 # agnhost: busybox + /agnhost (static, from the module), as test/images/agnhost/Dockerfile
 # lays it out: /agnhost-2 link, /uploads, porter's localhost.crt/key, user-defined-in-image
 # (uid 1000) in group-defined-in-image (gid 50000); ENTRYPOINT /agnhost, CMD pause. Missing:
-# alpine's bind-tools, curl, netcat, iproute2, iperf, socat, coredns (busybox has nc, wget, ip).
+# alpine's bind-tools, netcat, iproute2, iperf, socat, coredns (busybox has nc, wget, ip).
 KSRC=$(cd "$ROOT/test/kubelet" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images
 cp -a "$work/bb" "$work/agnhost"
 install -m 0755 "$BIN/agnhost" "$work/agnhost/agnhost"
@@ -73,6 +73,21 @@ install -m 0644 "$KSRC/agnhost/porter/localhost.crt" "$KSRC/agnhost/porter/local
 echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>"$work/agnhost/etc/passwd"
 printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >>"$work/agnhost/etc/group"
 chown 1000:1000 "$work/agnhost/home/user-defined-in-image"
+# Of the tools upstream's agnhost (alpine) has, the specs run curl (exec lifecycle hooks)
+# and bash (probes): the host's, with their libraries.
+host_tool() { # host_tool ROOTFS PROGRAM
+	local p lib
+	p=$(command -v "$2") || { echo "mk-images.sh: no $2 on this host (apt-get install $2)" >&2; exit 1; }
+	rm -f "$1/usr/bin/$2" "$1/bin/$2"
+	install -D -m 0755 "$p" "$1$p"
+	[ "$p" = "/usr/bin/$2" ] && [ ! -e "$1/bin/$2" ] && ln -s "/usr/bin/$2" "$1/bin/$2"
+	for lib in $(ldd "$p" 2>/dev/null | grep -oE '/[^ ]+\.so[^ ]*' | sort -u); do
+		mkdir -p "$1$(dirname "$lib")"
+		cp -L "$lib" "$1$lib"
+	done
+}
+host_tool "$work/agnhost" curl
+host_tool "$work/agnhost" bash
 AGN='{"Entrypoint":["/agnhost"],"Cmd":["pause"],"ExposedPorts":{"80/tcp":{},"8080/tcp":{},"8081/tcp":{},"9376/tcp":{},"5000/tcp":{}}}'
 "$KIT/mkimage.sh" "$work/agnhost" "$OUT/agnhost.tar" $E/agnhost:2.66.1 "$AGN" >/dev/null
 add agnhost.tar $E/agnhost:2.66.1 # imageutils.Agnhost
