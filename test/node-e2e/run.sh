@@ -100,6 +100,10 @@ registries_conf_dir = "$WORK/registries.conf.d"
 signature_policy = "$ROOT/contrib/containers/policy.json"
 cgroup_manager = "cgroupfs"
 enable_nri = false
+
+# the RuntimeClass handler the suite's RuntimeClass and PodOverhead specs name (upstream's
+# node e2e jobs configure their runtime with it, as runc)
+[runtimes.test-handler]
 CFG
 	# names the suite does not map through KUBE_TEST_REPO_LIST (hard-coded references)
 	for h in registry.k8s.io gcr.io k8s.gcr.io docker.io; do
