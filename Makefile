@@ -183,6 +183,8 @@ $(GINKGO_BIN): $(KUBELET_SRC)
 
 # Opt-in, not part of test: it runs for most of an hour on 2 cores. As root.
 node-e2e: deps build node-e2e-build
+	@# the host tools mk-images.sh copies into the agnhost stand-in
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES='curl netcat-openbsd'
 	test/node-e2e/run.sh $(NODE_E2E_ARGS)
 
 test: deps build kubelet

@@ -73,8 +73,9 @@ install -m 0644 "$KSRC/agnhost/porter/localhost.crt" "$KSRC/agnhost/porter/local
 echo 'user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh' >>"$work/agnhost/etc/passwd"
 printf 'user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >>"$work/agnhost/etc/group"
 chown 1000:1000 "$work/agnhost/home/user-defined-in-image"
-# Of the tools upstream's agnhost (alpine) has, the specs run curl (exec lifecycle hooks)
-# and bash (probes): the host's, with their libraries.
+# Of the tools upstream's agnhost (alpine) has, the specs run curl (exec lifecycle hooks,
+# networking checks), bash (probes) and netcat with UDP (node-pod UDP checks: Debian's
+# busybox nc has no -u): the host's, with their libraries (netcat-openbsd for nc).
 host_tool() { # host_tool ROOTFS PROGRAM
 	local p lib
 	p=$(command -v "$2") || { echo "mk-images.sh: no $2 on this host (apt-get install $2)" >&2; exit 1; }
@@ -88,6 +89,7 @@ host_tool() { # host_tool ROOTFS PROGRAM
 }
 host_tool "$work/agnhost" curl
 host_tool "$work/agnhost" bash
+host_tool "$work/agnhost" nc
 AGN='{"Entrypoint":["/agnhost"],"Cmd":["pause"],"ExposedPorts":{"80/tcp":{},"8080/tcp":{},"8081/tcp":{},"9376/tcp":{},"5000/tcp":{}}}'
 "$KIT/mkimage.sh" "$work/agnhost" "$OUT/agnhost.tar" $E/agnhost:2.66.1 "$AGN" >/dev/null
 add agnhost.tar $E/agnhost:2.66.1 # imageutils.Agnhost
