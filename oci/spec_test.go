@@ -719,3 +719,31 @@ func TestStateDirFor(t *testing.T) {
 		t.Error("the short directories of long run roots are not one per run root and handler")
 	}
 }
+
+// TestMergeEnv: the container's environment is the image's, then the request's (a key
+// the request sets again replaces the image's, in place), with PATH and HOME defaulted;
+// names that are not shell identifiers (a ConfigMap's keys through envFrom) are kept as
+// they are.
+func TestMergeEnv(t *testing.T) {
+	kv := func(k, v string) *runtimeapi.KeyValue { return &runtimeapi.KeyValue{Key: k, Value: []byte(v)} }
+	for _, tc := range []struct {
+		name  string
+		image []string
+		cri   []*runtimeapi.KeyValue
+		home  string
+		want  []string
+	}{
+		{"defaults", nil, nil, "", []string{"PATH=" + defaultPath, "HOME=/"}},
+		{"request replaces the image's in place", []string{"A=1", "PATH=/bin"}, []*runtimeapi.KeyValue{kv("A", "2"), kv("B", "3")}, "/root",
+			[]string{"A=2", "PATH=/bin", "B=3", "HOME=/root"}},
+		{"names that are not identifiers", nil, []*runtimeapi.KeyValue{kv("data-1", "value-1"), kv("p-data-1", "value-1"), kv("1x", "y")}, "/",
+			[]string{"data-1=value-1", "p-data-1=value-1", "1x=y", "PATH=" + defaultPath, "HOME=/"}},
+		{"empty key dropped", nil, []*runtimeapi.KeyValue{kv("", "x")}, "/", []string{"PATH=" + defaultPath, "HOME=/"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := mergeEnv(tc.image, tc.cri, tc.home); !slices.Equal(got, tc.want) {
+				t.Errorf("mergeEnv = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
