@@ -274,11 +274,17 @@ type Config struct {
 
 	// StreamTLSKey is the PEM private key of StreamTLSCert. Default: "".
 	StreamTLSKey string `toml:"stream_tls_key" help:"PEM private key of the streaming server's certificate"`
-	// CgroupManager is the cgroup driver, what RuntimeConfig tells the kubelet:
-	// "cgroupfs" (cgroup parents are cgroupfs paths such as /kubepods/pod<uid>).
-	// "systemd" (parents as slice names, cgroups made by systemd) is refused:
-	// crijournal does not implement it yet. Default: cgroupfs.
-	CgroupManager string `toml:"cgroup_manager" help:"cgroup driver reported to the kubelet: cgroupfs (systemd is not supported yet)"`
+	// CgroupManager is the cgroup driver, what RuntimeConfig tells the kubelet, which
+	// must use the same one (its cgroupDriver):
+	// "cgroupfs": cgroup parents are cgroupfs paths such as /kubepods/pod<uid>, and
+	// crijournal and runc make the cgroups in the file system.
+	// "systemd": cgroup parents are slice names such as kubepods-burstable-pod<uid>.slice,
+	// and every cgroup is a systemd unit asked for over D-Bus: a pod's slice (when the
+	// kubelet did not make it), a transient scope crijournal-<id>.scope with Delegate=yes
+	// for each container (runc --systemd-cgroup) and for a pod's pause process, and
+	// crijournal-conmon-<id>.scope for each container's conmon. systemd must run (PID 1
+	// of the daemon's pid namespace). Default: cgroupfs.
+	CgroupManager string `toml:"cgroup_manager" help:"cgroup driver, as the kubelet's cgroupDriver: cgroupfs or systemd"`
 
 	// SeccompUnavailable says the node has no seccomp support (say, a runtime
 	// built without libseccomp). Containers that ask for a RuntimeDefault or

@@ -317,8 +317,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"integer stream port", source{file: `stream_port = 10010`}, "stream_port", "want a string"},
 		{"stream cert without key", source{file: `stream_tls_cert = "/etc/cj/stream.crt"`}, "stream_tls_key", "together"},
 		{"relative stream key", source{file: "stream_tls_cert = \"/etc/cj/s.crt\"\nstream_tls_key = \"s.key\""}, "stream_tls_key", "absolute"},
-		{"systemd cgroups", source{file: `cgroup_manager = "systemd"`}, "cgroup_manager", "not supported yet"},
-		{"unknown cgroup manager", source{file: `cgroup_manager = "cgroupv2"`}, "cgroup_manager", `must be "cgroupfs"`},
+		{"unknown cgroup manager", source{file: `cgroup_manager = "cgroupv2"`}, "cgroup_manager", `must be "cgroupfs" or "systemd"`},
 		{"bad bool env", source{env: map[string]string{"CRIJOURNAL_JOURNAL_NO_SYNC": "maybe"}}, "journal_no_sync", "true or false"},
 		{"unknown default runtime", source{file: `default_runtime = "kata"`}, "default_runtime", `"runc"`},
 		{"bad handler name", source{file: "[runtimes.Kata_QEMU]\npath = \"/usr/bin/kata\""}, "runtimes.Kata_QEMU", "DNS label"},
@@ -416,19 +415,15 @@ func TestTOMLRoundTrip(t *testing.T) {
 		MetricsKey:        "/etc/crijournal/metrics.key",
 		StreamTLSCert:     "/etc/crijournal/stream.crt",
 		StreamTLSKey:      "/etc/crijournal/stream.key",
-		CgroupManager:     CgroupManagerCgroupfs,
+		CgroupManager:     CgroupManagerSystemd,
 	}
 	custom.SeccompUnavailable = true
 	custom.EnableNRI, custom.NRIListen, custom.NRIPluginDir, custom.NRIPluginConfigDir = false, "/run/cj/nri.sock", "/srv/nri/plugins", "/srv/nri/conf.d"
 	custom.NRIPluginRegistrationTimeout, custom.NRIPluginRequestTimeout, custom.NRIDisableConnections = 9*time.Second, 4*time.Second, true
 	// custom must set every field to a non-default value, or the test
-	// would not show that the field round-trips. CgroupManager has one
-	// accepted value (its default) until systemd cgroups are implemented.
+	// would not show that the field round-trips.
 	def, cv := reflect.ValueOf(Default()), reflect.ValueOf(custom)
 	for i := range def.NumField() {
-		if def.Type().Field(i).Name == "CgroupManager" {
-			continue
-		}
 		if reflect.DeepEqual(def.Field(i).Interface(), cv.Field(i).Interface()) {
 			t.Errorf("custom config leaves %s at its default", def.Type().Field(i).Name)
 		}

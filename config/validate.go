@@ -177,11 +177,8 @@ func (c Config) Validate() error {
 	switch c.CgroupManager {
 	case CgroupManagerCgroupfs:
 	case CgroupManagerSystemd:
-		bad("cgroup_manager", "%q is not supported yet: crijournal creates container cgroups through cgroupfs only "+
-			"(systemd slices and scopes are not implemented); set %q and give the kubelet --cgroup-driver=cgroupfs",
-			c.CgroupManager, CgroupManagerCgroupfs)
 	default:
-		bad("cgroup_manager", "must be %q, got %q", CgroupManagerCgroupfs, c.CgroupManager)
+		bad("cgroup_manager", "must be %q or %q, got %q", CgroupManagerCgroupfs, CgroupManagerSystemd, c.CgroupManager)
 	}
 	if c.EnableNRI {
 		absolute("nri_listen", c.NRIListen, !c.NRIDisableConnections)

@@ -13,7 +13,7 @@ import (
 // crictl: info (RuntimeReady, the handlers with their features, the
 // supplemental groups policy feature, the effective configuration),
 // runtime-config (the cgroup driver), update-runtime-config (the pod CIDR is
-// taken and shown); and that the daemon refuses cgroup_manager = "systemd".
+// taken and shown); and that the daemon refuses an unknown cgroup_manager.
 func TestRuntimeInfo(t *testing.T) {
 	t.Parallel()
 	runc, err := nodeRunc()
@@ -103,11 +103,11 @@ func TestRuntimeInfo(t *testing.T) {
 		t.Errorf("crictl info podCIDR %q after update-runtime-config, want 10.244.7.0/24", cidr)
 	}
 
-	// systemd cgroups are refused with a clear message, not pretended.
+	// An unknown cgroup driver is refused with a clear message, naming the two there are.
 	cmd := exec.Command(daemonBinary(t), "config")
-	cmd.Env = daemonEnv([]string{"CRIJOURNAL_CONFIG=" + d.configPath, "CRIJOURNAL_CGROUP_MANAGER=systemd"})
+	cmd.Env = daemonEnv([]string{"CRIJOURNAL_CONFIG=" + d.configPath, "CRIJOURNAL_CGROUP_MANAGER=cgroupv2"})
 	msg, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(msg), `cgroup_manager: "systemd" is not supported yet`) {
-		t.Errorf("crijournal config with cgroup_manager=systemd: %v, want a refusal naming the key\n%s", err, msg)
+	if err == nil || !strings.Contains(string(msg), `cgroup_manager: must be "cgroupfs" or "systemd", got "cgroupv2"`) {
+		t.Errorf("crijournal config with cgroup_manager=cgroupv2: %v, want a refusal naming the key\n%s", err, msg)
 	}
 }
