@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crijournal/crijournal/internal/pause"
+	"github.com/crijournal/crijournal/units"
 )
 
 // # The pause program
@@ -45,8 +46,10 @@ type PauseProgram struct {
 	// UID and GID are the user the process runs as once confined: in the pod's user
 	// namespace when it has one.
 	UID, GID uint32
-	// Cgroup is the cgroupfs path (as an OCI cgroupsPath) of the cgroup the process is
-	// put in, created if missing; "" leaves it in the daemon's.
+	// Cgroup is the cgroup the process is put in, as an OCI cgroupsPath: a cgroupfs
+	// path, created if missing, or with the systemd driver a systemd scope
+	// ("slice:prefix:name"), started as a transient unit with the process in it; ""
+	// leaves it in the daemon's.
 	Cgroup string
 }
 
@@ -200,8 +203,15 @@ func (s *pauseStart) waitReady(ctx context.Context) error {
 }
 
 // joinCgroup puts pid into the cgroup at path (see PauseProgram.Cgroup), creating it, on
-// cgroup v1 or v2, as runc does for a container.
+// cgroup v1 or v2, as runc does for a container: a systemd scope is started with pid in it.
 func joinCgroup(path string, pid int) error {
+	if units.IsPath(path) {
+		p, err := units.Parse(path)
+		if err != nil {
+			return fmt.Errorf("cgroup %q: %w: %w", path, ErrInvalid, err)
+		}
+		return units.StartScope(p, pid)
+	}
 	m, err := cgroupManager(path)
 	if err != nil {
 		return err
@@ -213,8 +223,17 @@ func joinCgroup(path string, pid int) error {
 }
 
 // RemoveCgroup removes the cgroup at path that a pause process was put in. It is
-// idempotent (a missing cgroup is success) and fails while a process is in it.
+// idempotent (a missing cgroup is success) and fails while a process is in it. A systemd
+// scope is stopped (see units.StopScope): a scope that is gone is done, and systemd
+// that cannot be asked is an error.
 func RemoveCgroup(path string) error {
+	if units.IsPath(path) {
+		p, err := units.Parse(path)
+		if err != nil {
+			return fmt.Errorf("cgroup %q: %w: %w", path, ErrInvalid, err)
+		}
+		return units.StopScope(context.Background(), p)
+	}
 	m, err := cgroupManager(path)
 	if err != nil {
 		return err
@@ -226,8 +245,15 @@ func RemoveCgroup(path string) error {
 }
 
 // checkCgroupPath refuses a cgroup path that is not absolute (an empty one would name
-// the caller's own cgroup to the manager) or that leaves the hierarchy.
+// the caller's own cgroup to the manager) or that leaves the hierarchy, unless it is a
+// valid systemd scope.
 func checkCgroupPath(p string) error {
+	if units.IsPath(p) {
+		if _, err := units.Parse(p); err != nil {
+			return fmt.Errorf("cgroup %q: %w: %w", p, ErrInvalid, err)
+		}
+		return nil
+	}
 	if !path.IsAbs(p) || strings.Contains(p, "..") {
 		return fmt.Errorf("cgroup %q: %w: not an absolute cgroupfs path", p, ErrInvalid)
 	}

@@ -16,6 +16,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/units"
 )
 
 // bundleFiles are the files Create (config.json) and conmon (the ctl and winsz fifos,
@@ -196,6 +198,16 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 			}
 			return 0, fmt.Errorf("create %s: %w", id, res.err)
 		}
+		// With the systemd driver, conmon leaves the daemon's cgroup for a scope of its
+		// own in the pod's slice, as CRI-O's conmon_cgroup = "pod" does: it is the pod's,
+		// and a restart of the daemon's unit does not touch it. The scope's name follows
+		// from the cgroupsPath that meta.json recorded before conmon started, and
+		// Delete (the step's undo) stops it.
+		if cp, ok := conmonScope(m.CgroupsPath, id); ok {
+			if err := units.StartScope(cp, conmonPid); err != nil {
+				return 0, fmt.Errorf("create %s: %w", id, err)
+			}
+		}
 		// The pidfd answers Running from now on; the deferred Close closes a copy.
 		if kept, err := dupFile(conmonFd); err == nil {
 			r.conmons.keep(id, kept)
@@ -253,6 +265,9 @@ func (r *Runtime) conmonArgs(id, bundle, logPath string, terminal bool, stdin St
 		"--socket-dir-path", r.attachDir(),
 		"--runtime-arg", "--root=" + r.root,
 		"--runtime-arg", "--log-format=json",
+	}
+	if r.systemd {
+		args = append(args, "--runtime-arg", "--systemd-cgroup")
 	}
 	if logPath != "" {
 		args = append(args, "-l", "k8s-file:"+logPath)
@@ -578,8 +593,48 @@ func (r *Runtime) MoveLog(id, to string) error {
 	return nil
 }
 
+// conmonScope returns the systemd scope of a container's conmon when its cgroupsPath
+// is a systemd one: crijournal-conmon-<id>.scope in the container's slice.
+func conmonScope(cgroupsPath, id string) (units.Path, bool) {
+	if !units.IsPath(cgroupsPath) {
+		return units.Path{}, false
+	}
+	p, err := units.Parse(cgroupsPath)
+	if err != nil {
+		return units.Path{}, false
+	}
+	return units.Path{Slice: p.Slice, Prefix: units.ConmonPrefix, Name: id}, true
+}
+
+// stopScopes stops the systemd scopes of a container whose cgroupsPath is a systemd
+// one (its own, which runc normally stops, and its conmon's, which ends with conmon),
+// and removes what is left of their cgroups. A scope that is gone is done; systemd
+// that cannot be asked is an error.
+func stopScopes(ctx context.Context, cgroupsPath, id string) error {
+	p, err := units.Parse(cgroupsPath)
+	if err != nil {
+		return err
+	}
+	c, _ := conmonScope(cgroupsPath, id)
+	return errors.Join(units.StopScope(ctx, p), units.StopScope(ctx, c))
+}
+
+// cgroupDir returns the cgroupfs path (relative to each hierarchy's root) of a
+// cgroupsPath: itself, or a systemd scope's directory.
+func cgroupDir(cgroupsPath string) (string, error) {
+	if !units.IsPath(cgroupsPath) {
+		return cgroupsPath, nil
+	}
+	p, err := units.Parse(cgroupsPath)
+	if err != nil {
+		return "", err
+	}
+	return p.Dir()
+}
+
 // cgroupsPathOf returns the cgroupsPath of a container from its meta, or else from the
-// spec in its bundle ("" if unknown).
+// spec in its bundle ("" if unknown): a cgroupfs path, or a systemd one
+// ("slice:prefix:name").
 func cgroupsPathOf(m meta) string {
 	p := m.CgroupsPath
 	if p == "" && m.Bundle != "" {
@@ -596,6 +651,12 @@ func cgroupsPathOf(m meta) string {
 			return ""
 		}
 		p = s.Linux.CgroupsPath
+	}
+	if units.IsPath(p) {
+		if _, err := units.Parse(p); err != nil {
+			return ""
+		}
+		return p
 	}
 	if !filepath.IsAbs(p) || hasDotDot(p) || filepath.Clean(p) == "/" {
 		return ""

@@ -102,7 +102,7 @@ func (r *Runtime) execDetached(ctx context.Context, id string, cmd []string, std
 		}
 	}
 	defer drained(0)
-	c := exec.Command(r.path, "--root", r.root, "--log", logPath, "--log-format", "json", "exec", "--detach", "--pid-file", pidPath, id)
+	c := exec.Command(r.path, append(r.globalArgs("--log", logPath, "--log-format", "json"), "exec", "--detach", "--pid-file", pidPath, id)...)
 	c.Args = append(c.Args, cmd...)
 	for _, out := range []struct {
 		to  io.Writer

@@ -62,7 +62,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s Streams) 
 	logFile.Close()
 	defer os.Remove(logFile.Name())
 
-	args := []string{"--root", r.root, "--log", logFile.Name(), "--log-format", "json", "exec"}
+	args := append(r.globalArgs("--log", logFile.Name(), "--log-format", "json"), "exec")
 	if s.TTY {
 		args = append(args, "--tty", "--env", "TERM=xterm")
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/crijournal/crijournal/units"
 )
 
 // Errors of the runtime.
@@ -84,6 +86,11 @@ type Config struct {
 	// ExecDrainTimeout bounds how long ExecSync reads a command's output after the
 	// command exited; 0 means execWaitDelay.
 	ExecDrainTimeout time.Duration
+	// SystemdCgroup runs the runtime with --systemd-cgroup (cgroup_manager = "systemd"):
+	// containers' cgroupsPaths are systemd scopes ("slice:prefix:name"), and each
+	// container's conmon is put in the scope crijournal-conmon-<id>.scope of the pod's
+	// slice.
+	SystemdCgroup bool
 }
 
 // Runtime runs containers with one OCI runtime (runc by default, or crun) under
@@ -96,6 +103,7 @@ type Runtime struct {
 	conmon   string
 	stateDir string
 	drain    time.Duration // ExecSync's, see Config.ExecDrainTimeout
+	systemd  bool          // see Config.SystemdCgroup
 
 	locks    keyedMutex
 	cgroups  cgroupManagers // per container, for Stats
@@ -113,7 +121,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("oci: runtime %s: %s %q must be an absolute path", cfg.Handler, name, dir)
 		}
 	}
-	r := &Runtime{handler: cfg.Handler, root: filepath.Clean(cfg.Root), stateDir: filepath.Clean(cfg.StateDir), drain: cfg.ExecDrainTimeout}
+	r := &Runtime{handler: cfg.Handler, root: filepath.Clean(cfg.Root), stateDir: filepath.Clean(cfg.StateDir), drain: cfg.ExecDrainTimeout, systemd: cfg.SystemdCgroup}
 	if r.drain <= 0 {
 		r.drain = execWaitDelay
 	}
@@ -202,7 +210,7 @@ func validID(id string) error {
 // during a package upgrade, ETXTBSY) or a run cut short by ctx says nothing about the
 // container.
 func (r *Runtime) runtimeCmd(ctx context.Context, stdin io.Reader, args ...string) ([]byte, error) {
-	full := append([]string{"--root", r.root, "--log-format", "json"}, args...)
+	full := append(r.globalArgs("--log-format", "json"), args...)
 	cmd := exec.CommandContext(ctx, r.path, full...)
 	cmd.Stdin = stdin
 	var stdout, stderr bytes.Buffer
@@ -225,6 +233,16 @@ func (r *Runtime) runtimeCmd(ctx context.Context, stdin io.Reader, args ...strin
 		return nil, fmt.Errorf("%s: %s", op, msg)
 	}
 	return stdout.Bytes(), nil
+}
+
+// globalArgs are the runtime's global options: --root, then more, then --systemd-cgroup
+// with the systemd driver.
+func (r *Runtime) globalArgs(more ...string) []string {
+	args := append([]string{"--root", r.root}, more...)
+	if r.systemd {
+		args = append(args, "--systemd-cgroup")
+	}
+	return args
 }
 
 // runtimeMessage extracts the error messages from a runtime's output: the "msg" of
@@ -531,7 +549,11 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 	defer r.conmons.forget(id, nil)
 	defer r.cgroups.forget(id)
 	meta := r.readMeta(id)
-	if cg := cgroupsPathOf(meta); cg != "" {
+	if cg := cgroupsPathOf(meta); units.IsPath(cg) {
+		if err := stopScopes(ctx, cg, id); err != nil {
+			errs = append(errs, err)
+		}
+	} else if cg != "" {
 		if err := removeCgroup(cg); err != nil {
 			errs = append(errs, err)
 		}

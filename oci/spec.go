@@ -71,6 +71,9 @@ type SpecInput struct {
 	// cgroup_parent, and if that is empty too, DefaultCgroupParent. The container's
 	// cgroup is <parent>/crijournal-<ID>.
 	CgroupParent string
+	// SystemdCgroup says the cgroup driver is systemd: the parent is a slice name and
+	// the container's cgroup the scope <parent>:crijournal:<ID> (see cgroupsPath).
+	SystemdCgroup bool
 	// ResolvConf, Hosts and ShmPath are optional bind sources for /etc/resolv.conf,
 	// /etc/hosts and /dev/shm.
 	ResolvConf, Hosts, ShmPath string
@@ -211,7 +214,7 @@ func buildSpec(ctx context.Context, in SpecInput, h host) (*specs.Spec, error) {
 	if parent == "" {
 		parent = in.Sandbox.GetLinux().GetCgroupParent()
 	}
-	if s.Linux.CgroupsPath, err = cgroupsPath(parent, in.ID); err != nil {
+	if s.Linux.CgroupsPath, err = cgroupsPath(parent, in.ID, in.SystemdCgroup); err != nil {
 		return nil, err
 	}
 

@@ -6,6 +6,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/units"
 )
 
 // Resources of the spec: the cgroup a container runs in and its limits.
@@ -13,9 +15,19 @@ import (
 // DefaultCgroupParent is the cgroup parent of containers whose sandbox names none.
 const DefaultCgroupParent = "/crijournal"
 
-// cgroupsPath returns the cgroupfs path of the cgroup of a container, or of a sandbox's
-// pause process, with the given ID under parent ("" for DefaultCgroupParent).
-func cgroupsPath(parent, id string) (string, error) {
+// cgroupsPath returns the cgroupsPath of the cgroup of a container, or of a sandbox's
+// pause process, with the given ID under parent: with the cgroupfs driver the cgroupfs
+// path <parent>/crijournal-<id> ("" for DefaultCgroupParent); with the systemd driver
+// (systemd true) the scope <parent>:crijournal:<id>, parent a slice name ("" for
+// units.DefaultSlice), which runc --systemd-cgroup makes as crijournal-<id>.scope.
+func cgroupsPath(parent, id string, systemd bool) (string, error) {
+	if systemd {
+		p, err := units.ScopePath(parent, units.Prefix, id)
+		if err != nil {
+			return "", invalid("cgroup parent %q is not a systemd slice name (such as kubepods-burstable-pod<uid>.slice): the cgroup driver is systemd", parent)
+		}
+		return p, nil
+	}
 	if parent == "" {
 		parent = DefaultCgroupParent
 	}
@@ -25,11 +37,12 @@ func cgroupsPath(parent, id string) (string, error) {
 	return path.Join(parent, cgroupPrefix+id), nil
 }
 
-// SandboxCgroup returns the cgroupfs path of the cgroup of a sandbox's pause process: a
-// sibling of its containers' under the sandbox's cgroup_parent, as runc makes the
-// cgroup of a pause container.
-func SandboxCgroup(sandboxID string, sandbox *runtimeapi.PodSandboxConfig) (string, error) {
-	return cgroupsPath(sandbox.GetLinux().GetCgroupParent(), sandboxID)
+// SandboxCgroup returns the cgroupsPath of the cgroup of a sandbox's pause process (a
+// cgroupfs path, or with systemd true a systemd scope, see cgroupsPath): a sibling of its
+// containers' under the sandbox's cgroup_parent, as runc makes the cgroup of a pause
+// container.
+func SandboxCgroup(sandboxID string, sandbox *runtimeapi.PodSandboxConfig, systemd bool) (string, error) {
+	return cgroupsPath(sandbox.GetLinux().GetCgroupParent(), sandboxID, systemd)
 }
 
 // cgroupPrefix starts the name of each container's own cgroup under its parent.

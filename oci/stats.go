@@ -88,8 +88,14 @@ func (c *cgroupManagers) get(id string, path func() string) (cgroupEntry, error)
 	if p == "" {
 		return cgroupEntry{}, fmt.Errorf("stats of %s: %w", id, ErrNoCgroup)
 	}
-	// Read only: the devices controller is not needed (and may be absent).
-	m, err := manager.New(&cgroups.Cgroup{Path: p, Resources: &cgroups.Resources{SkipDevices: true}})
+	// Read only, through the cgroupfs manager whatever the driver (a systemd scope is
+	// read at its directory: no D-Bus call per poll). The devices controller is not
+	// needed (and may be absent).
+	dir, err := cgroupDir(p)
+	if err != nil {
+		return cgroupEntry{}, fmt.Errorf("stats of %s: cgroup %s: %w", id, p, err)
+	}
+	m, err := manager.New(&cgroups.Cgroup{Path: dir, Resources: &cgroups.Resources{SkipDevices: true}})
 	if err != nil {
 		return cgroupEntry{}, fmt.Errorf("stats of %s: cgroup %s: %w", id, p, err)
 	}

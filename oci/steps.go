@@ -7,10 +7,13 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/units"
 )
 
 // StepRuntimeContainer creates a container in an OCI runtime (Create). Its undo is
-// Delete, which is idempotent. Args: ArgHandler and ArgID. Made by CreateStep. The string
+// Delete, which is idempotent. Args: ArgHandler and ArgID, and ArgCgroupsPath when it
+// is a systemd scope (records written before the systemd driver lack it). Made by
+// CreateStep. The string
 // is stored in the journal: never change it.
 const StepRuntimeContainer journal.StepKind = "oci-container"
 
@@ -22,14 +25,22 @@ const StageCreate = "container runtime creation"
 const (
 	ArgID      = "id"
 	ArgHandler = "handler"
+	// ArgCgroupsPath is the container's systemd cgroupsPath ("slice:prefix:name"): the
+	// scopes runc makes for it and Create makes for its conmon are units, and their names
+	// are journaled before they are asked for, so that the undo stops them even when
+	// the runtime's state directory, where Create records them too, is gone.
+	ArgCgroupsPath = "cgroups_path"
 )
 
 // CreateStep returns the step that creates container id in runtime r from the bundle
 // directory, the spec, the log path and the standard input mode (see Runtime.Create).
 // Its result is the container's init PID (not conmon's).
 func CreateStep(r *Runtime, id, bundle string, spec *specs.Spec, logPath string, stdin StdinMode) journal.Action[int] {
-	return journal.Action[int]{Kind: StepRuntimeContainer, Stage: StageCreate,
-		Args: map[string]string{ArgHandler: r.Handler(), ArgID: id},
+	args := map[string]string{ArgHandler: r.Handler(), ArgID: id}
+	if spec != nil && spec.Linux != nil && units.IsPath(spec.Linux.CgroupsPath) {
+		args[ArgCgroupsPath] = spec.Linux.CgroupsPath
+	}
+	return journal.Action[int]{Kind: StepRuntimeContainer, Stage: StageCreate, Args: args,
 		Run: func(ctx context.Context) (int, error) {
 			return r.Create(ctx, id, bundle, spec, logPath, stdin)
 		}}
@@ -48,6 +59,12 @@ func RegisterUndos(reg *journal.Registry, runtimes func(handler string) (*Runtim
 		if err != nil {
 			return fmt.Errorf("undo %s of %s: runtime handler %q: %w", StepRuntimeContainer, id, handler, err)
 		}
-		return r.Delete(ctx, id)
+		if err := r.Delete(ctx, id); err != nil {
+			return err
+		}
+		if p := step.Args[ArgCgroupsPath]; p != "" {
+			return stopScopes(ctx, p, id) // done by Delete unless its record was gone
+		}
+		return nil
 	})
 }

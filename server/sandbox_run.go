@@ -10,10 +10,12 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/units"
 )
 
 // stageSandboxReserve is the stage of a sandbox creation before its first step, as
@@ -93,6 +95,10 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		CreatedAt:      time.Now(),
 	}
 
+	// With the systemd driver, the pod's slice first, unless systemd has it.
+	if err := s.podSlice(c, cfg); err != nil {
+		return nil, err
+	}
 	switch {
 	case ownUserns:
 		// Its own user namespace, owning its net, ipc and uts namespaces and, when
@@ -213,11 +219,39 @@ func (s *Server) pauseFor(id string, cfg *runtimeapi.PodSandboxConfig, uids, gid
 	if uids != nil && (!idMapped(uids, uint32(uid)) || !idMapped(gids, uint32(gid))) {
 		uid, gid = 0, 0
 	}
-	cgroup, err := oci.SandboxCgroup(id, cfg)
+	cgroup, err := oci.SandboxCgroup(id, cfg, s.systemdCgroup())
 	if err != nil {
 		return netns.PauseProgram{}, err
 	}
 	return netns.PauseProgram{Path: s.pauseProgram, UID: uint32(uid), GID: uint32(gid), Cgroup: cgroup}, nil
+}
+
+// systemdCgroup reports whether the cgroup driver is systemd.
+func (s *Server) systemdCgroup() bool { return s.cfg.CgroupManager == config.CgroupManagerSystemd }
+
+// podSlice makes the pod's slice, its cgroup_parent, as a step (units.SliceStep) when the
+// cgroup driver is systemd and systemd does not have it: a kubelet with cgroupDriver:
+// systemd makes its pods' slices itself, but a slice that systemd made only because a
+// scope was started in it would stay after the pod. A pod without a cgroup_parent is put
+// in units.DefaultSlice, shared, never a step. A parent that is not a slice name is
+// refused.
+func (s *Server) podSlice(c *creation, cfg *runtimeapi.PodSandboxConfig) error {
+	parent := cfg.GetLinux().GetCgroupParent()
+	if !s.systemdCgroup() || parent == "" {
+		return nil
+	}
+	if err := units.CheckSlice(parent); err != nil {
+		return c.fail(units.StageSlice, invalidf("cgroup_parent %q is not a systemd slice name (such as kubepods-burstable-pod<uid>.slice): the cgroup driver is systemd", parent))
+	}
+	active, err := units.Active(context.WithoutCancel(c.ctx), parent)
+	if err != nil {
+		return c.fail(units.StageSlice, newError(errUnavailable, "pod slice: %w", err))
+	}
+	if active {
+		return nil
+	}
+	_, err = runStep(c, limit{d: units.Timeout}, units.SliceStep(parent))
+	return err
 }
 
 // idMapped reports whether maps map id (an ID inside the user namespace).

@@ -66,7 +66,7 @@ type nodeConfig struct {
 func (s *Server) RuntimeConfig(ctx context.Context, req *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
 	driver := runtimeapi.CgroupDriver_CGROUPFS
 	if s.cfg.CgroupManager == config.CgroupManagerSystemd {
-		driver = runtimeapi.CgroupDriver_SYSTEMD // refused by config validation today
+		driver = runtimeapi.CgroupDriver_SYSTEMD
 	}
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: driver}}, nil
 }

@@ -40,6 +40,7 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 		ConmonPath:       s.cfg.ConmonPath,
 		StateDir:         oci.StateDirFor(s.cfg.RunRoot, handler),
 		ExecDrainTimeout: s.cfg.ExecDrainTimeout,
+		SystemdCgroup:    s.cfg.CgroupManager == config.CgroupManagerSystemd,
 	})
 	if err != nil {
 		return nil, err

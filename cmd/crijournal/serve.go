@@ -27,6 +27,7 @@ import (
 	"github.com/crijournal/crijournal/recovery"
 	"github.com/crijournal/crijournal/server"
 	"github.com/crijournal/crijournal/storage"
+	"github.com/crijournal/crijournal/units"
 )
 
 func init() {
@@ -66,6 +67,10 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 	if err := checkPauseProgram(cfg, log); err != nil {
 		return err
+	}
+	if cfg.CgroupManager == config.CgroupManagerSystemd && !units.Running() {
+		return fmt.Errorf("cgroup_manager = %q, but systemd does not run this node (no /run/systemd/system): use %q, or run the daemon where systemd is PID 1",
+			config.CgroupManagerSystemd, config.CgroupManagerCgroupfs)
 	}
 	subreaper := oci.BecomeSubreaper()
 	if subreaper != nil {
@@ -115,6 +120,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	storage.RegisterUndos(registry, func() (*storage.Store, error) { return images, nil })
 	oci.RegisterUndos(registry, runtimes.Runtime)
 	nri.RegisterUndos(registry, plugins)
+	units.RegisterUndos(registry)
 
 	j, err = journal.Open(cfg.JournalFile(), journal.Options{
 		LockTimeout:  cfg.JournalLockTimeout,
