@@ -279,7 +279,7 @@ func TestContainerReboot(t *testing.T) {
 		}
 	}
 	// The containers' cgroups (empty now) go with the cgroup file systems.
-	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", d.cgroupParent, "*"))
+	cgroups, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", d.cgroupRoot(), "*"))
 	for _, cg := range cgroups {
 		if st, err := os.Stat(cg); err == nil && st.IsDir() {
 			if err := syscall.Rmdir(cg); err != nil {

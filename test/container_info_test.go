@@ -33,7 +33,7 @@ func TestContainerStatusDetails(t *testing.T) {
 		"hostname":      "e2e",
 		"log_directory": logDir,
 		"labels":        map[string]string{"e2e": "crijournal"},
-		"linux": map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{
+		"linux": map[string]any{"cgroup_parent": d.podCgroupParent(uid), "security_context": map[string]any{
 			"namespace_options": map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)},
 		}},
 	})

@@ -141,8 +141,8 @@ func TestContainerLifecycle(t *testing.T) {
 	const limit = 64 << 20
 	limited := d.run(t, podID, containerConfig(t, "limited", 0, sleeper, withMemoryLimit(limit)), pod)
 	cg := d.memoryCgroup(t, limited)
-	if !strings.HasPrefix(cg, d.cgroupParent+"/") || !strings.Contains(cg, limited) {
-		t.Errorf("memory cgroup of %s is %q, want one under the pod's cgroup parent %s named after it", limited, cg, d.cgroupParent)
+	if !strings.HasPrefix(cg, d.cgroupRoot()+"/") || !strings.Contains(cg, limited) {
+		t.Errorf("memory cgroup of %s is %q, want one under the pod's cgroup parent %s named after it", limited, cg, d.cgroupRoot())
 	}
 	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", cg, "memory.limit_in_bytes"))
 	if err != nil {

@@ -184,7 +184,7 @@ func (d *daemon) editedPod(t *testing.T, name string, edit func(cfg map[string]a
 		"hostname":      "e2e",
 		"log_directory": logDir,
 		"labels":        map[string]string{"e2e": "crijournal"},
-		"linux": map[string]any{"cgroup_parent": d.cgroupParent, "security_context": map[string]any{
+		"linux": map[string]any{"cgroup_parent": d.podCgroupParent(uid), "security_context": map[string]any{
 			"namespace_options": map[string]any{"pid": int(runtimeapi.NamespaceMode_CONTAINER)}}},
 	}
 	edit(cfg)

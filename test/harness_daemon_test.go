@@ -165,6 +165,10 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 	}
 	d.podLogDir = filepath.Join(base, "pod-logs")
 	d.cgroupParent = "/cje2e-" + filepath.Base(base)
+	if e2eSystemd() {
+		// A slice of the node's own; each pod gets one below it (podCgroupParent).
+		d.cgroupParent = "cje2e" + filepath.Base(base) + ".slice"
+	}
 	d.ociStateDir = oci.StateDirFor(d.runRoot, "runc")
 	var ip [3]byte
 	d.bridge, d.subnet, ip = newNetwork(t)
@@ -289,6 +293,7 @@ func (d *daemon) writeConfig(t *testing.T) {
 		`journal_lock_timeout = "5s"`,
 		`log_level = "debug"`,
 		`log_format = "text"`,
+		"cgroup_manager = " + q(e2eCgroupManager()),
 		// NRI on (the default), on the daemon's own socket and directories, never
 		// the node's /var/run/nri.
 		"nri_listen = " + q(d.nriSocket),
