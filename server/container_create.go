@@ -155,7 +155,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		ResolvConf:         sb.obj.ResolvConf, HostnameFile: sb.obj.HostnameFile, ShmPath: sb.obj.Shm, Hosts: sandboxHosts(sb),
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
-		NoSeccomp:         s.cfg.SeccompUnavailable, SystemdCgroup: s.systemdCgroup(),
+		NoSeccomp: s.cfg.SeccompUnavailable, SystemdCgroup: s.systemdCgroup(),
 		RecursiveReadOnly: s.supportsRecursiveReadOnly(ctx, handler), ImageVolumes: volumeRoots,
 	})
 	if err == nil {
