@@ -247,6 +247,11 @@ func runCrashCase(t *testing.T, c crashCase) crashOutcome {
 	}
 	d := startDaemon(t, opts)
 	pod := podConfig(t, "crash", "e2e", randomHex(t, 16), 0, false)
+	if e2eSystemd() {
+		// In the node's own slice, so that its units are told from other nodes' in the
+		// same systemd (the default slice is shared).
+		pod = sliceCrashPod(t, d)
+	}
 	if c.trigger.containers {
 		pod = d.containerPod(t, "crash", false)
 	}
