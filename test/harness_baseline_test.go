@@ -20,6 +20,7 @@ type nodeState struct {
 	mounts    []string // mount points under the tests' temporary directory
 	nodes     []string // node directories made by this test process
 	stateDirs []string // conmon state directories under /run (a long run_root's)
+	slices    []string // the nodes' systemd slices (with the systemd driver)
 }
 
 func takeNodeState() nodeState {
@@ -42,6 +43,7 @@ func takeNodeState() nodeState {
 			s.nodes = append(s.nodes, dir)
 		}
 	}
+	s.slices = nodeSlices()
 	return s
 }
 
@@ -66,6 +68,11 @@ func (s nodeState) leftSince(before nodeState) []string {
 	for _, d := range s.stateDirs {
 		if !slices.Contains(before.stateDirs, d) {
 			out = append(out, "conmon state directory "+d)
+		}
+	}
+	for _, sl := range s.slices {
+		if !slices.Contains(before.slices, sl) {
+			out = append(out, "systemd unit "+sl)
 		}
 	}
 	return out

@@ -167,7 +167,7 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 	d.cgroupParent = "/cje2e-" + filepath.Base(base)
 	if e2eSystemd() {
 		// A slice of the node's own; each pod gets one below it (podCgroupParent).
-		d.cgroupParent = "cje2e" + filepath.Base(base) + ".slice"
+		d.cgroupParent = nodeSlice(base)
 	}
 	d.ociStateDir = oci.StateDirFor(d.runRoot, "runc")
 	var ip [3]byte

@@ -413,6 +413,9 @@ func (d *daemon) handlerRoot(handler string) string {
 func sweepContainers(dir string) {
 	runRoot := filepath.Join(dir, "run")
 	removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), oci.StateDirFor(runRoot, "runc"), "/cje2e-"+filepath.Base(dir))
+	if e2eSystemd() {
+		removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), oci.StateDirFor(runRoot, "runc"), "/"+nodeSlice(dir))
+	}
 	// A second handler's, under any name (TestContainerDetails).
 	roots, _ := filepath.Glob(filepath.Join(runRoot, "runc-*"))
 	for _, root := range roots {
@@ -431,7 +434,12 @@ func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupP
 		out, err := runcCmd("--root", runcRoot, "delete", "--force", id).CombinedOutput()
 		logf("cleanup: runc delete --force %s: %v %s", id, err, out)
 	}
-	if strings.HasPrefix(cgroupParent, "/cje2e-") {
+	if isNodeSlice(cgroupParent) {
+		// The node's slice, with what the test left in it (pods' slices, scopes): the
+		// daemon stops the units it made, this one is the test's.
+		stopNodeSlice(logf, strings.TrimPrefix(cgroupParent, "/"))
+	}
+	if strings.HasPrefix(cgroupParent, "/cje2e-") || isNodeSlice(cgroupParent) {
 		dirs := cgroupDirs(cgroupParent)
 		hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
 		for _, h := range hierarchies {

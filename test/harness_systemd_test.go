@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // The systemd cgroup driver in the end-to-end tests. With CRIJOURNAL_E2E_CGROUP_MANAGER=systemd
@@ -25,6 +26,45 @@ func e2eCgroupManager() string {
 		return m
 	}
 	return "cgroupfs"
+}
+
+// nodeSlice is the slice of the node whose directory is base, with the systemd driver:
+// cje2e<base name>.slice, a top-level slice (a dash would nest it).
+func nodeSlice(base string) string { return "cje2e" + filepath.Base(base) + ".slice" }
+
+// isNodeSlice reports whether cgroupParent is a node slice's directory (/cje2e….slice).
+func isNodeSlice(cgroupParent string) bool {
+	return strings.HasPrefix(cgroupParent, "/cje2e") && strings.HasSuffix(cgroupParent, ".slice") &&
+		!strings.Contains(cgroupParent[1:], "/")
+}
+
+// stopNodeSlice stops a node's slice and every unit in it (systemd made it when the
+// daemon started the first pod slice below it; nothing stops it then), and makes systemd
+// forget those of them that failed.
+func stopNodeSlice(logf func(string, ...any), slice string) {
+	if out, err := exec.Command("systemctl", "stop", slice).CombinedOutput(); err != nil {
+		logf("cleanup: systemctl stop %s: %v %s", slice, err, out)
+	}
+	_ = exec.Command("systemctl", "reset-failed", strings.TrimSuffix(slice, ".slice")+"-*").Run()
+}
+
+// nodeSlices lists the node slices systemd has (with the systemd driver): the suite
+// checks it leaves none (see nodeState).
+func nodeSlices() []string {
+	if !e2eSystemd() {
+		return nil
+	}
+	out, err := exec.Command("systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", "cje2e*.slice").Output()
+	if err != nil {
+		return []string{"(systemctl list-units: " + err.Error() + ")"}
+	}
+	var slices []string
+	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && !strings.Contains(f[0], "-") {
+			slices = append(slices, f[0])
+		}
+	}
+	return slices
 }
 
 // e2eSystemd reports whether the tests' daemons use the systemd driver.
@@ -98,10 +138,18 @@ func (d *daemon) unitLeaks(t *testing.T, kept func(string) bool, anyKept bool) [
 // ownsScope reports whether a crijournal scope is this node's: in one of its pods' slices.
 // (Scopes in the shared default slice, of pods without a cgroup_parent, cannot be told
 // apart between the test daemons that share a systemd: the crash matrix's pods have one.)
+// A unit systemd did not tell about after a few tries (a busy systemd) is reported.
 func (d *daemon) ownsScope(unit string) bool {
-	out, err := exec.Command("systemctl", "show", "-P", "Slice", unit).Output()
+	var out []byte
+	var err error
+	for range 5 {
+		if out, err = exec.Command("systemctl", "show", "-P", "Slice", unit).Output(); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if err != nil {
-		return true // a unit that cannot be asked about is reported
+		return true
 	}
 	slice := strings.TrimSpace(string(out))
 	return strings.HasPrefix(slice, strings.TrimSuffix(d.cgroupParent, ".slice")+"-")
