@@ -24,7 +24,7 @@ func cgroupsPath(parent, id string, systemd bool) (string, error) {
 	if systemd {
 		p, err := units.ScopePath(parent, units.Prefix, id)
 		if err != nil {
-			return "", invalid("cgroup parent %q is not a systemd slice name (such as kubepods-burstable-pod<uid>.slice): the cgroup driver is systemd", parent)
+			return "", invalid("cgroup parent %q is not a systemd slice (such as kubepods-burstable-pod<uid>.slice, or its directory): the cgroup driver is systemd", parent)
 		}
 		return p, nil
 	}

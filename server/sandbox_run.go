@@ -233,15 +233,16 @@ func (s *Server) systemdCgroup() bool { return s.cfg.CgroupManager == config.Cgr
 // cgroup driver is systemd and systemd does not have it: a kubelet with cgroupDriver:
 // systemd makes its pods' slices itself, but a slice that systemd made only because a
 // scope was started in it would stay after the pod. A pod without a cgroup_parent is put
-// in units.DefaultSlice, shared, never a step. A parent that is not a slice name is
-// refused.
+// in units.DefaultSlice, shared, never a step. A parent that is neither a slice name nor
+// a slice's directory (units.SliceName) is refused.
 func (s *Server) podSlice(c *creation, cfg *runtimeapi.PodSandboxConfig) error {
 	parent := cfg.GetLinux().GetCgroupParent()
 	if !s.systemdCgroup() || parent == "" {
 		return nil
 	}
-	if err := units.CheckSlice(parent); err != nil {
-		return c.fail(units.StageSlice, invalidf("cgroup_parent %q is not a systemd slice name (such as kubepods-burstable-pod<uid>.slice): the cgroup driver is systemd", parent))
+	parent, err := units.SliceName(parent)
+	if err != nil {
+		return c.fail(units.StageSlice, invalidf("cgroup_parent %q is not a systemd slice (such as kubepods-burstable-pod<uid>.slice, or its directory): the cgroup driver is systemd", cfg.GetLinux().GetCgroupParent()))
 	}
 	active, err := units.Active(context.WithoutCancel(c.ctx), parent)
 	if err != nil {

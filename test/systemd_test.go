@@ -15,8 +15,9 @@ import (
 
 // systemdTests are the tests TestSystemdDriver runs inside a systemd with the systemd cgroup
 // driver: the container lifecycle (cgroups, a memory limit, stop and removal), stats, and
-// the crash matrix rows of the steps that ask systemd for units (systemdCrashRows).
-const systemdTests = "^(TestContainerLifecycle|TestStats|TestCrashMatrix)$"
+// the crash matrix rows of the steps that ask systemd for units (systemdCrashRows), and a
+// real kubelet with cgroupDriver: systemd running a pod (TestKubeletSystemdDriver).
+const systemdTests = "^(TestContainerLifecycle|TestStats|TestCrashMatrix|TestKubeletSystemdDriver)$"
 
 // systemdCrashRows are the crash matrix rows TestSystemdDriver runs: the pod slice's own
 // step, and the steps whose units are scopes (the pause process's, the OCI container's with
@@ -56,7 +57,14 @@ func TestSystemdDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for from, to := range map[string]string{self: "e2e.test", bin: "crijournal", pauseBinary(bin): filepath.Base(pauseBinary(bin))} {
+	copies := map[string]string{self: "e2e.test", bin: "crijournal", pauseBinary(bin): filepath.Base(pauseBinary(bin))}
+	// The kubelet, when there is one (requireKubelet inside says what is missing).
+	var kubeletEnv []string
+	if k := os.Getenv("CRIJOURNAL_KUBELET"); k != "" && isExecutable(k) {
+		copies[k] = "kubelet"
+		kubeletEnv = []string{"CRIJOURNAL_KUBELET=" + filepath.Join(dir, "kubelet")}
+	}
+	for from, to := range copies {
 		copyFile(t, from, filepath.Join(dir, to))
 	}
 
@@ -82,6 +90,7 @@ func TestSystemdDriver(t *testing.T) {
 	cmd.Dir, _ = os.Getwd()
 	cmd.Env = append(daemonEnv(nil), "SDTEST_DIR="+sd, "SDTEST_CGROUP="+cg, envE2ECgroupManager+"=systemd",
 		envCrashRows+"="+systemdCrashRows, "CRIJOURNAL_BIN="+filepath.Join(dir, "crijournal"))
+	cmd.Env = append(cmd.Env, kubeletEnv...)
 	w := &testWriter{t: t}
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Run(); err != nil {

@@ -112,11 +112,35 @@ func CheckSlice(name string) error {
 	return nil
 }
 
+// SliceName is the slice a cgroup_parent names: a slice name ("kubepods-pod1.slice"), or
+// the slice's cgroup directory, which a kubelet with cgroupDriver: systemd sends
+// ("/kubepods.slice/kubepods-pod1.slice"; containerd and CRI-O take its last element
+// too). A directory must be the one systemd gives its last element: a path that is not
+// a slice's, or names another slice's nesting, is refused.
+func SliceName(parent string) (string, error) {
+	if !strings.Contains(parent, "/") {
+		return parent, CheckSlice(parent)
+	}
+	name := path.Base(parent)
+	dir, err := systemd.ExpandSlice(name)
+	if err != nil {
+		return "", fmt.Errorf("%w: %q: %w", ErrInvalid, parent, err)
+	}
+	if dir != parent {
+		return "", fmt.Errorf("%w: %q: the directory of %s is %s", ErrInvalid, parent, name, dir)
+	}
+	return name, nil
+}
+
 // ScopePath returns the cgroupsPath of the scope <prefix>-<id>.scope in the pod's slice
-// parent (a cgroup_parent; "" for DefaultSlice).
+// parent (a cgroup_parent, see SliceName; "" for DefaultSlice).
 func ScopePath(parent, prefix, id string) (string, error) {
 	if parent == "" {
 		parent = DefaultSlice
+	}
+	parent, err := SliceName(parent)
+	if err != nil {
+		return "", err
 	}
 	p := Path{Slice: parent, Prefix: prefix, Name: id}
 	if _, err := Parse(p.String()); err != nil {

@@ -13,6 +13,9 @@ func TestPath(t *testing.T) {
 	}{
 		{"kubepods-burstable-pod1.slice", Prefix, "c1", "kubepods-burstable-pod1.slice:crijournal:c1",
 			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/crijournal-c1.scope", "crijournal-c1.scope"},
+		// The slice's directory, as a kubelet with cgroupDriver: systemd sends it.
+		{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice", Prefix, "c1", "kubepods-burstable-pod1.slice:crijournal:c1",
+			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/crijournal-c1.scope", "crijournal-c1.scope"},
 		{"", ConmonPrefix, "c2", "crijournal.slice:crijournal-conmon:c2", "/crijournal.slice/crijournal-conmon-c2.scope", "crijournal-conmon-c2.scope"},
 	} {
 		got, err := ScopePath(tc.parent, tc.prefix, tc.id)
@@ -30,7 +33,8 @@ func TestPath(t *testing.T) {
 			t.Errorf("%q: dir %q (%v), unit %q, string %q; want %q, %q", got, dir, err, p.Unit(), p.String(), tc.dir, tc.unit)
 		}
 	}
-	for _, bad := range []string{"/kubepods/pod1", "kubepods", "a/b.slice", "-bad.slice", ".slice"} {
+	for _, bad := range []string{"/kubepods/pod1", "kubepods", "a/b.slice", "-bad.slice", ".slice",
+		"/kubepods-pod1.slice", "/other.slice/kubepods-pod1.slice", "/kubepods.slice/kubepods-pod1.slice/", "/kubepods.slice/../kubepods-pod1.slice"} {
 		if _, err := ScopePath(bad, Prefix, "c"); !errors.Is(err, ErrInvalid) {
 			t.Errorf("ScopePath(%q) = %v, want ErrInvalid", bad, err)
 		}

@@ -1,0 +1,96 @@
+package test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestKubeletSystemdDriver: with the systemd driver (CRIJOURNAL_E2E_CGROUP_MANAGER=systemd,
+// which TestSystemdDriver sets inside the systemd it boots), a real kubelet with
+// cgroupDriver: systemd and its QoS hierarchy (cgroupsPerQOS) runs a static pod on the
+// daemon, as nodes run: the kubelet makes kubepods.slice and the pod's slice
+// kubepods-besteffort-pod<UID>.slice and sends that as the sandbox's cgroup_parent; the
+// container runs in the transient scope crijournal-<ID>.scope in it, delegated. Once the
+// manifest is removed, no crijournal scope is left in the kubelet's slices.
+func TestKubeletSystemdDriver(t *testing.T) {
+	if !e2eSystemd() {
+		t.Skipf("runs with the systemd driver (%s=systemd; TestSystemdDriver)", envE2ECgroupManager)
+	}
+	t.Parallel() // it mostly waits (the kubelet removes a sandbox at its minutely garbage collection)
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	// After the kubelet's cleanup (registered later, run first): its QoS slices, which a
+	// kubelet never removes, go with the test.
+	t.Cleanup(func() { stopNodeSlice(t.Logf, "kubepods.slice"); removeSliceDirs(t.Logf, "kubepods.slice") })
+	k := startKubelet(t, d, kubeletOptions{config: map[string]any{
+		"cgroupDriver":  "systemd",
+		"cgroupsPerQOS": true,
+	}})
+
+	k.writeStaticPod(t, "web", staticPod("web", kubeletContainer{name: "sleeper"}))
+	k.waitPodRunning(t, "web", time.Minute)
+	p, _ := k.pod(t, "web")
+	ctrID := p.Status.ContainerStatuses[0].runtimeID()
+
+	// The kubelet's pod slice (systemd escapes the UID's dashes as underscores) and the
+	// container's scope in it.
+	podSlice := "kubepods-besteffort-pod" + strings.ReplaceAll(p.Metadata.UID, "-", "_") + ".slice"
+	scope := "crijournal-" + ctrID + ".scope"
+	want := "/kubepods.slice/kubepods-besteffort.slice/" + podSlice + "/" + scope
+	if cg := d.memoryCgroup(t, ctrID); cg != want {
+		t.Errorf("the container's memory cgroup is %s, want %s", cg, want)
+	}
+	for prop, want := range map[string]string{"Slice": podSlice, "ActiveState": "active", "Delegate": "yes"} {
+		if got := unitProperty(t, scope, prop); got != want {
+			t.Errorf("systemctl show -P %s %s: %q, want %q", prop, scope, got, want)
+		}
+	}
+
+	k.removeStaticPod(t, "web")
+	k.waitPodGone(t, "web", 30*time.Second)
+	d.waitNoContainers(t, 30*time.Second)
+	d.waitNoPods(t, 90*time.Second)
+	d.requireNoContainerTrace(t, "after the kubelet removed the static pod")
+	out, err := exec.Command("systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", "crijournal-*").CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemctl list-units: %v\n%s", err, out)
+	}
+	if left := strings.TrimSpace(string(out)); left != "" {
+		t.Errorf("units left after the kubelet removed the pod:\n%s", left)
+	}
+	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods.slice/kubepods-besteffort.slice/" + podSlice + "/crijournal-*"); len(dirs) > 0 {
+		t.Errorf("cgroups left: %v", dirs)
+	}
+	k.stop(t)
+	d.stopClean(t)
+}
+
+// unitProperty is a property of a systemd unit (systemctl show -P).
+func unitProperty(t *testing.T, unit, prop string) string {
+	t.Helper()
+	out, err := exec.Command("systemctl", "show", "-P", prop, unit).CombinedOutput()
+	if err != nil {
+		t.Fatalf("systemctl show -P %s %s: %v\n%s", prop, unit, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// removeSliceDirs removes what is left of a stopped slice's cgroups (the v1 hierarchies
+// systemd does not manage keep them), deepest first.
+func removeSliceDirs(logf func(string, ...any), slice string) {
+	dirs := cgroupDirs("/" + slice)
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range hierarchies {
+		dirs = append(dirs, filepath.Join(h, slice))
+	}
+	for _, dir := range dirs {
+		// EROFS: not a hierarchy (a booted systemd's read-only tmpfs has empty
+		// directories of the controllers it did not mount).
+		if err := syscall.Rmdir(dir); err != nil && err != syscall.ENOENT && err != syscall.EROFS {
+			logf("cleanup: rmdir %s: %v", dir, err)
+		}
+	}
+}
