@@ -240,7 +240,7 @@ func StopSlice(ctx context.Context, name string) error {
 func checkEmpty(ctx context.Context, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	conn, err := sddbus.NewWithContext(ctx)
+	conn, err := dial(ctx)
 	if err != nil {
 		return fmt.Errorf("stop systemd slice %s: systemd not reachable: %w", name, err)
 	}
@@ -273,7 +273,7 @@ func checkEmpty(ctx context.Context, name string) error {
 func stop(ctx context.Context, unit string, m cgroups.Manager) error {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	conn, err := sddbus.NewWithContext(ctx)
+	conn, err := dial(ctx)
 	if err != nil {
 		return fmt.Errorf("stop systemd unit %s: systemd not reachable: %w", unit, err)
 	}
@@ -311,7 +311,7 @@ func removeLeft(unit string, m cgroups.Manager) error {
 func Active(ctx context.Context, unit string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, Timeout)
 	defer cancel()
-	conn, err := sddbus.NewWithContext(ctx)
+	conn, err := dial(ctx)
 	if err != nil {
 		return false, fmt.Errorf("systemd unit %s: systemd not reachable: %w", unit, err)
 	}
@@ -323,9 +323,26 @@ func Active(ctx context.Context, unit string) (bool, error) {
 	return state != "", nil
 }
 
+// bus is what this package asks systemd over D-Bus: a *sddbus.Conn (a fake in tests).
+type bus interface {
+	ListUnitsByNamesContext(ctx context.Context, units []string) ([]sddbus.UnitStatus, error)
+	ResetFailedUnitContext(ctx context.Context, name string) error
+	GetUnitPropertyContext(ctx context.Context, unit, propertyName string) (*sddbus.Property, error)
+	Close()
+}
+
+// dial connects to systemd's D-Bus (the system bus, or systemd's private socket).
+var dial = func(ctx context.Context) (bus, error) {
+	c, err := sddbus.NewWithContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // activeState returns unit's ActiveState, "" for a unit that is gone (not loaded, or
 // inactive; a failed one is reset so that systemd forgets it).
-func activeState(ctx context.Context, conn *sddbus.Conn, unit string) (string, error) {
+func activeState(ctx context.Context, conn bus, unit string) (string, error) {
 	st, err := conn.ListUnitsByNamesContext(ctx, []string{unit})
 	if err != nil {
 		return "", fmt.Errorf("ask systemd: %w", err)
