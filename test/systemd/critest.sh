@@ -27,5 +27,8 @@ trap '"$HERE/down.sh" "$SD" "$CG"; rm -rf "$W"' EXIT
 "$HERE/up.sh" "$SD" "$CG"
 # storage's overlay driver cannot sit on the booted systemd's root overlay: a tmpfs /var/lib.
 SDTEST_DIR=$SD SDTEST_CGROUP=$CG "$HERE/nse" mount -t tmpfs tmpfs /var/lib
-SDTEST_DIR=$SD SDTEST_CGROUP=$CG "$HERE/nse" "$CRITEST_RUN" "$W/crijournal-systemd" "$OUT" "$@"
-SDTEST_DIR=$SD SDTEST_CGROUP=$CG "$HERE/nse" systemctl list-units --all --no-legend --plain 'crijournal-*' '*pod*.slice' | tee "$OUT/units-left.txt"
+SDTEST_DIR=$SD SDTEST_CGROUP=$CG "$HERE/nse" "$CRITEST_RUN" "$W/crijournal-systemd" "$OUT" "$@" || true
+# What it wrote is in the booted systemd's overlay, gone at its poweroff: copied out.
+SDTEST_DIR=$SD SDTEST_CGROUP=$CG "$HERE/nse" tar -C "$OUT" -cf - . | tar -C "$OUT" -xf -
+SDTEST_DIR=$SD SDTEST_CGROUP=$CG "$HERE/nse" systemctl list-units --all --no-legend --plain 'crijournal*' '*pod*.slice' | tee "$OUT/units-left.txt"
+grep -m1 '^passed ' "$OUT/summary.txt"
