@@ -51,7 +51,9 @@ func TestKubeletSystemdDriver(t *testing.T) {
 
 	k.removeStaticPod(t, "web")
 	k.waitPodGone(t, "web", 30*time.Second)
-	d.waitNoContainers(t, 30*time.Second)
+	// The kubelet removes the exited container at once, or else at its next container
+	// garbage collection (every minute), with the sandbox.
+	d.waitNoContainers(t, 90*time.Second)
 	d.waitNoPods(t, 90*time.Second)
 	d.requireNoContainerTrace(t, "after the kubelet removed the static pod")
 	out, err := exec.Command("systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", "crijournal-*").CombinedOutput()
