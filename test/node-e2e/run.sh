@@ -64,7 +64,16 @@ cleanup() {
 	# the network the daemon's pods used: nothing should be left, the bridge is ours
 	ip link del cnie2e0 2>/dev/null
 	if [ "${KEEP:-0}" = 1 ]; then echo "run.sh: kept $WORK"; else
-		grep -q " $WORK/" /proc/self/mountinfo && echo "run.sh: mounts left under $WORK (kept)" >&2 || rm -rf "$WORK"
+		if grep -q " $WORK/" /proc/self/mountinfo; then
+			echo "run.sh: mounts left under $WORK (kept)" >&2
+		else
+			rm -rf "$WORK"
+			# the daemon's runtime state directories: under /run when $WORK/run/oci-<handler>
+			# is too long for conmon's socket paths (oci.StateDirFor)
+			for h in runc test-handler; do
+				rm -rf "/run/cjo-$(printf %s "$WORK/run/oci-$h" | sha256sum | cut -c1-8)"
+			done
+		fi
 	fi
 	exit $rc
 }
