@@ -57,7 +57,10 @@ func TestSystemdDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	copies := map[string]string{self: "e2e.test", bin: "crijournal", pauseBinary(bin): filepath.Base(pauseBinary(bin))}
+	copies := map[string]string{
+		self: "e2e.test", bin: "crijournal",
+		pauseBinary(bin): filepath.Base(pauseBinary(bin)), pauseSleeper(bin): filepath.Base(pauseSleeper(bin)),
+	}
 	// The kubelet, when there is one (requireKubelet inside says what is missing).
 	var kubeletEnv []string
 	if k := os.Getenv("CRIJOURNAL_KUBELET"); k != "" && isExecutable(k) {

@@ -18,7 +18,7 @@ CRITEST_RUN=${CRITEST_RUN:-/work/critest-run.sh}
 W=$(mktemp -d /var/tmp/cjsd-critest.XXXXXX)
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 case $OUT in /tmp/* | /run/*) echo "critest.sh: OUTDIR must not be under /tmp or /run" >&2; exit 1 ;; esac
-cp "$BIN" "$W/crijournal"; cp "$(dirname "$BIN")/crijournal-pause" "$W/"
+cp "$BIN" "$W/crijournal"; cp "$(dirname "$BIN")/crijournal-pause" "$(dirname "$BIN")/crijournal-pause-sleep" "$W/"
 # critest-run.sh drops the caller's CRIJOURNAL_*: the driver is set by a wrapper.
 cat >"$W/crijournal-systemd" <<W
 #!/bin/sh
