@@ -355,16 +355,26 @@ func (r *Runtime) ConmonPID(id string) (int, error) {
 	if err := validID(id); err != nil {
 		return 0, err
 	}
-	b, err := os.ReadFile(r.conmonPidFile(id))
+	pid, err := readPidFile(r.conmonPidFile(id))
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, fmt.Errorf("conmon of %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("conmon of %s: %w", id, err)
 	}
+	return pid, nil
+}
+
+// readPidFile reads a PID that conmon or runc wrote to a file (--pid-file); a missing
+// file is an error wrapping os.ErrNotExist, one that holds no positive number says so.
+func readPidFile(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("conmon of %s: bad pid file %q", id, b)
+		return 0, fmt.Errorf("bad pid file %s: %q", path, b)
 	}
 	return pid, nil
 }

@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -204,13 +202,9 @@ func (d *drain) stop(limit time.Duration) {
 
 // openExecPid reads the PID runc exec --pid-file wrote and opens a pidfd for it.
 func openExecPid(path string) (int, *os.File, error) {
-	b, err := os.ReadFile(path)
+	pid, err := readPidFile(path)
 	if err != nil {
-		return 0, nil, fmt.Errorf("runc exec wrote no pid file: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, nil, fmt.Errorf("runc exec pid file %q: %w", b, err)
+		return 0, nil, fmt.Errorf("runc exec's pid file: %w", err)
 	}
 	fd, err := openPidfd(pid)
 	return pid, fd, err

@@ -344,17 +344,7 @@ func signalPidfd(f *os.File, sig unix.Signal) error {
 // parentPid returns the parent PID of a process from /proc/<pid>/stat, or -1 when that
 // cannot be read (the process is gone).
 func parentPid(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return -1
-	}
-	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return -1
-	}
-	fields := strings.Fields(s[i+1:])
+	fields := statFields(pid)
 	if len(fields) < 2 {
 		return -1
 	}
@@ -363,6 +353,22 @@ func parentPid(pid int) int {
 		return -1
 	}
 	return ppid
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command name (state, ppid,
+// ...), or nil when the process is gone.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
 }
 
 // descendants returns the PIDs of every descendant of pid, parents before children,

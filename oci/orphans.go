@@ -123,13 +123,8 @@ func containerZombies() []int {
 
 // zombie reports whether a process has exited and waits to be reaped.
 func zombie(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+	fields := statFields(pid)
+	return len(fields) > 0 && fields[0] == "Z"
 }
 
 // namespacePid returns a process's PID in its own pid namespace when that is another

@@ -3,11 +3,8 @@ package oci
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -29,11 +26,7 @@ func TestReapOrphansLetsAContainerExit(t *testing.T) {
 	if out, err := exec.Command(r.path, "--root", r.root, "exec", "--detach", "--pid-file", pidFile, c.id, "true").CombinedOutput(); err != nil {
 		t.Fatalf("runc exec: %v\n%s", err, out)
 	}
-	b, err := os.ReadFile(pidFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := readPidFile(pidFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -472,12 +472,8 @@ func (r *Runtime) runningInit(id string) (init *os.File, pid int, ok bool) {
 	if !r.Running(id) {
 		return nil, 0, false
 	}
-	b, err := os.ReadFile(filepath.Join(r.containerDir(id), "pid"))
+	pid, err := readPidFile(filepath.Join(r.containerDir(id), "pid"))
 	if err != nil {
-		return nil, 0, false
-	}
-	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || pid <= 0 {
 		return nil, 0, false
 	}
 	f, err := openPidfd(pid)
