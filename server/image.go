@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/residency"
 	"github.com/crijournal/crijournal/storage"
 )
 
@@ -73,6 +74,11 @@ func (i *imageService) PullImage(ctx context.Context, req *runtimeapi.PullImageR
 		return nil, err // storage names the image
 	}
 	i.s.log.Info("image pulled", "image", ref, "id", img.ID, "took", time.Since(start).Round(time.Millisecond))
+	// A pull maps the registry client's code and grows the heap by its decompression
+	// buffers, for this pull only.
+	if err := residency.Trim(); err != nil {
+		i.s.log.Debug("could not trim after the pull", "err", err)
+	}
 	return &runtimeapi.PullImageResponse{ImageRef: img.ID}, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/internal/pause"
+	"github.com/crijournal/crijournal/internal/residency"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
@@ -243,6 +244,10 @@ func runServe(cmd *cobra.Command, args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.JournalFile(), "version", version)
+	// Start-up touched code and data all over the binary that serving does not need.
+	if err := residency.Release(); err != nil {
+		log.Warn("could not release the executable's start-up pages", "err", err)
+	}
 
 	var failed error // the journal's failure, when that is why the daemon stops
 	select {
