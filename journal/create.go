@@ -364,6 +364,19 @@ func (j *Journal) Get(id string) (Record, error) {
 	return e.shown.Clone(), nil
 }
 
+// Peek is Get without the copy: the record shares its steps, markers and object with the
+// published one, as Snapshot's do. Read it; never change it. It is for the hot read paths
+// (the kubelet's status of every container every ~10 s).
+func (j *Journal) Peek(id string) (Record, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, ok := j.shown[id]
+	if !ok {
+		return Record{}, fmt.Errorf("record %s: %w", id, ErrNotFound)
+	}
+	return e.shown, nil
+}
+
 // List returns copies of the records for which keep returns true (all when keep is nil),
 // oldest first, as published.
 func (j *Journal) List(keep func(*Record) bool) []Record {

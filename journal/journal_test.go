@@ -690,3 +690,43 @@ func TestSnapshotListsWhatListLists(t *testing.T) {
 		t.Fatalf("Snapshot with a filter that keeps nothing: %d records", len(got))
 	}
 }
+
+// TestPeekGetsWhatGetGets: Peek returns the record Get returns, and the same error for an
+// unknown ID; a change after the Peek publishes a new record and leaves the peeked one as it
+// was.
+func TestPeekGetsWhatGetGets(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "pod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Intent(rec.ID, "s", kindA, map[string]string{"a": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := j.Get(rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peeked, err := j.Peek(rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(got, peeked); diff != "" {
+		t.Fatalf("Peek differs from Get (-Get +Peek):\n%s", diff)
+	}
+	v := "v"
+	if err := j.SetMarker(rec.ID, "m", &v); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := peeked.Marker("m"); ok {
+		t.Error("a marker set after the Peek shows in the peeked record")
+	}
+	if now, _ := j.Peek(rec.ID); now.Markers["m"] != "v" {
+		t.Error("Peek after SetMarker: marker missing")
+	}
+	_, gerr := j.Get("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	_, perr := j.Peek("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	if !errors.Is(gerr, ErrNotFound) || !errors.Is(perr, ErrNotFound) {
+		t.Errorf("unknown ID: Get %v, Peek %v, want ErrNotFound", gerr, perr)
+	}
+}

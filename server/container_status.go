@@ -16,14 +16,14 @@ import (
 
 // ContainerStatus reports a container.
 func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
-	c, err := s.findContainer(req.GetContainerId())
+	c, err := s.viewContainer(req.GetContainerId())
 	if err != nil {
 		return nil, err
 	}
 	if err := s.recordExit(ctx, c); err != nil {
 		s.log.Warn("container exit not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
 	}
-	if c, err = s.findContainer(c.rec.ID); err != nil {
+	if c, err = s.viewContainer(c.rec.ID); err != nil {
 		return nil, err
 	}
 	resp := &runtimeapi.ContainerStatusResponse{Status: c.status()}

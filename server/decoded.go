@@ -46,6 +46,18 @@ func (c *decodeCache[T]) get(rec journal.Record, decode func(journal.Record) (T,
 	return v, nil
 }
 
+// view is get without the store: a miss decodes rec and leaves the cache as it was, so
+// that only the List calls, whose keepOnly bounds it, fill the cache.
+func (c *decodeCache[T]) view(rec journal.Record, decode func(journal.Record) (T, error)) (T, error) {
+	c.mu.Lock()
+	e, ok := c.entries[rec.ID]
+	c.mu.Unlock()
+	if ok && bytes.Equal(e.raw, rec.Object) {
+		return e.v, nil
+	}
+	return decode(rec)
+}
+
 // keepOnly drops the entries of every record not in recs: called after a List that saw
 // every live record of the kind, it bounds the cache by the records that exist.
 func (c *decodeCache[T]) keepOnly(recs []journal.Record) {

@@ -43,3 +43,40 @@ func TestDecodeCacheAnswersOnlyForTheSameObject(t *testing.T) {
 		t.Fatalf("keepOnly(nil) left %d entries", len(c.entries))
 	}
 }
+
+// TestDecodeCacheViewDoesNotStore: view answers from an entry that holds the very object,
+// decodes a changed or unknown one without storing it, so only get (the List calls) fills
+// the cache.
+func TestDecodeCacheViewDoesNotStore(t *testing.T) {
+	var c decodeCache[string]
+	decodes := 0
+	decode := func(r journal.Record) (string, error) {
+		decodes++
+		var v string
+		err := json.Unmarshal(r.Object, &v)
+		return v, err
+	}
+	rec := journal.Record{ID: "a", Object: json.RawMessage(`"one"`)}
+	for _, step := range []struct {
+		name    string
+		call    func(journal.Record, func(journal.Record) (string, error)) (string, error)
+		obj     string
+		want    string
+		decodes int
+		entries int
+	}{
+		{"view of an unknown record decodes", c.view, `"one"`, "one", 1, 0},
+		{"and again: nothing was stored", c.view, `"one"`, "one", 2, 0},
+		{"get stores", c.get, `"one"`, "one", 3, 1},
+		{"view of the stored object does not decode", c.view, `"one"`, "one", 3, 1},
+		{"view of a changed object decodes", c.view, `"two"`, "two", 4, 1},
+		{"and leaves the old entry", c.view, `"one"`, "one", 4, 1},
+	} {
+		rec.Object = json.RawMessage(step.obj)
+		v, err := step.call(rec, decode)
+		if err != nil || v != step.want || decodes != step.decodes || len(c.entries) != step.entries {
+			t.Fatalf("%s: %q, %v after %d decodes with %d entries; want %q after %d with %d",
+				step.name, v, err, decodes, len(c.entries), step.want, step.decodes, step.entries)
+		}
+	}
+}

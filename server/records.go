@@ -19,17 +19,31 @@ import (
 // findRecord returns the created record of kind whose ID is id or starts with it. An
 // unknown ID gives an error of class errNotFound, a hidden one of class errNotYetCreated.
 func (s *Server) findRecord(kind journal.Kind, id string) (journal.Record, error) {
+	return s.lookupRecord(kind, id, false)
+}
+
+// lookupRecord is findRecord; with shared, the record is the journal's published one, not
+// a copy (journal.Peek, journal.Snapshot): read it, never change it.
+func (s *Server) lookupRecord(kind journal.Kind, id string, shared bool) (journal.Record, error) {
 	if id == "" {
 		return journal.Record{}, invalidf("%s ID is required", kind)
 	}
 	var matches []journal.Record
 	if journal.ValidID(id) {
 		// A whole ID: one look-up, not a scan of every record.
-		if r, err := s.journal.Get(id); err == nil && r.Kind == kind && r.HoldsName {
+		get := s.journal.Get
+		if shared {
+			get = s.journal.Peek
+		}
+		if r, err := get(id); err == nil && r.Kind == kind && r.HoldsName {
 			matches = []journal.Record{r}
 		}
 	} else {
-		matches = s.journal.List(func(r *journal.Record) bool {
+		list := s.journal.List
+		if shared {
+			list = s.journal.Snapshot
+		}
+		matches = list(func(r *journal.Record) bool {
 			return r.Kind == kind && r.HoldsName && strings.HasPrefix(r.ID, id)
 		})
 	}
@@ -66,6 +80,32 @@ func (s *Server) findContainer(id string) (container, error) {
 		return container{}, err
 	}
 	return decodeContainer(rec)
+}
+
+// viewSandbox is findSandbox for a call that only reads the sandbox (PodSandboxStatus):
+// its record is the journal's published one and its object the decode cache's when the
+// cache holds this very object (see decodeCache.view), so that the kubelet's status of
+// every pod every ~10 s neither copies nor decodes. Read it; never change it.
+func (s *Server) viewSandbox(id string) (sandbox, error) {
+	rec, err := s.lookupRecord(journal.KindSandbox, id, true)
+	if err != nil {
+		return sandbox{}, err
+	}
+	sb, err := s.sandboxCache.view(rec, decodeSandbox)
+	sb.rec = rec
+	return sb, err
+}
+
+// viewContainer is findContainer for a call that only reads the container
+// (ContainerStatus), as viewSandbox is findSandbox's. Read it; never change it.
+func (s *Server) viewContainer(id string) (container, error) {
+	rec, err := s.lookupRecord(journal.KindContainer, id, true)
+	if err != nil {
+		return container{}, err
+	}
+	c, err := s.containerCache.view(rec, decodeContainer)
+	c.rec = rec
+	return c, err
 }
 
 // readySandbox returns a sandbox that exists and is ready.

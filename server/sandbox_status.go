@@ -20,7 +20,7 @@ import (
 // container cannot be read, neither is set, and the kubelet asks for each container
 // itself. Both are set whatever verbose says: the kubelet asks with verbose false.
 func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandboxStatusRequest) (*runtimeapi.PodSandboxStatusResponse, error) {
-	sb, err := s.findSandbox(req.GetPodSandboxId())
+	sb, err := s.viewSandbox(req.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 	// them; then the time, before the look, so nothing committed before it is missing.
 	s.recordExits(ctx, sb.rec.ID)
 	at := time.Now()
-	if sb, err = s.findSandbox(sb.rec.ID); err != nil {
+	if sb, err = s.viewSandbox(sb.rec.ID); err != nil {
 		return nil, err
 	}
 	resp := &runtimeapi.PodSandboxStatusResponse{Status: sb.status()}
