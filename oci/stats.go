@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/cgroups"
-	"github.com/opencontainers/cgroups/fscommon"
 	"github.com/opencontainers/cgroups/manager"
 	"golang.org/x/sys/unix"
 )
@@ -152,6 +150,13 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 // gives zero figures; a missing file of a controller that was read in part (its cgroup
 // was removed meanwhile) zeroes that controller's figures rather than failing.
 func readStats(d statDirs) (*cgroups.Stats, error) {
+	f := cgroupFilesPool.Get().(*cgroupFiles)
+	defer cgroupFilesPool.Put(f)
+	return f.readStats(d)
+}
+
+// readStats is readStats through f.
+func (f *cgroupFiles) readStats(d statDirs) (*cgroups.Stats, error) {
 	cs := cgroups.NewStats()
 	cpu, memory, pids := readCPUv1, readMemory("memory.usage_in_bytes", "memory.limit_in_bytes"), readPidsV1
 	if d.v2 {
@@ -159,12 +164,12 @@ func readStats(d statDirs) (*cgroups.Stats, error) {
 	}
 	for _, c := range []struct {
 		dir  string
-		read func(dir string, cs *cgroups.Stats) error
+		read func(f *cgroupFiles, dir string, cs *cgroups.Stats) error
 	}{{d.cpu, cpu}, {d.memory, memory}, {d.pids, pids}} {
 		if c.dir == "" {
 			continue
 		}
-		if err := c.read(c.dir, cs); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := c.read(f, c.dir, cs); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 	}
@@ -174,8 +179,8 @@ func readStats(d statDirs) (*cgroups.Stats, error) {
 // The readers below set their figures in cs only once every file of theirs was read.
 
 // readCPUv1 reads cpuacct.usage, the cgroup's CPU time in nanoseconds.
-func readCPUv1(dir string, cs *cgroups.Stats) error {
-	v, err := fscommon.GetCgroupParamUint(dir, "cpuacct.usage")
+func readCPUv1(f *cgroupFiles, dir string, cs *cgroups.Stats) error {
+	v, err := f.uint(dir, "cpuacct.usage")
 	if err != nil {
 		return err
 	}
@@ -184,8 +189,8 @@ func readCPUv1(dir string, cs *cgroups.Stats) error {
 }
 
 // readCPUv2 reads usage_usec of cpu.stat, in nanoseconds as the library gives it.
-func readCPUv2(dir string, cs *cgroups.Stats) error {
-	kv, err := readKeyValues(dir, "cpu.stat")
+func readCPUv2(f *cgroupFiles, dir string, cs *cgroups.Stats) error {
+	kv, err := f.keyValues(dir, "cpu.stat")
 	if err != nil {
 		return err
 	}
@@ -193,37 +198,19 @@ func readCPUv2(dir string, cs *cgroups.Stats) error {
 	return nil
 }
 
-// readKeyValues reads a flat-keyed cgroup file (memory.stat, cpu.stat), every line
-// parsed as the library parses it.
-func readKeyValues(dir, file string) (map[string]uint64, error) {
-	s, err := cgroups.ReadFile(dir, file)
-	if err != nil {
-		return nil, err
-	}
-	kv := make(map[string]uint64, strings.Count(s, "\n"))
-	for line := range strings.Lines(s) {
-		k, v, err := fscommon.ParseKeyValue(strings.TrimSuffix(line, "\n"))
-		if err != nil {
-			return nil, fmt.Errorf("cgroup %s/%s: %w", dir, file, err)
-		}
-		kv[k] = v
-	}
-	return kv, nil
-}
-
 // readMemory returns a reader of memory.stat (every key) and of the usage and limit
 // files named.
-func readMemory(usage, limit string) func(dir string, cs *cgroups.Stats) error {
-	return func(dir string, cs *cgroups.Stats) error {
-		stats, err := readKeyValues(dir, "memory.stat")
+func readMemory(usage, limit string) func(f *cgroupFiles, dir string, cs *cgroups.Stats) error {
+	return func(f *cgroupFiles, dir string, cs *cgroups.Stats) error {
+		stats, err := f.keyValues(dir, "memory.stat")
 		if err != nil {
 			return err
 		}
 		var m cgroups.MemoryData
-		if m.Usage, err = fscommon.GetCgroupParamUint(dir, usage); err != nil {
+		if m.Usage, err = f.uint(dir, usage); err != nil {
 			return err
 		}
-		if m.Limit, err = fscommon.GetCgroupParamUint(dir, limit); err != nil {
+		if m.Limit, err = f.uint(dir, limit); err != nil {
 			return err
 		}
 		cs.MemoryStats.Stats, cs.MemoryStats.Usage = stats, m
@@ -232,8 +219,8 @@ func readMemory(usage, limit string) func(dir string, cs *cgroups.Stats) error {
 }
 
 // readPidsV1 reads pids.current.
-func readPidsV1(dir string, cs *cgroups.Stats) error {
-	v, err := fscommon.GetCgroupParamUint(dir, "pids.current")
+func readPidsV1(f *cgroupFiles, dir string, cs *cgroups.Stats) error {
+	v, err := f.uint(dir, "pids.current")
 	if err != nil {
 		return err
 	}
@@ -243,19 +230,19 @@ func readPidsV1(dir string, cs *cgroups.Stats) error {
 
 // readPidsV2 reads pids.current or, without the pids controller, counts the lines of
 // cgroup.procs (cgroup.threads in a threaded cgroup), as the library does.
-func readPidsV2(dir string, cs *cgroups.Stats) error {
-	err := readPidsV1(dir, cs)
+func readPidsV2(f *cgroupFiles, dir string, cs *cgroups.Stats) error {
+	err := readPidsV1(f, dir, cs)
 	if !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	procs, err := cgroups.ReadFile(dir, "cgroup.procs")
+	n, err := f.lines(dir, "cgroup.procs")
 	if errors.Is(err, unix.ENOTSUP) {
-		procs, err = cgroups.ReadFile(dir, "cgroup.threads")
+		n, err = f.lines(dir, "cgroup.threads")
 	}
 	if err != nil {
 		return err
 	}
-	cs.PidsStats.Current = uint64(strings.Count(procs, "\n"))
+	cs.PidsStats.Current = n
 	return nil
 }
 

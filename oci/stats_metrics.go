@@ -9,9 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/opencontainers/cgroups"
-	"github.com/opencontainers/cgroups/fscommon"
 )
 
 // MetricParts chooses what Metrics reads of a cgroup beyond the figures of Stats, one
@@ -94,7 +91,9 @@ func (r *Runtime) Metrics(id string, parts MetricParts) (CgroupMetrics, error) {
 // readMetrics reads the figures of readStats and the parts asked for from the cgroup
 // directories d.
 func readMetrics(d statDirs, parts MetricParts, at time.Time) (CgroupMetrics, error) {
-	cs, err := readStats(d)
+	f := cgroupFilesPool.Get().(*cgroupFiles)
+	defer cgroupFilesPool.Put(f)
+	cs, err := f.readStats(d)
 	if err != nil {
 		return CgroupMetrics{}, err
 	}
@@ -105,7 +104,7 @@ func readMetrics(d statDirs, parts MetricParts, at time.Time) (CgroupMetrics, er
 	readers := []struct {
 		part MetricParts
 		dir  string
-		read func(dir string, v2 bool, m *CgroupMetrics) error
+		read func(f *cgroupFiles, dir string, v2 bool, m *CgroupMetrics) error
 	}{
 		{MetricCPU, d.cpu, readCPUTimes},
 		{MetricCPU, d.cpuCtl, readThrottling},
@@ -117,7 +116,7 @@ func readMetrics(d statDirs, parts MetricParts, at time.Time) (CgroupMetrics, er
 		if parts&rd.part == 0 || rd.dir == "" {
 			continue
 		}
-		if err := rd.read(rd.dir, d.v2, &m); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := rd.read(f, rd.dir, d.v2, &m); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return CgroupMetrics{}, err
 		}
 	}
@@ -140,16 +139,16 @@ func memoryStat(m *CgroupMetrics, stat map[string]uint64, v2 bool) {
 
 // readCPUTimes reads the user and system CPU time: v1 cpuacct.stat (in USER_HZ), v2
 // cpu.stat (in microseconds).
-func readCPUTimes(dir string, v2 bool, m *CgroupMetrics) error {
+func readCPUTimes(f *cgroupFiles, dir string, v2 bool, m *CgroupMetrics) error {
 	if v2 {
-		kv, err := readKeyValues(dir, "cpu.stat")
+		kv, err := f.keyValues(dir, "cpu.stat")
 		if err != nil {
 			return err
 		}
 		m.CPUUserNanos, m.CPUSystemNanos = kv["user_usec"]*1000, kv["system_usec"]*1000
 		return nil
 	}
-	kv, err := readKeyValues(dir, "cpuacct.stat")
+	kv, err := f.keyValues(dir, "cpuacct.stat")
 	if err != nil {
 		return err
 	}
@@ -159,8 +158,8 @@ func readCPUTimes(dir string, v2 bool, m *CgroupMetrics) error {
 
 // readThrottling reads the CFS figures of cpu.stat (the cpu controller's on v1, whose
 // throttled_time is in nanoseconds; v2's throttled_usec in microseconds).
-func readThrottling(dir string, v2 bool, m *CgroupMetrics) error {
-	kv, err := readKeyValues(dir, "cpu.stat")
+func readThrottling(f *cgroupFiles, dir string, v2 bool, m *CgroupMetrics) error {
+	kv, err := f.keyValues(dir, "cpu.stat")
 	if err != nil {
 		return err
 	}
@@ -173,9 +172,9 @@ func readThrottling(dir string, v2 bool, m *CgroupMetrics) error {
 
 // readMemoryEvents reads the memory files that memory.stat does not cover; each may be
 // missing on an older kernel (or without swap accounting), which leaves its figure 0.
-func readMemoryEvents(dir string, v2 bool, m *CgroupMetrics) error {
+func readMemoryEvents(f *cgroupFiles, dir string, v2 bool, m *CgroupMetrics) error {
 	param := func(file string, dst *uint64) error {
-		v, err := fscommon.GetCgroupParamUint(dir, file)
+		v, err := f.uint(dir, file)
 		if err == nil {
 			*dst = v
 		}
@@ -186,13 +185,13 @@ func readMemoryEvents(dir string, v2 bool, m *CgroupMetrics) error {
 		var swap uint64
 		errs = append(errs, param("memory.peak", &m.MemoryMaxUsage), param("memory.swap.current", &swap))
 		m.MemorySwap = swap
-		events, err := readKeyValues(dir, "memory.events")
+		events, err := f.keyValues(dir, "memory.events")
 		m.MemoryFailcnt, m.OOMKills = events["max"], events["oom_kill"]
 		errs = append(errs, err)
 	} else {
 		errs = append(errs, param("memory.max_usage_in_bytes", &m.MemoryMaxUsage), param("memory.failcnt", &m.MemoryFailcnt),
 			param("memory.kmem.usage_in_bytes", &m.MemoryKernel))
-		oom, err := readKeyValues(dir, "memory.oom_control")
+		oom, err := f.keyValues(dir, "memory.oom_control")
 		m.OOMKills = oom["oom_kill"]
 		errs = append(errs, err)
 	}
@@ -207,11 +206,11 @@ func readMemoryEvents(dir string, v2 bool, m *CgroupMetrics) error {
 // readProcesses reads the cgroup's processes and thread limit, and counts the files and
 // sockets the processes hold open (/proc/<pid>/fd). A process that exits meanwhile is
 // left out.
-func readProcesses(dir string, _ bool, m *CgroupMetrics) error {
-	if limit, err := fscommon.GetCgroupParamUint(dir, "pids.max"); err == nil && limit != math.MaxUint64 {
+func readProcesses(f *cgroupFiles, dir string, _ bool, m *CgroupMetrics) error {
+	if limit, err := f.uint(dir, "pids.max"); err == nil && limit != math.MaxUint64 {
 		m.ThreadsMax = limit
 	}
-	procs, err := cgroups.ReadFile(dir, "cgroup.procs")
+	procs, err := f.string(dir, "cgroup.procs")
 	if err != nil {
 		return err
 	}
@@ -244,7 +243,7 @@ func openFiles(dir string) (fds, sockets uint64) {
 
 // readIO reads the block I/O per device: v1 the throttle files' Read and Write lines
 // ("8:0 Read 4096"), v2 io.stat ("8:0 rbytes=4096 wbytes=0 rios=1 wios=0 ...").
-func readIO(dir string, v2 bool, m *CgroupMetrics) error {
+func readIO(f *cgroupFiles, dir string, v2 bool, m *CgroupMetrics) error {
 	byDev := map[[2]uint64]*DeviceIO{}
 	var order [][2]uint64
 	dev := func(field string) (*DeviceIO, error) {
@@ -265,7 +264,7 @@ func readIO(dir string, v2 bool, m *CgroupMetrics) error {
 		}
 		return byDev[k], nil
 	}
-	if err := parseIOFiles(dir, v2, dev); err != nil {
+	if err := parseIOFiles(f, dir, v2, dev); err != nil {
 		return err
 	}
 	for _, k := range order {
@@ -275,9 +274,9 @@ func readIO(dir string, v2 bool, m *CgroupMetrics) error {
 }
 
 // parseIOFiles reads the I/O files of dir into the devices dev hands out.
-func parseIOFiles(dir string, v2 bool, dev func(field string) (*DeviceIO, error)) error {
+func parseIOFiles(f *cgroupFiles, dir string, v2 bool, dev func(field string) (*DeviceIO, error)) error {
 	if v2 {
-		s, err := cgroups.ReadFile(dir, "io.stat")
+		s, err := f.string(dir, "io.stat")
 		if err != nil {
 			return err
 		}
@@ -317,7 +316,7 @@ func parseIOFiles(dir string, v2 bool, dev func(field string) (*DeviceIO, error)
 		{"blkio.throttle.io_service_bytes_recursive", func(d *DeviceIO) *uint64 { return &d.ReadBytes }, func(d *DeviceIO) *uint64 { return &d.WriteBytes }},
 		{"blkio.throttle.io_serviced_recursive", func(d *DeviceIO) *uint64 { return &d.Reads }, func(d *DeviceIO) *uint64 { return &d.Writes }},
 	} {
-		s, err := cgroups.ReadFile(dir, file.name)
+		s, err := f.string(dir, file.name)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,146 @@
+package oci
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/opencontainers/cgroups/fscommon"
+	"golang.org/x/sys/unix"
+)
+
+// cgroupFiles reads the small files of a cgroup for Stats and Metrics: about 5 files a
+// container for ListContainerStats and 15 for ListPodSandboxMetrics with every group, so
+// 500 and 1,500 reads a call with 100 containers. The library's reader
+// (cgroups.ReadFile) wraps each in an *os.File and reads it into a fresh bytes.Buffer,
+// then copies it into a string: about twice the cost of the open, read and close
+// themselves (docs/BENCHMARKS.md, "Idle cost"). cgroupFiles makes those three system
+// calls and nothing else, into one buffer it keeps (take one from cgroupFilesPool, give
+// it back), and parses as the library does (fscommon.GetCgroupParamUint,
+// fscommon.ParseKeyValue). The file names are this package's constants, joined to the
+// directories the library resolved; errors are *os.PathError, so a missing file is
+// fs.ErrNotExist as with the library.
+type cgroupFiles struct {
+	buf []byte
+	// keys interns the keys of flat-keyed files (memory.stat has ~40 a container):
+	// the same strings every call rather than new ones.
+	keys map[string]string
+}
+
+var cgroupFilesPool = sync.Pool{New: func() any { return &cgroupFiles{buf: make([]byte, 0, 4096)} }}
+
+// read returns the contents of dir/file, valid until the next read.
+func (f *cgroupFiles) read(dir, file string) ([]byte, error) {
+	path := filepath.Join(dir, filepath.Clean("/"+file))
+	fd, err := openRetry(path)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	b := f.buf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			f.buf = b
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			break
+		}
+		b = b[:len(b)+n]
+	}
+	f.buf = b
+	return b, nil
+}
+
+func openRetry(path string) (int, error) {
+	for {
+		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != unix.EINTR {
+			return fd, err
+		}
+	}
+}
+
+// string is read as a string (a copy).
+func (f *cgroupFiles) string(dir, file string) (string, error) {
+	b, err := f.read(dir, file)
+	return string(b), err
+}
+
+// uint reads a file of one number as fscommon.GetCgroupParamUint does: "max" is
+// math.MaxUint64, a negative number 0.
+func (f *cgroupFiles) uint(dir, file string) (uint64, error) {
+	b, err := f.read(dir, file)
+	if err != nil {
+		return 0, err
+	}
+	b = bytes.TrimSpace(b)
+	if string(b) == "max" {
+		return math.MaxUint64, nil
+	}
+	v, err := fscommon.ParseUint(string(b), 10, 64)
+	if err != nil {
+		return v, &fscommon.ParseError{Path: dir, File: file, Err: err}
+	}
+	return v, nil
+}
+
+// keyValues reads a flat-keyed file (memory.stat, cpu.stat), every line parsed as
+// fscommon.ParseKeyValue parses it.
+func (f *cgroupFiles) keyValues(dir, file string) (map[string]uint64, error) {
+	b, err := f.read(dir, file)
+	if err != nil {
+		return nil, err
+	}
+	kv := make(map[string]uint64, bytes.Count(b, []byte("\n")))
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		k, v, ok := bytes.Cut(line, []byte(" "))
+		if !ok || len(k) == 0 || len(v) == 0 {
+			return nil, fmt.Errorf("cgroup %s/%s: line %q is not in \"key value\" format", dir, file, line)
+		}
+		n, err := fscommon.ParseUint(string(v), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("cgroup %s/%s: %w", dir, file, err)
+		}
+		kv[f.key(k)] = n
+	}
+	return kv, nil
+}
+
+// key returns k as a string, the same one every time.
+func (f *cgroupFiles) key(k []byte) string {
+	if s, ok := f.keys[string(k)]; ok {
+		return s
+	}
+	if f.keys == nil {
+		f.keys = map[string]string{}
+	}
+	if len(f.keys) >= 1024 { // not the files this package reads: do not grow for them
+		return string(k)
+	}
+	s := string(k)
+	f.keys[s] = s
+	return s
+}
+
+// lines counts the lines of a file (cgroup.procs).
+func (f *cgroupFiles) lines(dir, file string) (uint64, error) {
+	b, err := f.read(dir, file)
+	return uint64(bytes.Count(b, []byte("\n"))), err
+}
