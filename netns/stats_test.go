@@ -1,11 +1,16 @@
 package netns
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"os/exec"
+	"reflect"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/crijournal/crijournal/internal/testenv"
 )
@@ -54,5 +59,101 @@ func TestInterfaces(t *testing.T) {
 	}
 	if _, err := Interfaces(t.TempDir()); err == nil {
 		t.Error("Interfaces of a directory that is no namespace succeeded")
+	}
+}
+
+// linkMsg builds an RTM_NEWLINK message (or another type) of a link dump: header, ifinfomsg
+// with flags, then the attributes given (type, value).
+func linkMsg(typ uint16, seq, flags uint32, attrs ...[]byte) []byte {
+	body := make([]byte, unix.SizeofIfInfomsg)
+	binary.NativeEndian.PutUint32(body[8:12], flags)
+	for _, a := range attrs {
+		body = append(body, a...)
+	}
+	return nlMsg(typ, seq, 0, body)
+}
+
+func nlMsg(typ uint16, seq uint32, nlFlags uint16, body []byte) []byte {
+	b := make([]byte, unix.NLMSG_HDRLEN, unix.NLMSG_HDRLEN+len(body)+4)
+	binary.NativeEndian.PutUint32(b[0:4], uint32(unix.NLMSG_HDRLEN+len(body)))
+	binary.NativeEndian.PutUint16(b[4:6], typ)
+	binary.NativeEndian.PutUint16(b[6:8], nlFlags)
+	binary.NativeEndian.PutUint32(b[8:12], seq)
+	b = append(b, body...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+func rtAttr(typ uint16, value []byte) []byte {
+	b := make([]byte, 4, 4+len(value)+3)
+	binary.NativeEndian.PutUint16(b[0:2], uint16(4+len(value)))
+	binary.NativeEndian.PutUint16(b[2:4], typ)
+	b = append(b, value...)
+	for len(b)%4 != 0 {
+		b = append(b, 0)
+	}
+	return b
+}
+
+// counters encodes rx_packets, tx_packets, rx_bytes, tx_bytes, rx_errors, tx_errors,
+// rx_dropped, tx_dropped (and zeros after, as the kernel's structs go on) in width bytes
+// each.
+func counters(width int, c ...uint64) []byte {
+	b := make([]byte, width*(len(c)+4))
+	for i, v := range c {
+		if width == 8 {
+			binary.NativeEndian.PutUint64(b[8*i:], v)
+		} else {
+			binary.NativeEndian.PutUint32(b[4*i:], uint32(v))
+		}
+	}
+	return b
+}
+
+// TestParseLinks: what a link dump's datagrams give, as the netlink library read them:
+// loopback and links without counters left out, IFLA_STATS64 over IFLA_STATS, the name
+// without its NUL, messages of another request ignored, the dump's end, its errors.
+func TestParseLinks(t *testing.T) {
+	name := func(s string) []byte { return rtAttr(unix.IFLA_IFNAME, append([]byte(s), 0)) }
+	c64 := rtAttr(unix.IFLA_STATS64, counters(8, 1, 2, 3, 4, 5, 6, 7, 8))
+	c32 := rtAttr(unix.IFLA_STATS, counters(4, 10, 20, 30, 40, 50, 60, 70, 80))
+	eth0 := InterfaceStats{Name: "eth0", RxPackets: 1, TxPackets: 2, RxBytes: 3, TxBytes: 4, RxErrors: 5, TxErrors: 6, RxDropped: 7, TxDropped: 8}
+	done := nlMsg(unix.NLMSG_DONE, 1, unix.NLM_F_MULTI, make([]byte, 4))
+	errMsg := func(code int32) []byte {
+		b := make([]byte, 4+unix.NLMSG_HDRLEN)
+		binary.NativeEndian.PutUint32(b, uint32(code))
+		return nlMsg(unix.NLMSG_ERROR, 1, 0, b)
+	}
+	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	for _, tt := range []struct {
+		name    string
+		b       []byte
+		want    []InterfaceStats
+		done    bool
+		wantErr bool
+	}{
+		{"64-bit counters", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64), []InterfaceStats{eth0}, false, false},
+		{"64-bit over 32-bit", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c32, c64), []InterfaceStats{eth0}, false, false},
+		{"32-bit only", linkMsg(unix.RTM_NEWLINK, 1, 0, name("net1"), c32),
+			[]InterfaceStats{{Name: "net1", RxPackets: 10, TxPackets: 20, RxBytes: 30, TxBytes: 40, RxErrors: 50, TxErrors: 60, RxDropped: 70, TxDropped: 80}}, false, false},
+		{"loopback left out", linkMsg(unix.RTM_NEWLINK, 1, unix.IFF_LOOPBACK|unix.IFF_UP, name("lo"), c64), nil, false, false},
+		{"no counters left out", linkMsg(unix.RTM_NEWLINK, 1, 0, name("dummy0")), nil, false, false},
+		{"another request's message ignored", linkMsg(unix.RTM_NEWLINK, 2, 0, name("eth0"), c64), nil, false, false},
+		{"then done", cat(linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64), done), []InterfaceStats{eth0}, true, false},
+		{"ack ends", errMsg(0), nil, true, false},
+		{"error", errMsg(-int32(unix.EPERM)), nil, true, true},
+		{"interrupted", nlMsg(unix.RTM_NEWLINK, 1, unix.NLM_F_DUMP_INTR, make([]byte, unix.SizeofIfInfomsg)), nil, true, true},
+		{"short counters", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), rtAttr(unix.IFLA_STATS64, make([]byte, 16))), nil, true, true},
+		{"short ifinfomsg", nlMsg(unix.RTM_NEWLINK, 1, 0, make([]byte, 8)), nil, true, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []InterfaceStats
+			done, err := parseLinks(tt.b, 1, &got)
+			if done != tt.done || (err != nil) != tt.wantErr || !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("parseLinks = %+v, done %v, err %v; want %+v, done %v, error %v", got, done, err, tt.want, tt.done, tt.wantErr)
+			}
+		})
 	}
 }
