@@ -28,6 +28,9 @@ type cgroupFiles struct {
 	// keys interns the keys of flat-keyed files (memory.stat has ~40 a container):
 	// the same strings every call rather than new ones.
 	keys map[string]string
+	// dents and names are openFiles' directory buffer and names.
+	dents []byte
+	names []string
 }
 
 var cgroupFilesPool = sync.Pool{New: func() any { return &cgroupFiles{buf: make([]byte, 0, 4096)} }}

@@ -1,11 +1,12 @@
 package oci
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io/fs"
 	"math"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -216,7 +217,7 @@ func readProcesses(f *cgroupFiles, dir string, _ bool, m *CgroupMetrics) error {
 	}
 	for _, pid := range strings.Fields(procs) {
 		m.ProcessCount++
-		fds, sockets := openFiles("/proc/" + pid + "/fd")
+		fds, sockets := f.openFiles("/proc/" + pid + "/fd")
 		m.FileDescriptors += fds
 		m.Sockets += sockets
 	}
@@ -224,21 +225,37 @@ func readProcesses(f *cgroupFiles, dir string, _ bool, m *CgroupMetrics) error {
 }
 
 // openFiles counts the entries of a /proc/<pid>/fd directory and those that are sockets;
-// 0 and 0 when it cannot be read (the process is gone).
-func openFiles(dir string) (fds, sockets uint64) {
-	f, err := os.Open(dir)
+// 0 and 0 when it cannot be read (the process is gone). Bare system calls, with f's
+// buffers: an *os.File of a directory costs an epoll registration that fails, and
+// os.Readlink a fresh buffer per link.
+func (f *cgroupFiles) openFiles(dir string) (fds, sockets uint64) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, 0
 	}
-	defer f.Close()
-	names, _ := f.Readdirnames(-1)
-	for _, name := range names {
-		fds++
-		if target, err := os.Readlink(dir + "/" + name); err == nil && strings.HasPrefix(target, "socket:") {
-			sockets++
+	defer unix.Close(fd)
+	if cap(f.dents) == 0 {
+		f.dents = make([]byte, 8192)
+	}
+	buf := f.dents[:cap(f.dents)]
+	var link [64]byte // "socket:[inode]" fits; a longer target is no socket
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return fds, sockets
+		}
+		f.names = f.names[:0]
+		_, _, f.names = unix.ParseDirent(buf[:n], -1, f.names)
+		for _, name := range f.names {
+			fds++
+			if l, err := unix.Readlink(dir+"/"+name, link[:]); err == nil && bytes.HasPrefix(link[:l], []byte("socket:")) {
+				sockets++
+			}
 		}
 	}
-	return fds, sockets
 }
 
 // readIO reads the block I/O per device: v1 the throttle files' Read and Write lines

@@ -1,10 +1,13 @@
 package oci
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,7 +47,7 @@ func TestReadMetricsFake(t *testing.T) {
 	cgroups.TestMode = true
 	t.Cleanup(func() { cgroups.TestMode = false })
 	at := time.Unix(1700000000, 0)
-	fds, sockets := openFiles("/proc/1/fd")
+	fds, sockets := (&cgroupFiles{}).openFiles("/proc/1/fd")
 	io := []DeviceIO{
 		{Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 8192, Reads: 1, Writes: 2},
 		{Major: 253, Minor: 1, WriteBytes: 512, Writes: 1},
@@ -149,4 +152,45 @@ func minimalStatsOf(d statDirs, at time.Time) (CgroupStats, error) {
 		return CgroupStats{}, err
 	}
 	return convertStats(cs, at, d.v2), nil
+}
+
+// TestOpenFilesCountsAsReaddir: openFiles counts what os.ReadDir and os.Readlink see in
+// a /proc/<pid>/fd directory (with a socket and more files than one getdents buffer
+// holds), and nothing for a process that is gone.
+func TestOpenFilesCountsAsReaddir(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for range 400 {
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", os.Getpid())
+	// What this test's files are when the counts are made: the test itself opens no
+	// file meanwhile.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantFds, wantSockets uint64
+	for _, e := range entries {
+		wantFds++
+		if target, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(target, "socket:") {
+			wantSockets++
+		}
+	}
+	f := &cgroupFiles{}
+	// Each holds the directory open while it reads it: both count that fd.
+	fds, sockets := f.openFiles(dir)
+	if fds != wantFds || sockets != wantSockets || sockets == 0 || fds < 400 {
+		t.Errorf("openFiles = %d fds, %d sockets; os.ReadDir saw %d, %d", fds, sockets, wantFds, wantSockets)
+	}
+	if fds, sockets := f.openFiles("/proc/0/fd"); fds != 0 || sockets != 0 {
+		t.Errorf("openFiles of a process that does not exist = %d, %d", fds, sockets)
+	}
 }
