@@ -56,7 +56,7 @@ func (w *conmonWatch) forget(id string, f *os.File) {
 // (conmon is gone, an exit file is there, or the ID is invalid): ask ExitStatus and
 // State.
 func (r *Runtime) Running(id string) bool {
-	if validID(id) != nil || exists(r.exitFile(id)) {
+	if validID(id) != nil {
 		return false
 	}
 	f := r.conmons.take(id)
@@ -71,7 +71,7 @@ func (r *Runtime) Running(id string) bool {
 		r.conmons.forget(id, f)
 		return false
 	}
-	// The exit file is written before conmon exits: look again, in case both happened
-	// between the first look and the poll.
+	// conmon writes the exit file before it exits, and the file stays: none after the
+	// poll means none before it either (one look, after the poll, not one on each side).
 	return !exists(r.exitFile(id))
 }
