@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -728,5 +730,21 @@ func TestPeekGetsWhatGetGets(t *testing.T) {
 	_, perr := j.Peek("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
 	if !errors.Is(gerr, ErrNotFound) || !errors.Is(perr, ErrNotFound) {
 		t.Errorf("unknown ID: Get %v, Peek %v, want ErrNotFound", gerr, perr)
+	}
+}
+
+// TestValidIDAsThePattern: ValidID accepts what ^[0-9a-f]{64}$ matched, the pattern it
+// replaced, and nothing else.
+func TestValidIDAsThePattern(t *testing.T) {
+	pattern := regexp.MustCompile(`^[0-9a-f]{64}$`)
+	hex := "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	ids := []string{"", "a", hex, hex[:63], hex + "0", strings.ToUpper(hex), hex[:63] + "g", hex[:63] + "/", hex[:63] + "\n"}
+	for c := range 256 { // every byte at the last place
+		ids = append(ids, hex[:63]+string([]byte{byte(c)}))
+	}
+	for _, id := range ids {
+		if got, want := ValidID(id), pattern.MatchString(id); got != want {
+			t.Errorf("ValidID(%q) = %v, the pattern %v", id, got, want)
+		}
 	}
 }

@@ -685,3 +685,24 @@ func TestCreateStepArgsAreStable(t *testing.T) {
 		t.Errorf("step %s %v, want oci-container {handler: runc, id: abc}", a.Kind, a.Args)
 	}
 }
+
+// TestValidIDAsThePattern: validID accepts what ^[A-Za-z0-9_-]{1,64}$ matched, the
+// pattern it replaced, and nothing else.
+func TestValidIDAsThePattern(t *testing.T) {
+	pattern := regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+	for _, id := range []string{
+		"", "a", "Z", "0", "_", "-", "abc-DEF_123", strings.Repeat("a", 64), strings.Repeat("a", 65),
+		"a/b", "../x", "a.b", "a b", "a\n", "é", "a\x00", strings.Repeat("f", 63) + "/", "`", "@", "[", "{", ":",
+		"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+	} {
+		if got, want := validID(id) == nil, pattern.MatchString(id); got != want {
+			t.Errorf("validID(%q) ok = %v, the pattern %v", id, got, want)
+		}
+	}
+	for c := range 256 { // every byte, alone
+		id := string([]byte{byte(c)})
+		if got, want := validID(id) == nil, pattern.MatchString(id); got != want {
+			t.Errorf("validID(%q) ok = %v, the pattern %v", id, got, want)
+		}
+	}
+}
