@@ -84,7 +84,7 @@ func (s *Server) StartStatsCollection() {
 // createdContainerIDs returns the IDs of the created containers: those whose layers the
 // collector measures.
 func (s *Server) createdContainerIDs() []string {
-	recs := s.journal.List(func(r *journal.Record) bool {
+	recs := s.journal.Snapshot(func(r *journal.Record) bool {
 		return r.Kind == journal.KindContainer && r.State == journal.StateCreated
 	})
 	ids := make([]string, len(recs))
@@ -139,15 +139,18 @@ func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListCon
 }
 
 // statsContainers returns the created containers whose ID starts with id, whose sandbox ID
-// starts with sandboxID and whose labels hold selector.
+// starts with sandboxID and whose labels hold selector. They are the journal's published
+// records and, where the List calls cached them, their decoded objects (journal.Snapshot,
+// decodeCache.view): read them, never change them.
 func (s *Server) statsContainers(id, sandboxID string, selector map[string]string) []container {
-	recs := s.journal.List(func(r *journal.Record) bool {
+	recs := s.journal.Snapshot(func(r *journal.Record) bool {
 		return r.Kind == journal.KindContainer && r.State == journal.StateCreated &&
 			strings.HasPrefix(r.ID, id) && strings.HasPrefix(r.Parent, sandboxID)
 	})
 	var out []container
 	for _, rec := range recs {
-		c, err := decodeContainer(rec)
+		c, err := s.containerCache.view(rec, decodeContainer)
+		c.rec = rec
 		if err != nil {
 			s.log.Warn("skipping undecodable container", "id", rec.ID, "name", rec.Name, "err", err)
 			continue
@@ -162,7 +165,7 @@ func (s *Server) statsContainers(id, sandboxID string, selector map[string]strin
 // forgetStats drops what the stats calls keep of containers that are gone.
 func (s *Server) forgetStats() {
 	live := map[string]bool{}
-	for _, r := range s.journal.List(func(r *journal.Record) bool { return r.Kind == journal.KindContainer }) {
+	for _, r := range s.journal.Snapshot(func(r *journal.Record) bool { return r.Kind == journal.KindContainer }) {
 		live[r.ID] = true
 	}
 	s.stats.prune(live)

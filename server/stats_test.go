@@ -1,8 +1,18 @@
 package server
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/journal"
 )
 
 func TestNanoCores(t *testing.T) {
@@ -34,5 +44,73 @@ func TestNanoCores(t *testing.T) {
 	}
 	if _, ok := st.cpu["other"]; !ok {
 		t.Error("prune dropped a live container")
+	}
+}
+
+// TestStatsContainersAsDecoded: the containers the stats calls read are those the
+// records decode to, filtered by ID, sandbox and labels, whether or not a List call
+// cached them, and reading them leaves the decode cache to the List calls.
+func TestStatsContainersAsDecoded(t *testing.T) {
+	reg := journal.NewRegistry()
+	noop := func(context.Context, journal.Record, journal.Step) error { return nil }
+	reg.Register(fakeFirst, noop)
+	reg.Register(fakeSecond, noop)
+	log := slog.New(slog.DiscardHandler)
+	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Logger: log, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Deps{Journal: j, Log: log})
+	t.Cleanup(func() {
+		s.Close()
+		j.Close()
+	})
+	var ctrIDs []string
+	for i := range 3 {
+		podID := benchCreate(t, s, journal.KindSandbox, fmt.Sprintf("pod-%d", i), "", sandboxObject{Config: mustMarshal(benchPodConfig(i)), CreatedAt: time.Now()})
+		cfg := benchContainerConfig()
+		cfg.Labels["n"] = fmt.Sprint(i)
+		ctrIDs = append(ctrIDs, benchCreate(t, s, journal.KindContainer, fmt.Sprintf("ctr-%d", i), podID, containerObject{
+			Config: mustMarshal(cfg), SandboxID: podID, Handler: "runc", CreatedAt: time.Now(),
+		}))
+	}
+	want := func(id, sandbox string, selector map[string]string) []string {
+		var out []string
+		for _, r := range s.journal.List(func(r *journal.Record) bool { return r.Kind == journal.KindContainer }) {
+			c, err := decodeContainer(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.HasPrefix(r.ID, id) && strings.HasPrefix(r.Parent, sandbox) && labelsMatch(c.config.GetLabels(), selector) {
+				out = append(out, r.ID+" "+c.config.GetLabels()["n"])
+			}
+		}
+		return out
+	}
+	got := func(id, sandbox string, selector map[string]string) []string {
+		var out []string
+		for _, c := range s.statsContainers(id, sandbox, selector) {
+			out = append(out, c.rec.ID+" "+c.config.GetLabels()["n"])
+		}
+		return out
+	}
+	rec, _ := s.journal.Get(ctrIDs[1])
+	for _, listed := range []bool{false, true} {
+		if listed { // a relist caches every container's decoded object
+			if _, err := s.ListContainers(context.Background(), &runtimeapi.ListContainersRequest{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, f := range []struct {
+			id, sandbox string
+			selector    map[string]string
+		}{{"", "", nil}, {ctrIDs[1][:8], "", nil}, {"", rec.Parent, nil}, {"", "", map[string]string{"n": "2"}}, {"", "", map[string]string{"n": "9"}}} {
+			if g, w := got(f.id, f.sandbox, f.selector), want(f.id, f.sandbox, f.selector); !slices.Equal(g, w) {
+				t.Errorf("listed %v, filter %+v: statsContainers %v, want %v", listed, f, g, w)
+			}
+		}
+		if n := len(s.containerCache.entries); listed != (n == 3) || !listed && n != 0 {
+			t.Errorf("listed %v: %d entries in the decode cache", listed, n)
+		}
 	}
 }
