@@ -15,14 +15,14 @@ import (
 // cgroupFiles reads the small files of a cgroup for Stats and Metrics: about 5 files a
 // container for ListContainerStats and 15 for ListPodSandboxMetrics with every group, so
 // 500 and 1,500 reads a call with 100 containers. The library's reader
-// (cgroups.ReadFile) wraps each in an *os.File and reads it into a fresh bytes.Buffer,
-// then copies it into a string: about twice the cost of the open, read and close
-// themselves (docs/BENCHMARKS.md, "Idle cost"). cgroupFiles makes those three system
-// calls and nothing else, into one buffer it keeps (take one from cgroupFilesPool, give
-// it back), and parses as the library does (fscommon.GetCgroupParamUint,
-// fscommon.ParseKeyValue). The file names are this package's constants, joined to the
-// directories the library resolved; errors are *os.PathError, so a missing file is
-// fs.ErrNotExist as with the library.
+// (cgroups.ReadFile) wraps each in an *os.File (an fcntl, a finalizer) and reads it into
+// a fresh bytes.Buffer, then copies it into a string: about a quarter of the reads' CPU
+// in ListPodSandboxMetrics (docs/BENCHMARKS.md, "The idle poll, call by call").
+// cgroupFiles makes the open, read and close system calls and nothing else, into one
+// buffer it keeps (take one from cgroupFilesPool, give it back), and parses as the
+// library does (fscommon.GetCgroupParamUint, fscommon.ParseKeyValue). The file names are
+// this package's constants, joined to the directories the library resolved; errors are
+// *os.PathError, so a missing file is fs.ErrNotExist as with the library.
 type cgroupFiles struct {
 	buf []byte
 	// keys interns the keys of flat-keyed files (memory.stat has ~40 a container):
