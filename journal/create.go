@@ -83,10 +83,34 @@ func (j *Journal) Begin(req BeginRequest) (Record, error) {
 // caller act. stage becomes the record's current stage. It returns the step's sequence
 // number, for Done.
 func (j *Journal) Intent(id, stage string, kind StepKind, args map[string]string) (int, error) {
+	return j.Intents(id, Intended{Kind: kind, Stage: stage, Args: args})
+}
+
+// Intended is one step whose intent Intents commits: its kind, stage and undo arguments.
+type Intended struct {
+	Kind  StepKind
+	Stage string
+	Args  map[string]string
+}
+
+// Intents appends several steps in status intent in one durable commit, in the order
+// given, and returns once it is durable: only then may the caller act, on each step in
+// that order. It returns the first step's sequence number; the others follow it. The
+// record's stage becomes the first step's (see Staged for the later ones).
+//
+// Committing a step's intent before an earlier step of the batch has acted is as safe
+// as committing it just before its own action: a step in intent may or may not have
+// happened, and its undo, idempotent, finds nothing when it did not. The steps batched
+// must be ones whose undo costs nothing much when there is nothing to undo, since a
+// rollback or a recovery from a crash before they acted runs it anyway.
+func (j *Journal) Intents(id string, steps ...Intended) (int, error) {
+	if len(steps) == 0 {
+		return 0, fmt.Errorf("intents on record %s: no steps: %w", id, ErrInvalid)
+	}
 	j.mu.Lock()
 	e, err := j.lookup(id)
 	if err == nil && e.rec.State != StateCreating && e.rec.State != StateCreated {
-		err = fmt.Errorf("intent %s on record %s: state %s: %w", kind, id, e.rec.State, ErrWrongState)
+		err = fmt.Errorf("intent %s on record %s: state %s: %w", steps[0].Kind, id, e.rec.State, ErrWrongState)
 	}
 	if err != nil {
 		j.mu.Unlock()
@@ -94,17 +118,38 @@ func (j *Journal) Intent(id, stage string, kind StepKind, args map[string]string
 	}
 	seq := len(e.rec.Steps)
 	p, err := j.change(e, true, func(r *Record) {
-		r.Stage = stage
-		r.Steps = append(r.Steps, Step{Seq: seq, Kind: kind, Stage: stage, Args: maps.Clone(args), Status: StepIntent, Started: j.opts.Now()})
+		r.Stage = steps[0].Stage
+		now := j.opts.Now()
+		for i, s := range steps {
+			r.Steps = append(r.Steps, Step{Seq: seq + i, Kind: s.Kind, Stage: s.Stage, Args: maps.Clone(s.Args), Status: StepIntent, Started: now})
+		}
 	})
 	j.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
 	if err := wait(p); err != nil {
-		return 0, fmt.Errorf("intent %s on record %s: %w", kind, id, err)
+		return 0, fmt.Errorf("intent %s on record %s: %w", steps[0].Kind, id, err)
 	}
 	return seq, nil
+}
+
+// Staged makes stage the record's current stage, as inspect and waiting requests show
+// it: that of a step whose intent Intents committed with an earlier one's, as it begins
+// to act. The change rides on the next commit (see Done); it records nothing recovery
+// needs.
+func (j *Journal) Staged(id, stage string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, err := j.lookup(id)
+	if err != nil {
+		return err
+	}
+	if e.rec.Stage == stage {
+		return nil
+	}
+	_, err = j.change(e, false, func(r *Record) { r.Stage = stage })
+	return err
 }
 
 // Done marks step seq as completed. The mark rides on the next commit: if it is lost in a

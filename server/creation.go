@@ -45,14 +45,46 @@ type limit struct {
 // "<flow>/<step kind>/{before-intent,after-intent,after-action}".
 func runStep[T any](c *creation, lim limit, a journal.Action[T]) (T, error) {
 	var none T
-	point := c.flow + "/" + string(a.Kind) + "/"
-	c.s.log.Debug("stage", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "stage", a.Stage)
-	if err := failpoint.Inject(point + "before-intent"); err != nil {
-		return none, c.fail(a.Stage, err)
-	}
-	seq, err := c.s.journal.Intent(c.rec.ID, a.Stage, a.Kind, a.Args)
+	seq, err := intend(c, intentOf(a))
 	if err != nil {
-		return none, c.fail(a.Stage, fmt.Errorf("journal intent: %w", err))
+		return none, err
+	}
+	return runIntended(c, seq, lim, a)
+}
+
+// intentOf is what intend commits of step a.
+func intentOf[T any](a journal.Action[T]) journal.Intended {
+	return journal.Intended{Kind: a.Kind, Stage: a.Stage, Args: a.Args}
+}
+
+// intend commits the intents of steps of creation c in one durable commit (see
+// journal.Intents) and returns the first one's sequence number; the caller then takes
+// each, in order, with runIntended. Only steps that act at once and whose undo is cheap
+// and harmless when the step never acted are batched so (the pod's namespaces and
+// files): each is still journaled before it acts, and a rollback or a recovery undoes
+// every step of the batch, acted or not. The failure points "<flow>/<kind>/before-intent"
+// of every step come before the commit.
+func intend(c *creation, steps ...journal.Intended) (int, error) {
+	for _, st := range steps {
+		c.s.log.Debug("stage", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "stage", st.Stage)
+		if err := failpoint.Inject(c.flow + "/" + string(st.Kind) + "/before-intent"); err != nil {
+			return 0, c.fail(st.Stage, err)
+		}
+	}
+	seq, err := c.s.journal.Intents(c.rec.ID, steps...)
+	if err != nil {
+		return 0, c.fail(steps[0].Stage, fmt.Errorf("journal intent: %w", err))
+	}
+	return seq, nil
+}
+
+// runIntended takes step a of creation c, whose intent intend committed as step seq: a
+// acts as runStep says, and the step is marked done once it has succeeded.
+func runIntended[T any](c *creation, seq int, lim limit, a journal.Action[T]) (T, error) {
+	var none T
+	point := c.flow + "/" + string(a.Kind) + "/"
+	if err := c.s.journal.Staged(c.rec.ID, a.Stage); err != nil {
+		return none, c.fail(a.Stage, err)
 	}
 	if err := failpoint.Inject(point + "after-intent"); err != nil {
 		return none, c.fail(a.Stage, err)
@@ -127,4 +159,43 @@ func (c *creation) fail(stage string, err error) error {
 		err = fmt.Errorf("%w; and rolling it back: %w", err, rerr)
 	}
 	return err
+}
+
+// plan is a run of steps of one creation whose intents are committed together (see
+// intend) and which then act in turn: add each with addStep, then run.
+type plan struct {
+	c     *creation
+	steps []journal.Intended
+	runs  []func(seq int) error
+}
+
+// addStep adds step a to plan p, to be taken within lim; use receives its result.
+func addStep[T any](p *plan, lim limit, a journal.Action[T], use func(T)) {
+	p.steps = append(p.steps, intentOf(a))
+	p.runs = append(p.runs, func(seq int) error {
+		result, err := runIntended(p.c, seq, lim, a)
+		if err == nil && use != nil {
+			use(result)
+		}
+		return err
+	})
+}
+
+// run commits the intents of p's steps in one commit and takes them in the order they
+// were added; the first that fails has rolled the creation back, and its error is
+// returned.
+func (p *plan) run() error {
+	if len(p.steps) == 0 {
+		return nil
+	}
+	seq, err := intend(p.c, p.steps...)
+	if err != nil {
+		return err
+	}
+	for i, r := range p.runs {
+		if err := r(seq + i); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -289,3 +289,90 @@ func TestFailedUndoIsNotTheRequestsError(t *testing.T) {
 		}
 	})
 }
+
+const fakeThird journal.StepKind = "fake-third"
+
+// TestPlanCommitsItsIntentsOnce: the steps of a plan are journaled in one commit, all
+// before the first acts, then act in order, each handing its result over and marked
+// done; the record's stage follows the step that acts.
+func TestPlanCommitsItsIntentsOnce(t *testing.T) {
+	s, undos := flowServer(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
+	ctx := context.Background()
+	c := beginFlow(t, s, ctx, "pod")
+	var got []string
+	var stages []string
+	before := s.journal.Stats().Commits
+	p := &plan{c: c}
+	observe := func(thing string) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) {
+			rec, err := s.journal.Get(c.rec.ID)
+			if err != nil {
+				return "", err
+			}
+			for _, st := range rec.Steps {
+				if st.Status != journal.StepIntent && st.Status != journal.StepDone {
+					t.Errorf("%s acts with step %s %s", thing, st.Kind, st.Status)
+				}
+			}
+			if len(rec.Steps) != 3 {
+				t.Errorf("%s acts with %d steps journaled, want all 3", thing, len(rec.Steps))
+			}
+			stages = append(stages, rec.Stage)
+			return thing, nil
+		}
+	}
+	for _, k := range []journal.StepKind{fakeFirst, fakeSecond, fakeThird} {
+		addStep(p, long, fakeStep(k, string(k), observe(string(k))), func(r string) { got = append(got, r) })
+	}
+	if err := p.run(); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.journal.Stats().Commits - before; n != 1 {
+		t.Errorf("%d commits for the plan's intents, want 1 (the done marks ride on the next)", n)
+	}
+	if want := []string{"fake-first", "fake-second", "fake-third"}; !slices.Equal(got, want) {
+		t.Errorf("results %q, want %q", got, want)
+	}
+	if want := []string{"making fake-first", "making fake-second", "making fake-third"}; !slices.Equal(stages, want) {
+		t.Errorf("stages seen as each step acts %q, want %q", stages, want)
+	}
+	rec, err := c.finish(map[string]any{})
+	if err != nil || rec.State != journal.StateCreated {
+		t.Fatalf("finish = %+v, %v; want created", rec, err)
+	}
+	for _, st := range rec.Steps {
+		if st.Status != journal.StepDone {
+			t.Errorf("step %s %s, want done", st.Kind, st.Status)
+		}
+	}
+	if u := undos.list(); len(u) != 0 {
+		t.Errorf("undos ran for a creation that succeeded: %q", u)
+	}
+}
+
+// TestPlanFailureUndoesEveryStep: a step of a plan that fails rolls the creation back,
+// with the undo of every step of the plan, last first: those after it were journaled
+// and never acted, and their undo finds nothing.
+func TestPlanFailureUndoesEveryStep(t *testing.T) {
+	s, undos := flowServer(t)
+	ctx := context.Background()
+	c := beginFlow(t, s, ctx, "pod")
+	p := &plan{c: c}
+	ran := 0
+	addStep(p, long, fakeStep(fakeFirst, "ns", func(context.Context) (int, error) { ran++; return 1, nil }), nil)
+	addStep(p, long, fakeStep(fakeSecond, "files", fails(errors.New("disk full"))), nil)
+	addStep(p, long, fakeStep(fakeFirst, "shm", func(context.Context) (int, error) { ran++; return 1, nil }), nil)
+	err := p.run()
+	if err == nil || !strings.Contains(err.Error(), "sandbox pod: making files: disk full") {
+		t.Fatalf("run = %v, want the second step's failure", err)
+	}
+	if ran != 1 {
+		t.Errorf("%d steps acted, want 1 (the one before the failure)", ran)
+	}
+	if want := []string{"fake-first shm", "fake-second files", "fake-first ns"}; !slices.Equal(undos.list(), want) {
+		t.Errorf("undos %q, want %q", undos.list(), want)
+	}
+	if _, err := s.journal.Get(c.rec.ID); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("record after the rollback: %v, want it gone", err)
+	}
+}

@@ -99,6 +99,12 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	if err := s.podSlice(c, cfg); err != nil {
 		return nil, err
 	}
+	// The pod's namespaces (and its pause process) and files, each a step: their intents
+	// are committed together, in one commit rather than one each, and they are made in
+	// turn (see plan). Every one of them acts at once, and its undo finds nothing when
+	// it never acted ("not there" is success), so journaling a later one before an
+	// earlier one has acted is as safe as journaling it just before it acts.
+	local := &plan{c: c}
 	switch {
 	case ownUserns:
 		// Its own user namespace, owning its net, ipc and uts namespaces and, when
@@ -112,35 +118,32 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		uids, gids := idMaps(u.GetUids()), idMaps(u.GetGids())
 		pause, err := s.pauseFor(id, cfg, uids, gids)
 		if err != nil {
-			return nil, err
+			return nil, c.fail(netns.StageUserPin, err)
 		}
-		pins, err := runStep(c, limit{d: namespaceTimeout}, netns.UserPinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg),
-			uids, gids, pause))
-		if err != nil {
-			return nil, err
-		}
-		for k, p := range pins.Paths {
-			obj.Namespaces[string(k)] = p
-		}
-		s.log.Debug("user namespace pinned, pause process started", "id", id, "name", name, "pid", pins.PID, "userns", pins.Paths[netns.User])
+		addStep(local, limit{d: namespaceTimeout}, netns.UserPinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg),
+			uids, gids, pause), func(pins netns.UserPins) {
+			for k, p := range pins.Paths {
+				obj.Namespaces[string(k)] = p
+			}
+			s.log.Debug("user namespace pinned, pause process started", "id", id, "name", name, "pid", pins.PID, "userns", pins.Paths[netns.User])
+		})
 	default:
-		if err := s.pinHostUserNamespaces(c, id, cfg, namespaces, &obj); err != nil {
-			return nil, err
+		if err := s.pinHostUserNamespaces(local, id, cfg, namespaces, &obj); err != nil {
+			return nil, c.fail(netns.StagePause, err)
 		}
 	}
 	// The pod's files its containers bind-mount: resolv.conf, hostname, and its own
 	// /dev/shm unless it shares the host's IPC namespace.
-	if obj.ResolvConf, err = runStep(c, limit{d: namespaceTimeout}, netns.ResolvConfStep(s.podFilesDir(), id, dns, netns.HostResolvConf)); err != nil {
-		return nil, err
-	}
-	if obj.HostnameFile, err = runStep(c, limit{d: namespaceTimeout}, netns.HostnameStep(s.podFilesDir(), id, hostname)); err != nil {
-		return nil, err
-	}
+	addStep(local, limit{d: namespaceTimeout}, netns.ResolvConfStep(s.podFilesDir(), id, dns, netns.HostResolvConf),
+		func(p string) { obj.ResolvConf = p })
+	addStep(local, limit{d: namespaceTimeout}, netns.HostnameStep(s.podFilesDir(), id, hostname),
+		func(p string) { obj.HostnameFile = p })
 	obj.Shm = netns.HostShm
 	if namespaces.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		if obj.Shm, err = runStep(c, limit{d: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id)); err != nil {
-			return nil, err
-		}
+		addStep(local, limit{d: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id), func(p string) { obj.Shm = p })
+	}
+	if err := local.run(); err != nil {
+		return nil, err
 	}
 	// The network, which may take long: it is cut off by network_timeout only.
 	if !hostNetwork {
@@ -171,31 +174,27 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 
-// pinHostUserNamespaces pins the namespaces of a pod in the node's user namespace: those it
-// does not share with the node, and a shared pid namespace held by a pause process as its
-// init, which stays until the sandbox is removed, as CRI-O's infra
-// container does.
-func (s *Server) pinHostUserNamespaces(c *creation, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) error {
+// pinHostUserNamespaces adds to p the steps that pin the namespaces of a pod in the
+// node's user namespace: those it does not share with the node, and a shared pid
+// namespace held by a pause process as its init, which stays until the sandbox is
+// removed, as CRI-O's infra container does. Their results go into obj.
+func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) error {
 	if kinds := podNamespaces(namespaces); len(kinds) > 0 {
-		paths, err := runStep(c, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)))
-		if err != nil {
-			return err
-		}
-		for k, p := range paths {
-			obj.Namespaces[string(k)] = p
-		}
+		addStep(p, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)), func(paths netns.Paths) {
+			for k, p := range paths {
+				obj.Namespaces[string(k)] = p
+			}
+		})
 	}
 	if namespaces.GetPid() == runtimeapi.NamespaceMode_POD {
 		prog, err := s.pauseFor(id, cfg, nil, nil)
 		if err != nil {
 			return err
 		}
-		pause, err := runStep(c, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, prog))
-		if err != nil {
-			return err
-		}
-		obj.Namespaces[string(netns.PID)] = pause.Path
-		s.log.Debug("pause process started", "id", id, "name", c.rec.Name, "pid", pause.PID, "pidns", pause.Path)
+		addStep(p, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, prog), func(pause netns.PauseProcess) {
+			obj.Namespaces[string(netns.PID)] = pause.Path
+			s.log.Debug("pause process started", "id", id, "name", p.c.rec.Name, "pid", pause.PID, "pidns", pause.Path)
+		})
 	}
 	return nil
 }
