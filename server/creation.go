@@ -59,11 +59,11 @@ func intentOf[T any](a journal.Action[T]) journal.Intended {
 
 // intend commits the intents of steps of creation c in one durable commit (see
 // journal.Intents) and returns the first one's sequence number; the caller then takes
-// each, in order, with runIntended. Only steps that act at once and whose undo is cheap
-// and harmless when the step never acted are batched so (the pod's namespaces and
-// files): each is still journaled before it acts, and a rollback or a recovery undoes
-// every step of the batch, acted or not. The failure points "<flow>/<kind>/before-intent"
-// of every step come before the commit.
+// each, in order, with runIntended. Only steps whose undo is harmless, and cheap, when
+// the step never acted are batched so (a sandbox's namespaces, files and network): each
+// is still journaled before it acts, and a rollback or a recovery undoes every step of
+// the batch, acted or not. The failure points "<flow>/<kind>/before-intent" of every
+// step come before the commit.
 func intend(c *creation, steps ...journal.Intended) (int, error) {
 	for _, st := range steps {
 		c.s.log.Debug("stage", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "stage", st.Stage)

@@ -99,11 +99,11 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	if err := s.podSlice(c, cfg); err != nil {
 		return nil, err
 	}
-	// The pod's namespaces (and its pause process) and files, each a step: their intents
-	// are committed together, in one commit rather than one each, and they are made in
-	// turn (see plan). Every one of them acts at once, and its undo finds nothing when
-	// it never acted ("not there" is success), so journaling a later one before an
-	// earlier one has acted is as safe as journaling it just before it acts.
+	// The pod's namespaces (and its pause process), files and network, each a step:
+	// their intents are committed together, in one commit rather than one each, and they
+	// are made in turn (see plan). The undo of each finds nothing when the step never
+	// acted ("not there" is success), so journaling a later one before an earlier one
+	// has acted is as safe as journaling it just before it acts.
 	local := &plan{c: c}
 	switch {
 	case ownUserns:
@@ -142,18 +142,17 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	if namespaces.GetIpc() != runtimeapi.NamespaceMode_NODE {
 		addStep(local, limit{d: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id), func(p string) { obj.Shm = p })
 	}
-	if err := local.run(); err != nil {
-		return nil, err
-	}
-	// The network, which may take long: it is cut off by network_timeout only.
+	// Last, the network, which may take long: it is cut off by network_timeout only.
+	// It is in the same commit too: its undo (CNI DEL) of a namespace never pinned or
+	// never attached finds nothing to release, as CNI requires of a DEL.
 	if !hostNetwork {
 		md := cfg.GetMetadata()
-		attached, err := runStep(c, limit{s.cfg.NetworkTimeout, "network_timeout"}, netns.AttachStep(network, id,
-			obj.Namespaces[string(netns.Net)], netns.DefaultIfName, netns.Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}, ports))
-		if err != nil {
-			return nil, err
-		}
-		obj.IPs = attached.IPs
+		addStep(local, limit{s.cfg.NetworkTimeout, "network_timeout"}, netns.AttachStep(network, id,
+			netns.PinPath(s.cfg.NamespaceDir, netns.Net, id), netns.DefaultIfName, netns.Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}, ports),
+			func(attached *netns.Result) { obj.IPs = attached.IPs })
+	}
+	if err := local.run(); err != nil {
+		return nil, err
 	}
 	// The NRI plugins, told last so that they see the pod's network; a plugin's
 	// synchronization waits until the sandbox has settled (see package nri).
