@@ -392,6 +392,22 @@ func (j *Journal) SetMarkers(id string, markers map[string]*string) error {
 	return j.update(id, func(r *Record) { setMarkers(r, markers) })
 }
 
+// SetMarkerLazily sets a marker in a write that rides on the next commit (see Done)
+// rather than in one of its own: for a marker that records what the world already says
+// and that the daemon finds again after a crash that lost it (a container's start,
+// which reconciliation reads back from the runtime). Shown at once unless the record
+// has a durable change on its way to disk.
+func (j *Journal) SetMarkerLazily(id, key string, value *string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, err := j.lookup(id)
+	if err != nil {
+		return err
+	}
+	_, err = j.change(e, false, func(r *Record) { setMarkers(r, map[string]*string{key: value}) })
+	return err
+}
+
 func setMarkers(r *Record, markers map[string]*string) {
 	for key, value := range markers {
 		if value == nil {

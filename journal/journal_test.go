@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/crijournal/crijournal/migrations"
 )
 
 // fakeClock is a settable clock for expiry and backoff tests.
@@ -801,4 +804,46 @@ func TestIntentsInOneCommit(t *testing.T) {
 	if got.Stage != "shm" {
 		t.Errorf("stage %q, want shm (Staged, flushed at close)", got.Stage)
 	}
+}
+
+// TestSetMarkerLazily: the marker is shown at once, costs no commit of its own, and is
+// on disk after the next durable commit.
+func TestSetMarkerLazily(t *testing.T) {
+	j, path := testJournal(t, Options{})
+	a, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "a", Fingerprint: "fp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "b", Fingerprint: "fp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Intent(a.ID, "s", "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	before := j.Stats().Commits
+	v := "now"
+	if err := j.SetMarkerLazily(a.ID, "started_at", &v); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := j.Get(a.ID); got.Markers["started_at"] != "now" {
+		t.Errorf("marker not shown at once: %v", got.Markers)
+	}
+	if n := j.Stats().Commits - before; n != 0 {
+		t.Errorf("%d commits for a lazy marker, want 0", n)
+	}
+	if _, err := j.Intent(b.ID, "s", "k", nil); err != nil { // another record's durable commit
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := j.db.View(func(tx *bolt.Tx) error {
+		raw = append(raw, tx.Bucket(migrations.BucketRecords).Get(migrations.RecordKey(a.ID))...)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"started_at":"now"`) {
+		t.Errorf("marker not on disk after the next commit: %s", raw)
+	}
+	_ = path
 }

@@ -36,7 +36,12 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 	if err := rt.Start(ctx, c.rec.ID); err != nil {
 		return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
 	}
-	if err := s.journal.SetMarker(c.rec.ID, markerStartedAt, nowMarker()); err != nil {
+	// The start is recorded without a commit of its own: it rides on the next one. A
+	// crash that loses it leaves a record without it for a container that runs, which
+	// reconciliation at the next start finds and marks started from the runtime's
+	// answer (recordExit), as it does when the daemon dies between runc start and
+	// this line.
+	if err := s.journal.SetMarkerLazily(c.rec.ID, markerStartedAt, nowMarker()); err != nil {
 		return nil, err
 	}
 	s.log.Info("container started", "id", c.rec.ID, "name", c.rec.Name)
