@@ -13,12 +13,7 @@ import (
 func TestDecodeCacheAnswersOnlyForTheSameObject(t *testing.T) {
 	var c decodeCache[string]
 	decodes := 0
-	decode := func(r journal.Record) (string, error) {
-		decodes++
-		var v string
-		err := json.Unmarshal(r.Object, &v)
-		return v, err
-	}
+	decode := countingDecode(&decodes)
 	rec := journal.Record{ID: "a", Object: json.RawMessage(`"one"`)}
 	for range 3 {
 		if v, err := c.get(rec, decode); err != nil || v != "one" {
@@ -50,12 +45,7 @@ func TestDecodeCacheAnswersOnlyForTheSameObject(t *testing.T) {
 func TestDecodeCacheViewDoesNotStore(t *testing.T) {
 	var c decodeCache[string]
 	decodes := 0
-	decode := func(r journal.Record) (string, error) {
-		decodes++
-		var v string
-		err := json.Unmarshal(r.Object, &v)
-		return v, err
-	}
+	decode := countingDecode(&decodes)
 	rec := journal.Record{ID: "a", Object: json.RawMessage(`"one"`)}
 	for _, step := range []struct {
 		name    string
@@ -78,5 +68,15 @@ func TestDecodeCacheViewDoesNotStore(t *testing.T) {
 			t.Fatalf("%s: %q, %v after %d decodes with %d entries; want %q after %d with %d",
 				step.name, v, err, decodes, len(c.entries), step.want, step.decodes, step.entries)
 		}
+	}
+}
+
+// countingDecode decodes a record's object as a JSON string, counting its calls in n.
+func countingDecode(n *int) func(journal.Record) (string, error) {
+	return func(r journal.Record) (string, error) {
+		*n++
+		var v string
+		err := json.Unmarshal(r.Object, &v)
+		return v, err
 	}
 }

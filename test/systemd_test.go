@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -68,7 +67,7 @@ func TestSystemdDriver(t *testing.T) {
 		kubeletEnv = []string{"CRIJOURNAL_KUBELET=" + filepath.Join(dir, "kubelet")}
 	}
 	for from, to := range copies {
-		copyFile(t, from, filepath.Join(dir, to))
+		testenv.CopyExecutable(t, from, filepath.Join(dir, to))
 	}
 
 	sd := filepath.Join(dir, "sd")
@@ -98,26 +97,6 @@ func TestSystemdDriver(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Run(); err != nil {
 		t.Errorf("the tests with the systemd driver: %v (their output is above)", err)
-	}
-}
-
-// copyFile copies an executable.
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	src, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -215,7 +215,7 @@ func TestServeReadsSmallFolios(t *testing.T) {
 		t.Fatal(err)
 	}
 	exe := filepath.Join(t.TempDir(), "residency.test")
-	copyFile(t, self, exe)
+	testenv.CopyExecutable(t, self, exe)
 	fill := func() {
 		f, err := os.Open(exe)
 		if err != nil {
@@ -255,28 +255,5 @@ func TestServeReadsSmallFolios(t *testing.T) {
 	}
 	if control > 0 && large > control/4 {
 		t.Errorf("as serve: %d pages in large folios, against %d without the drop: want at most a quarter", large, control)
-	}
-}
-
-func copyFile(t *testing.T, from, to string) {
-	t.Helper()
-	in, err := os.Open(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		t.Fatal(err)
-	}
-	// Written back, so that its pages are clean: the page cache drops no dirty page.
-	if err := out.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
 	}
 }
