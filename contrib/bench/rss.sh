@@ -22,4 +22,4 @@ pull rss "$IMAGE"
 show "pulled"
 "$bench" --endpoint "unix://$base/rss/cri.sock" --workload idle -n "${PODS:-20}" --duration "${DURATION:-5s}" \
 	--image "$IMAGE" "$@" >/dev/null 2>&1
-show "${PODS:-20} pods up"
+show "after ${PODS:-20} pods"
