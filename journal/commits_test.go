@@ -1,0 +1,112 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/crijournal/crijournal/migrations"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Fewer durable commits per creation: intents committed together (Intents) and markers
+// that ride on the next commit (SetMarkerLazily).
+
+// TestIntentsInOneCommit: Intents journals its steps in order, in one durable commit
+// that survives a reopen, numbered on from the record's steps; each is then done on its
+// own. No steps is refused.
+func TestIntentsInOneCommit(t *testing.T) {
+	j, path := testJournal(t, Options{})
+	rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Intent(rec.ID, "pin", "pin", nil); err != nil {
+		t.Fatal(err)
+	}
+	before := j.Stats().Commits
+	seq, err := j.Intents(rec.ID,
+		Intended{Kind: "resolv", Stage: "files", Args: map[string]string{"path": "r"}},
+		Intended{Kind: "shm", Stage: "shm", Args: map[string]string{"path": "s"}})
+	if err != nil || seq != 1 {
+		t.Fatalf("Intents = %d, %v; want 1", seq, err)
+	}
+	if n := j.Stats().Commits - before; n != 1 {
+		t.Errorf("%d commits, want 1", n)
+	}
+	if _, err := j.Intents(rec.ID); !errors.Is(err, ErrInvalid) {
+		t.Errorf("Intents of nothing: %v, want ErrInvalid", err)
+	}
+	if err := j.Staged(rec.ID, "shm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Done(rec.ID, 2); err != nil {
+		t.Fatal(err)
+	}
+	j.Close()
+	j2, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	got, err := j2.Get(rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []string
+	for _, s := range got.Steps {
+		steps = append(steps, fmt.Sprintf("%d %s %s %s %s", s.Seq, s.Kind, s.Stage, s.Args["path"], s.Status))
+	}
+	want := []string{"0 pin pin  intent", "1 resolv files r intent", "2 shm shm s done"}
+	if !slices.Equal(steps, want) {
+		t.Errorf("steps after a reopen %q, want %q", steps, want)
+	}
+	if got.Stage != "shm" {
+		t.Errorf("stage %q, want shm (Staged, flushed at close)", got.Stage)
+	}
+}
+
+// TestSetMarkerLazily: the marker is shown at once, costs no commit of its own, and is
+// on disk after the next durable commit.
+func TestSetMarkerLazily(t *testing.T) {
+	j, path := testJournal(t, Options{})
+	a, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "a", Fingerprint: "fp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "b", Fingerprint: "fp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Intent(a.ID, "s", "k", nil); err != nil {
+		t.Fatal(err)
+	}
+	before := j.Stats().Commits
+	v := "now"
+	if err := j.SetMarkerLazily(a.ID, "started_at", &v); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := j.Get(a.ID); got.Markers["started_at"] != "now" {
+		t.Errorf("marker not shown at once: %v", got.Markers)
+	}
+	if n := j.Stats().Commits - before; n != 0 {
+		t.Errorf("%d commits for a lazy marker, want 0", n)
+	}
+	if _, err := j.Intent(b.ID, "s", "k", nil); err != nil { // another record's durable commit
+		t.Fatal(err)
+	}
+	var raw []byte
+	if err := j.db.View(func(tx *bolt.Tx) error {
+		raw = append(raw, tx.Bucket(migrations.BucketRecords).Get(migrations.RecordKey(a.ID))...)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), `"started_at":"now"`) {
+		t.Errorf("marker not on disk after the next commit: %s", raw)
+	}
+	_ = path
+}
