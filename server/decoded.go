@@ -27,11 +27,8 @@ type decodedObject[T any] struct {
 // get returns rec's object decoded by decode, from the cache when it holds this object.
 // Decode errors are not cached.
 func (c *decodeCache[T]) get(rec journal.Record, decode func(journal.Record) (T, error)) (T, error) {
-	c.mu.Lock()
-	e, ok := c.entries[rec.ID]
-	c.mu.Unlock()
-	if ok && bytes.Equal(e.raw, rec.Object) {
-		return e.v, nil
+	if v, ok := c.cached(rec); ok {
+		return v, nil
 	}
 	v, err := decode(rec)
 	if err != nil {
@@ -49,13 +46,22 @@ func (c *decodeCache[T]) get(rec journal.Record, decode func(journal.Record) (T,
 // view is get without the store: a miss decodes rec and leaves the cache as it was, so
 // that only the List calls, whose keepOnly bounds it, fill the cache.
 func (c *decodeCache[T]) view(rec journal.Record, decode func(journal.Record) (T, error)) (T, error) {
+	if v, ok := c.cached(rec); ok {
+		return v, nil
+	}
+	return decode(rec)
+}
+
+// cached returns the entry of rec when it holds rec's very object.
+func (c *decodeCache[T]) cached(rec journal.Record) (T, bool) {
 	c.mu.Lock()
 	e, ok := c.entries[rec.ID]
 	c.mu.Unlock()
 	if ok && bytes.Equal(e.raw, rec.Object) {
-		return e.v, nil
+		return e.v, true
 	}
-	return decode(rec)
+	var none T
+	return none, false
 }
 
 // keepOnly drops the entries of every record not in recs: called after a List that saw

@@ -14,7 +14,7 @@
 //     page cache, as a small folio, instead of a read-ahead window of large ones. (The
 //     kernel ignores the advice for executable mappings, whose read-ahead makes small
 //     folios anyway.)
-//   - The daemon (`crijournal serve`) drops, in the same constructor, the page cache of its
+//   - The daemon (`crijournal serve`, or crijournal with no arguments) drops, in the same constructor, the page cache of its
 //     executable that no process maps (POSIX_FADV_DONTNEED), so that the binary is read
 //     back in small folios however it got into the cache (a build, an install, a backup).
 //   - Release unmaps the executable's read-only segments, once serving and after each

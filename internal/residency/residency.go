@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"runtime/debug"
+	"slices"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,6 +19,13 @@ type Segment struct{ Start, End uintptr }
 // dynamic linker wrote before making it read-only (PT_GNU_RELRO), whose pages are no
 // longer the file's.
 func ReadOnlySegments() ([]Segment, error) {
+	segs, err := readOnlySegments()
+	return slices.Clone(segs), err
+}
+
+// readOnlySegments reads the program headers once: the executable does not change under
+// a running process.
+var readOnlySegments = sync.OnceValues(func() ([]Segment, error) {
 	f, err := elf.Open("/proc/self/exe")
 	if err != nil {
 		return nil, fmt.Errorf("read the program headers of the executable: %w", err)
@@ -49,7 +58,7 @@ func ReadOnlySegments() ([]Segment, error) {
 		}
 	}
 	return segs, nil
-}
+})
 
 // Release unmaps the pages of the executable's read-only segments from the process:
 // they are the file's, unchanged, and a later use maps them again from the page cache.
