@@ -102,57 +102,45 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 		}
 	}()
 
-	// Record the bundle before anything is put in it, so that a Delete after a crash
-	// finds what to clean.
-	m := meta{Bundle: bundle, LogPath: logPath}
-	if spec.Linux != nil {
-		m.CgroupsPath = spec.Linux.CgroupsPath
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return 0, err
-	}
-	if err := writeFileSync(r.metaFile(id), b); err != nil {
-		return 0, fmt.Errorf("create %s: %w", id, err)
-	}
 	if err := os.Remove(r.exitFile(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, fmt.Errorf("create %s: stale exit file: %w", id, err)
 	}
-	cfg, err := json.Marshal(spec)
-	if err != nil {
-		return 0, fmt.Errorf("create %s: encode spec: %w", id, err)
-	}
-	// Atomic but not fsynced: the spec is runc's input and outlives nothing that a
-	// crash of the node ends (the container does not survive a reboot, and its undo
-	// deletes it); readers after one (NRI's view of the spec, cgroupsPathOf for old
-	// records) take a missing or empty file as unknown. A fsync of a new file in the
-	// bundle, on the node's disk, costs a journal commit of the filesystem, several ms
-	// when the disk is busy, in every CreateContainer.
-	if err := writeFileAtomic(filepath.Join(bundle, "config.json"), cfg, false); err != nil {
-		return 0, fmt.Errorf("create %s: %w", id, err)
-	}
 
+	// conmon first, held on its start pipe: its exec and the loading of its libraries
+	// (about 10 ms) overlap the writing of the files below. Until the start byte it has
+	// only parsed its flags and opened the log; it forks the runtime after. Every path
+	// that fails from here kills it before the start pipe closes (the deferred kill
+	// below runs before the pipe's deferred Close): conmon takes the end of the pipe
+	// as a start too.
 	syncR, syncW, err := os.Pipe()
 	if err != nil {
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
 	defer syncR.Close()
+	startR, startW, err := os.Pipe()
+	if err != nil {
+		syncW.Close()
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	defer startW.Close()
 	// conmon's own messages before it detaches its standard streams (bad flags, a log
 	// file it cannot open) land here.
 	errFile, err := os.OpenFile(filepath.Join(dir, "conmon.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		syncW.Close()
+		startR.Close()
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
 	cmd := exec.Command(r.conmon, r.conmonArgs(id, bundle, logPath, spec.Process.Terminal, stdin)...)
 	cmd.Dir = dir // conmon writes its "oom" file in its working directory
-	cmd.Env = []string{"PATH=" + envPath(), "_OCI_SYNCPIPE=3"}
-	cmd.ExtraFiles = []*os.File{syncW}
+	cmd.Env = []string{"PATH=" + envPath(), "_OCI_SYNCPIPE=3", "_OCI_STARTPIPE=4"}
+	cmd.ExtraFiles = []*os.File{syncW, startR}
 	cmd.Stdout = errFile
 	cmd.Stderr = errFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	syncW.Close()
+	startR.Close()
 	errFile.Close()
 	if err != nil {
 		return 0, fmt.Errorf("create %s: start conmon: %w", id, err)
@@ -183,8 +171,43 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 			}
 		}
 	}()
+
+	// Record the bundle before anything is put in it, so that a Delete after a crash
+	// finds what to clean.
+	m := meta{Bundle: bundle, LogPath: logPath}
+	if spec.Linux != nil {
+		m.CgroupsPath = spec.Linux.CgroupsPath
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return 0, err
+	}
+	if err := writeFileSync(r.metaFile(id), b); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	cfg, err := json.Marshal(spec)
+	if err != nil {
+		return 0, fmt.Errorf("create %s: encode spec: %w", id, err)
+	}
+	// Atomic but not fsynced: the spec is runc's input and outlives nothing that a
+	// crash of the node ends (the container does not survive a reboot, and its undo
+	// deletes it); readers after one (NRI's view of the spec, cgroupsPathOf for old
+	// records) take a missing or empty file as unknown. A fsync of a new file in the
+	// bundle, on the node's disk, costs a journal commit of the filesystem, several ms
+	// when the disk is busy, in every CreateContainer.
+	if err := writeFileAtomic(filepath.Join(bundle, "config.json"), cfg, false); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
 	if err := writeFileSync(r.conmonPidFile(id), []byte(strconv.Itoa(conmonPid))); err != nil {
 		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
+	// Everything is in place: conmon may run the runtime.
+	if _, err := startW.Write([]byte{0}); err != nil {
+		// conmon is gone already (bad flags, a log it could not open): say why.
+		if msg := conmonStderr(dir); msg != "" {
+			err = fmt.Errorf("%w; conmon: %s", err, msg)
+		}
+		return 0, fmt.Errorf("create %s: start conmon: %w", id, err)
 	}
 
 	type result struct {

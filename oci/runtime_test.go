@@ -140,6 +140,61 @@ func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 	requireNoZombies(t)
 }
 
+// TestCreateFailureBeforeStartNeverRunsRuntime: conmon starts before Create writes the
+// container's files and waits on its start pipe; when writing them fails, Create kills
+// it before the pipe closes, so the runtime never runs `create` (conmon takes the end
+// of the pipe as a start too).
+func TestCreateFailureBeforeStartNeverRunsRuntime(t *testing.T) {
+	requireRunc(t)
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := shortTempDir(t)
+	marker := filepath.Join(dir, "created")
+	wrapper := filepath.Join(dir, "runc-wrapper")
+	writeFile(t, wrapper, "#!/bin/sh\ncase \" $* \" in *\" create \"*) touch "+marker+";; esac\nexec "+runc+" \"$@\"\n")
+	if err := os.Chmod(wrapper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(Config{Handler: "runc", Path: wrapper, Root: filepath.Join(dir, "runc"), StateDir: filepath.Join(dir, "s")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(marker); err != nil {
+		t.Fatalf("the wrapper did not record the first create: %v", err)
+	}
+	// config.json cannot be written: a directory that is not empty holds its name.
+	if err := os.MkdirAll(filepath.Join(c.bundle, "config.json", "in-the-way"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath, StdinNone); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Fatalf("Create with config.json in the way: %v, want its write's error", err)
+	}
+	time.Sleep(200 * time.Millisecond) // a conmon left running would have run the runtime by now
+	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the runtime ran create after the failed Create (%v)", err)
+	}
+	for _, p := range descendants(os.Getpid()) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(b), c.id) {
+			t.Fatalf("process %d (%q) outlived the failed Create", p, b)
+		}
+	}
+	requireNoZombies(t)
+	// What is in the way also stops the failed Create's cleanup from removing the
+	// bundle's config.json; the test's cleanup deletes the rest once it is gone.
+	if err := os.RemoveAll(filepath.Join(c.bundle, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCreateTimeoutKillsSlowConmon is CRI-O's slow-conmon scenario: a wrapper
 // sleeps before it runs conmon, and Create's context ends first.
 func TestCreateTimeoutKillsSlowConmon(t *testing.T) {
