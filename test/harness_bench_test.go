@@ -96,6 +96,11 @@ func startBenchNode(b *testing.B) *benchNode {
 		"", "[runtimes.runc]", "root = " + q(filepath.Join(base, "run", "runc")),
 		"", "[[registries]]", "prefix = " + q(testImagePrefix), "location = " + q(host), "insecure = true",
 	}, "\n") + "\n"
+	// CRIJOURNAL_BENCH_CONFIG adds top-level lines to the daemon's configuration, such as
+	// 'pprof_address = "127.0.0.1:6060"' to profile it, or a setting to measure it.
+	if extra := os.Getenv("CRIJOURNAL_BENCH_CONFIG"); extra != "" {
+		conf = extra + "\n" + conf
+	}
 	if err := os.WriteFile(filepath.Join(base, "policy.json"), []byte(permissivePolicy), 0o600); err != nil {
 		b.Fatal(err)
 	}
