@@ -54,6 +54,22 @@ func requireRunc(t *testing.T) {
 	}
 }
 
+// wrapTool writes dir/<tool>-wrapper, a shell script that runs the shell command before
+// and then execs tool (looked up in PATH) with its arguments, and returns its path.
+func wrapTool(t *testing.T, dir, tool, before string) string {
+	t.Helper()
+	path, err := exec.LookPath(tool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrapper := filepath.Join(dir, tool+"-wrapper")
+	writeFile(t, wrapper, "#!/bin/sh\n"+before+"\nexec "+path+" \"$@\"\n")
+	if err := os.Chmod(wrapper, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return wrapper
+}
+
 // randomHex returns n random bytes as hex.
 func randomHex(t *testing.T, n int) string { return testenv.RandomHex(t, n) }
 

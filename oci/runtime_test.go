@@ -146,17 +146,9 @@ func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 // of the pipe as a start too).
 func TestCreateFailureBeforeStartNeverRunsRuntime(t *testing.T) {
 	requireRunc(t)
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := shortTempDir(t)
 	marker := filepath.Join(dir, "created")
-	wrapper := filepath.Join(dir, "runc-wrapper")
-	writeFile(t, wrapper, "#!/bin/sh\ncase \" $* \" in *\" create \"*) touch "+marker+";; esac\nexec "+runc+" \"$@\"\n")
-	if err := os.Chmod(wrapper, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := wrapTool(t, dir, "runc", "case \" $* \" in *\" create \"*) touch "+marker+";; esac")
 	r, err := New(Config{Handler: "runc", Path: wrapper, Root: filepath.Join(dir, "runc"), StateDir: filepath.Join(dir, "s")})
 	if err != nil {
 		t.Fatal(err)
@@ -199,16 +191,8 @@ func TestCreateFailureBeforeStartNeverRunsRuntime(t *testing.T) {
 // sleeps before it runs conmon, and Create's context ends first.
 func TestCreateTimeoutKillsSlowConmon(t *testing.T) {
 	requireRunc(t)
-	conmon, err := exec.LookPath("conmon")
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := shortTempDir(t)
-	wrapper := filepath.Join(dir, "slow-conmon")
-	writeFile(t, wrapper, "#!/bin/sh\nsleep 5\nexec "+conmon+" \"$@\"\n")
-	if err := os.Chmod(wrapper, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	wrapper := wrapTool(t, dir, "conmon", "sleep 5")
 	r, err := New(Config{Handler: "runc", Root: filepath.Join(dir, "runc"), StateDir: filepath.Join(dir, "s"), ConmonPath: wrapper})
 	if err != nil {
 		t.Fatal(err)
