@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/crijournal/crijournal/migrations"
 	bolt "go.etcd.io/bbolt"
@@ -20,10 +21,7 @@ import (
 // own. No steps is refused.
 func TestIntentsInOneCommit(t *testing.T) {
 	j, path := testJournal(t, Options{})
-	rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "pod", Fingerprint: "fp"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rec := begin(t, j, "pod", time.Time{})
 	if _, err := j.Intent(rec.ID, "pin", "pin", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -72,15 +70,8 @@ func TestIntentsInOneCommit(t *testing.T) {
 // TestSetMarkerLazily: the marker is shown at once, costs no commit of its own, and is
 // on disk after the next durable commit.
 func TestSetMarkerLazily(t *testing.T) {
-	j, path := testJournal(t, Options{})
-	a, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "a", Fingerprint: "fp"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: "b", Fingerprint: "fp"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	j, _ := testJournal(t, Options{})
+	a, b := begin(t, j, "a", time.Time{}), begin(t, j, "b", time.Time{})
 	if _, err := j.Intent(a.ID, "s", "k", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -108,5 +99,4 @@ func TestSetMarkerLazily(t *testing.T) {
 	if !strings.Contains(string(raw), `"started_at":"now"`) {
 		t.Errorf("marker not on disk after the next commit: %s", raw)
 	}
-	_ = path
 }

@@ -18,8 +18,8 @@ import (
 // journal, with the objects and configs the real flows store; no runtime is involved.
 
 // scaleServer returns a server over a fresh journal whose registry undoes the fake step
-// kinds (a no-op).
-func scaleServer(b *testing.B) *Server {
+// kinds (a no-op), for the benchmarks and the tests that fill it with records.
+func scaleServer(b testing.TB) *Server {
 	b.Helper()
 	reg := journal.NewRegistry()
 	noop := func(context.Context, journal.Record, journal.Step) error { return nil }

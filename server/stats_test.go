@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -51,20 +49,7 @@ func TestNanoCores(t *testing.T) {
 // records decode to, filtered by ID, sandbox and labels, whether or not a List call
 // cached them, and reading them leaves the decode cache to the List calls.
 func TestStatsContainersAsDecoded(t *testing.T) {
-	reg := journal.NewRegistry()
-	noop := func(context.Context, journal.Record, journal.Step) error { return nil }
-	reg.Register(fakeFirst, noop)
-	reg.Register(fakeSecond, noop)
-	log := slog.New(slog.DiscardHandler)
-	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Logger: log, Registry: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := New(Deps{Journal: j, Log: log})
-	t.Cleanup(func() {
-		s.Close()
-		j.Close()
-	})
+	s := scaleServer(t)
 	var ctrIDs []string
 	for i := range 3 {
 		podID := benchCreate(t, s, journal.KindSandbox, fmt.Sprintf("pod-%d", i), "", sandboxObject{Config: mustMarshal(benchPodConfig(i)), CreatedAt: time.Now()})
