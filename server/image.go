@@ -9,6 +9,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/procs"
 	"github.com/crijournal/crijournal/internal/residency"
 	"github.com/crijournal/crijournal/storage"
 )
@@ -68,6 +69,9 @@ func (i *imageService) PullImage(ctx context.Context, req *runtimeapi.PullImageR
 		auth = &storage.Auth{Username: a.GetUsername(), Password: a.GetPassword(), Auth: a.GetAuth(),
 			IdentityToken: a.GetIdentityToken(), RegistryToken: a.GetRegistryToken()}
 	}
+	// Decompressing and hashing the layers is the daemon's one CPU-bound job: it gets
+	// every core while it runs (package procs).
+	defer procs.Busy()()
 	start := time.Now()
 	img, err := st.PullImage(ctx, ref, auth)
 	if err != nil {

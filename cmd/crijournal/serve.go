@@ -19,6 +19,7 @@ import (
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/internal/pause"
+	"github.com/crijournal/crijournal/internal/procs"
 	"github.com/crijournal/crijournal/internal/residency"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
@@ -46,6 +47,10 @@ func init() {
 // gracefulStopTimeout bounds how long a stopping daemon waits for requests in flight
 // before it cuts them off; anything they left half done is the next start's to recover.
 const gracefulStopTimeout = 5 * time.Second
+
+// staticWindow is the gRPC server's flow-control window, per call and per connection
+// (see where the server is made in runServe).
+const staticWindow = 1 << 20
 
 // runServe opens the journal, recovers it, and serves the CRI until SIGINT or SIGTERM.
 func runServe(cmd *cobra.Command, args []string) error {
@@ -244,7 +249,18 @@ func runServe(cmd *cobra.Command, args []string) error {
 	// stacks grown once, instead of a new goroutine per call whose stack grows on every
 	// call (about 6 % of the CPU of the kubelet's status calls). A call that finds every
 	// worker busy still gets a goroutine of its own, so nothing waits for a worker.
-	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+	//
+	// Static flow-control windows: with the default dynamic window, gRPC estimates the
+	// connection's bandwidth with a PING after the first DATA frame of each burst, which
+	// for a client that sends one small request at a time is a PING per call (mostly
+	// written with the answer) and a read of its ACK: about 7 % of the socket reads and
+	// writes of the kubelet's polling, measured. CRI requests are small (the big payloads, exec and attach streams
+	// and image layers, do not travel over this connection): a fixed window of
+	// staticWindow is larger than any the kubelet sends, and a larger one (up to gRPC's
+	// 4 MiB limit) still passes, a window at a time.
+	procs.Serving() // one processor from now on, but for image pulls (package procs)
+	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(staticWindow))
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
