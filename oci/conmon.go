@@ -172,8 +172,10 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 		}
 	}()
 
-	// Record the bundle before anything is put in it, so that a Delete after a crash
-	// finds what to clean.
+	// Record the bundle before anything is put in it, so that a Delete after a crash of
+	// the daemon finds what to clean. Not fsynced, nor is conmon's pid file: both live
+	// in the state directory, under the run root, whose state does not outlive a reboot
+	// (a tmpfs on most nodes), and a crash of the daemon alone loses nothing written.
 	m := meta{Bundle: bundle, LogPath: logPath}
 	if spec.Linux != nil {
 		m.CgroupsPath = spec.Linux.CgroupsPath
@@ -182,7 +184,7 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 	if err != nil {
 		return 0, err
 	}
-	if err := writeFileSync(r.metaFile(id), b); err != nil {
+	if err := writeFileAtomic(r.metaFile(id), b); err != nil {
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
 	cfg, err := json.Marshal(spec)
@@ -195,10 +197,10 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 	// records) take a missing or empty file as unknown. A fsync of a new file in the
 	// bundle, on the node's disk, costs a journal commit of the filesystem, several ms
 	// when the disk is busy, in every CreateContainer.
-	if err := writeFileAtomic(filepath.Join(bundle, "config.json"), cfg, false); err != nil {
+	if err := writeFileAtomic(filepath.Join(bundle, "config.json"), cfg); err != nil {
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
-	if err := writeFileSync(r.conmonPidFile(id), []byte(strconv.Itoa(conmonPid))); err != nil {
+	if err := writeFileAtomic(r.conmonPidFile(id), []byte(strconv.Itoa(conmonPid))); err != nil {
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
 	// Everything is in place: conmon may run the runtime.
@@ -354,12 +356,10 @@ func envPath() string {
 	return defaultPath
 }
 
-// writeFileSync writes a small file atomically (temp file, fsync, rename).
-func writeFileSync(path string, data []byte) error { return writeFileAtomic(path, data, true) }
-
-// writeFileAtomic writes a small file atomically (temp file, rename), with a fsync of
-// the temp file before the rename when sync is set.
-func writeFileAtomic(path string, data []byte, sync bool) error {
+// writeFileAtomic writes a small file atomically (temp file, rename): a reader finds
+// the old content or the new one. Not fsynced: what the package writes is state that
+// a reboot ends (the run root), or runc's input (config.json).
+func writeFileAtomic(path string, data []byte) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -369,13 +369,6 @@ func writeFileAtomic(path string, data []byte, sync bool) error {
 		f.Close()
 		os.Remove(tmp)
 		return err
-	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			f.Close()
-			os.Remove(tmp)
-			return err
-		}
 	}
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
@@ -400,6 +393,9 @@ func (r *Runtime) ConmonPID(id string) (int, error) {
 	return pid, nil
 }
 
+// errBadPidFile is readPidFile's error for a file that holds no PID.
+var errBadPidFile = errors.New("bad pid file")
+
 // readPidFile reads a PID that conmon or runc wrote to a file (--pid-file); a missing
 // file is an error wrapping os.ErrNotExist, one that holds no positive number says so.
 func readPidFile(path string) (int, error) {
@@ -409,7 +405,7 @@ func readPidFile(path string) (int, error) {
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || pid <= 0 {
-		return 0, fmt.Errorf("bad pid file %s: %q", path, b)
+		return 0, fmt.Errorf("%w %s: %q", errBadPidFile, path, b)
 	}
 	return pid, nil
 }
@@ -419,11 +415,13 @@ func readPidFile(path string) (int, error) {
 // PID. A dead conmon left a zombie of this process is reaped.
 func (r *Runtime) openConmon(id string) (*os.File, int, error) {
 	pid, err := r.ConmonPID(id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, errBadPidFile) {
 		// Create records conmon's PID just after starting it: a daemon killed in
 		// between left a conmon that no file names, which would go on to create the
 		// container after everything else is cleaned up. The state directory says
-		// that Create got that far; the command line finds that conmon.
+		// that Create got that far; the command line finds that conmon. (A file
+		// without a PID is what a crash of the node can leave of one not fsynced, on a
+		// run root that outlived the reboot.)
 		if !exists(r.containerDir(id)) {
 			return nil, 0, nil
 		}
@@ -632,7 +630,7 @@ func (r *Runtime) MoveLog(id, to string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileSync(r.metaFile(id), b); err != nil {
+	if err := writeFileAtomic(r.metaFile(id), b); err != nil {
 		return fmt.Errorf("move log of %s: %w", id, err)
 	}
 	return nil

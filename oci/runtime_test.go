@@ -498,33 +498,51 @@ func TestDeleteRemovesLeftCgroupWithoutConfig(t *testing.T) {
 // TestDeleteKillsUnrecordedConmon deletes a container whose Create was cut off (the
 // daemon killed) after conmon started but before its PID was recorded: Delete must
 // find that conmon by its command line and kill it, or it would go on to create the
-// container after the cleanup. A stand-in (sh, with conmon's arguments) plays
-// conmon, sleeping as a slow one does.
+// container after the cleanup; so too when the pid file is there but holds no PID. A
+// stand-in (sh, with conmon's arguments) plays conmon, sleeping as a slow one does.
 func TestDeleteKillsUnrecordedConmon(t *testing.T) {
-	r := newRuntime(t)
-	id := randomHex(t, 8)
-	if err := os.Mkdir(r.containerDir(id), 0o700); err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name    string
+		pidFile []byte // conmon's pid file's content; nil: no file
+	}{
+		{name: "no pid file"},
+		// What a crash of the node can leave of the file, not fsynced, where the run
+		// root is on a disk.
+		{name: "an empty pid file", pidFile: []byte{}},
 	}
-	cmd := exec.Command("sh", "-c", "sleep 30; :", "conmon", "--sync", "-c", id, "--exit-dir", r.exitsDir())
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	start := time.Now()
-	if err := r.Delete(ctxb, id); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatalf("the unrecorded conmon %d still runs %v after Delete", cmd.Process.Pid, time.Since(start).Round(time.Millisecond))
-	}
-	if _, err := os.Stat(r.containerDir(id)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("state directory left by Delete (%v)", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRuntime(t)
+			id := randomHex(t, 8)
+			if err := os.Mkdir(r.containerDir(id), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if tt.pidFile != nil {
+				if err := os.WriteFile(r.conmonPidFile(id), tt.pidFile, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cmd := exec.Command("sh", "-c", "sleep 30; :", "conmon", "--sync", "-c", id, "--exit-dir", r.exitsDir())
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() { _ = cmd.Process.Kill() })
+			start := time.Now()
+			if err := r.Delete(ctxb, id); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the unrecorded conmon %d still runs %v after Delete", cmd.Process.Pid, time.Since(start).Round(time.Millisecond))
+			}
+			if _, err := os.Stat(r.containerDir(id)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("state directory left by Delete (%v)", err)
+			}
+		})
 	}
 }
 
