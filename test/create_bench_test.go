@@ -60,10 +60,13 @@ func BenchmarkCreateContainer(b *testing.B) {
 		b.Fatal(err)
 	}
 	steps := map[string][]time.Duration{}
-	for _, m := range regexp.MustCompile(`msg="step done" kind=container id=\S+ step=(\S+) took=(\S+)`).FindAllSubmatch(log, -1) {
+	for _, m := range regexp.MustCompile(`msg="step done" kind=container id=\S+ (?:name=\S+ )?step=(\S+) took=(\S+)`).FindAllSubmatch(log, -1) {
 		if d, err := time.ParseDuration(string(m[2])); err == nil {
 			steps[string(m[1])] = append(steps[string(m[1])], d)
 		}
+	}
+	if len(steps) == 0 {
+		b.Fatal("no \"step done\" lines with step= and took= in the daemon's log")
 	}
 	var totals []time.Duration
 	for _, m := range regexp.MustCompile(`msg="container created" .* took=(\S+)`).FindAllSubmatch(log, -1) {
