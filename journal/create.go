@@ -463,6 +463,21 @@ func (j *Journal) Snapshot(keep func(*Record) bool) []Record {
 	return out
 }
 
+// SnapshotChildren is Snapshot of the records whose Parent is parent (a sandbox's
+// containers): it looks at those alone, not at every record.
+func (j *Journal) SnapshotChildren(parent string, keep func(*Record) bool) []Record {
+	var out []Record
+	j.mu.Lock()
+	for e := range j.shownChildren[parent] {
+		if keep == nil || keep(&e.shown) {
+			out = append(out, e.shown)
+		}
+	}
+	j.mu.Unlock()
+	sortRecords(out)
+	return out
+}
+
 // WatchAll is List plus a channel closed at the next change of any record, taken together
 // so that no change is missed between the look and the wait (inspect --watch).
 func (j *Journal) WatchAll(keep func(*Record) bool) (records []Record, changed <-chan struct{}) {

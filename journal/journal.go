@@ -112,9 +112,12 @@ type Journal struct {
 	// shown indexes the records as published: what Get, List and Watch return. A
 	// durable change is published only once its commit succeeded, so readers and
 	// watchers never see what the file may not hold (see publish).
-	shown   map[string]*entry
-	undoing map[string]chan struct{}
-	closed  bool
+	shown map[string]*entry
+	// shownChildren indexes the published records that have a parent by their parent
+	// (a sandbox's containers): SnapshotChildren reads it.
+	shownChildren map[string]map[*entry]struct{}
+	undoing       map[string]chan struct{}
+	closed        bool
 	// wake is closed and replaced when a change is published; runEnded when an undo run
 	// ends. Maintain looks again at either: expiry or retry times may have moved.
 	wake, runEnded chan struct{}
@@ -153,17 +156,18 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	j := &Journal{
-		path:       path,
-		db:         db,
-		opts:       opts,
-		log:        opts.Logger,
-		byID:       map[string]*entry{},
-		byName:     map[string]*entry{},
-		byIdentity: map[string]map[*entry]struct{}{},
-		shown:      map[string]*entry{},
-		undoing:    map[string]chan struct{}{},
-		wake:       make(chan struct{}),
-		runEnded:   make(chan struct{}),
+		path:          path,
+		db:            db,
+		opts:          opts,
+		log:           opts.Logger,
+		byID:          map[string]*entry{},
+		byName:        map[string]*entry{},
+		byIdentity:    map[string]map[*entry]struct{}{},
+		shown:         map[string]*entry{},
+		shownChildren: map[string]map[*entry]struct{}{},
+		undoing:       map[string]chan struct{}{},
+		wake:          make(chan struct{}),
+		runEnded:      make(chan struct{}),
 	}
 	if err := j.load(); err != nil {
 		db.Close()
@@ -252,6 +256,7 @@ func (j *Journal) loadRecords(tx *bolt.Tx) error {
 		e := &entry{rec: rec, shown: rec.Clone(), changed: make(chan struct{})}
 		j.byID[rec.ID] = e
 		j.shown[rec.ID] = e
+		j.indexChild(e)
 		j.indexIdentity(e)
 		return nil
 	}); err != nil {
@@ -565,15 +570,43 @@ func (j *Journal) show(e *entry, v uint64, rec *Record) bool {
 		return false
 	}
 	e.shownVersion = v
+	if _, was := j.shown[e.rec.ID]; was {
+		j.unindexChild(e)
+	}
 	if rec == nil {
 		delete(j.shown, e.rec.ID)
 	} else {
 		e.shown = *rec
 		j.shown[e.rec.ID] = e
+		j.indexChild(e)
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
 	return true
+}
+
+// indexChild adds published e to shownChildren under its parent, if it has one.
+func (j *Journal) indexChild(e *entry) {
+	parent := e.shown.Parent
+	if parent == "" {
+		return
+	}
+	if j.shownChildren[parent] == nil {
+		j.shownChildren[parent] = map[*entry]struct{}{}
+	}
+	j.shownChildren[parent][e] = struct{}{}
+}
+
+// unindexChild removes e from shownChildren, as published until now.
+func (j *Journal) unindexChild(e *entry) {
+	parent := e.shown.Parent
+	if parent == "" {
+		return
+	}
+	delete(j.shownChildren[parent], e)
+	if len(j.shownChildren[parent]) == 0 {
+		delete(j.shownChildren, parent)
+	}
 }
 
 // wakeAll wakes WatchAll's callers and Maintain.

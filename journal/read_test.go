@@ -90,3 +90,65 @@ func TestValidIDAsThePattern(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotChildrenListsAParentsRecords: SnapshotChildren returns what Snapshot
+// returns of the records of one parent, oldest first, as records are begun, changed and
+// removed, and after the file is opened again.
+func TestSnapshotChildrenListsAParentsRecords(t *testing.T) {
+	j, path := testJournal(t, Options{})
+	pods := []string{}
+	for i := range 2 {
+		pod, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: fmt.Sprintf("pod-%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, pod.ID)
+	}
+	ctrs := map[string][]string{} // by pod
+	for i := range 5 {
+		pod := pods[i%2]
+		rec, err := j.Begin(BeginRequest{Kind: KindContainer, Name: fmt.Sprintf("ctr-%d", i), Parent: pod})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrs[pod] = append(ctrs[pod], rec.ID)
+	}
+	check := func(j *Journal, when string) {
+		t.Helper()
+		for _, pod := range append(pods, "no-such-pod") {
+			of := func(r *Record) bool { return r.Parent == pod }
+			want, got := j.Snapshot(of), j.SnapshotChildren(pod, nil)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s: SnapshotChildren(%s) differs from Snapshot of its records (-Snapshot +SnapshotChildren):\n%s", when, pod, diff)
+			}
+			if pod != "no-such-pod" && len(got) != len(ctrs[pod]) {
+				t.Errorf("%s: %d records of %s, want %d", when, len(got), pod, len(ctrs[pod]))
+			}
+		}
+	}
+	check(j, "begun")
+	// A change publishes a new record: the index holds the new one, once.
+	if _, err := j.Intent(ctrs[pods[0]][0], "s", kindA, nil); err != nil {
+		t.Fatal(err)
+	}
+	check(j, "changed")
+	stepped := func(r *Record) bool { return len(r.Steps) > 0 }
+	if got := j.SnapshotChildren(pods[0], stepped); len(got) != 1 || got[0].ID != ctrs[pods[0]][0] {
+		t.Errorf("SnapshotChildren with a filter: %d records, want %s alone", len(got), ctrs[pods[0]][0])
+	}
+	// Records rolled back (deleted) leave it.
+	if err := j.Rollback(ctx, ctrs[pods[1]][0]); err != nil {
+		t.Fatal(err)
+	}
+	ctrs[pods[1]] = ctrs[pods[1]][1:]
+	check(j, "one removed")
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	j2, err := Open(path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	check(j2, "reopened")
+}

@@ -142,9 +142,12 @@ func (s *Server) containersOf(sandboxID string) []journal.Record {
 
 // createdContainersOf returns the records of a sandbox's created containers, oldest
 // first, as published. They are shared with the journal (see journal.Snapshot): read them.
+// It looks at the sandbox's records alone (journal.SnapshotChildren): every
+// PodSandboxStatus asks, and a look at every record made the kubelet's status poll grow
+// with the square of the pods.
 func (s *Server) createdContainersOf(sandboxID string) []journal.Record {
-	return s.journal.Snapshot(func(r *journal.Record) bool {
-		return r.Kind == journal.KindContainer && r.Parent == sandboxID && r.State == journal.StateCreated
+	return s.journal.SnapshotChildren(sandboxID, func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer && r.State == journal.StateCreated
 	})
 }
 
