@@ -254,10 +254,10 @@ func runServe(cmd *cobra.Command, args []string) error {
 	// connection's bandwidth with a PING after the first DATA frame of each burst, which
 	// for a client that sends one small request at a time is a PING per call (mostly
 	// written with the answer) and a read of its ACK: about 7 % of the socket reads and
-	// writes of the kubelet's polling, measured. CRI requests are small (the big payloads, exec and attach streams
-	// and image layers, do not travel over this connection): a fixed window of
-	// staticWindow is larger than any the kubelet sends, and a larger one (up to gRPC's
-	// 4 MiB limit) still passes, a window at a time.
+	// writes of a kubelet-style poll, measured. CRI requests are small (the big payloads,
+	// exec and attach streams and image layers, do not travel over this connection): a
+	// fixed window of staticWindow is larger than any the kubelet sends, and a larger
+	// one (up to gRPC's 4 MiB limit) still passes, a window at a time.
 	procs.Serving() // one processor from now on, but for image pulls (package procs)
 	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(staticWindow))
