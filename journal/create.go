@@ -3,6 +3,7 @@ package journal
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"maps"
 	"time"
 )
@@ -451,24 +452,21 @@ func (j *Journal) List(keep func(*Record) bool) []Record {
 // paths (the kubelet's relist every second), where copying every record would cost more
 // than the answer.
 func (j *Journal) Snapshot(keep func(*Record) bool) []Record {
-	var out []Record // not sized for every record: a filter may keep one
-	j.mu.Lock()
-	for _, e := range j.shown {
-		if keep == nil || keep(&e.shown) {
-			out = append(out, e.shown)
-		}
-	}
-	j.mu.Unlock()
-	sortRecords(out)
-	return out
+	return j.snapshot(func() iter.Seq[*entry] { return maps.Values(j.shown) }, keep)
 }
 
 // SnapshotChildren is Snapshot of the records whose Parent is parent (a sandbox's
 // containers): it looks at those alone, not at every record.
 func (j *Journal) SnapshotChildren(parent string, keep func(*Record) bool) []Record {
-	var out []Record
+	return j.snapshot(func() iter.Seq[*entry] { return maps.Keys(j.shownChildren[parent]) }, keep)
+}
+
+// snapshot is Snapshot of the published entries that entries yields; it is called, and
+// what it yields read, under the journal's lock.
+func (j *Journal) snapshot(entries func() iter.Seq[*entry], keep func(*Record) bool) []Record {
+	var out []Record // not sized for every record: a filter may keep one
 	j.mu.Lock()
-	for e := range j.shownChildren[parent] {
+	for e := range entries() {
 		if keep == nil || keep(&e.shown) {
 			out = append(out, e.shown)
 		}

@@ -108,14 +108,14 @@ type Journal struct {
 	byName map[string]*entry // nameKey -> entry holding the name
 	// byIdentity holds, by identityKey, the records of each identity (which never
 	// changes): Begin looks there for a hidden creation of the same thing.
-	byIdentity map[string]map[*entry]struct{}
+	byIdentity entrySets
 	// shown indexes the records as published: what Get, List and Watch return. A
 	// durable change is published only once its commit succeeded, so readers and
 	// watchers never see what the file may not hold (see publish).
 	shown map[string]*entry
 	// shownChildren indexes the published records that have a parent by their parent
 	// (a sandbox's containers): SnapshotChildren reads it.
-	shownChildren map[string]map[*entry]struct{}
+	shownChildren entrySets
 	undoing       map[string]chan struct{}
 	closed        bool
 	// wake is closed and replaced when a change is published; runEnded when an undo run
@@ -162,9 +162,9 @@ func Open(path string, opts Options) (*Journal, error) {
 		log:           opts.Logger,
 		byID:          map[string]*entry{},
 		byName:        map[string]*entry{},
-		byIdentity:    map[string]map[*entry]struct{}{},
+		byIdentity:    entrySets{},
 		shown:         map[string]*entry{},
-		shownChildren: map[string]map[*entry]struct{}{},
+		shownChildren: entrySets{},
 		undoing:       map[string]chan struct{}{},
 		wake:          make(chan struct{}),
 		runEnded:      make(chan struct{}),
@@ -256,7 +256,7 @@ func (j *Journal) loadRecords(tx *bolt.Tx) error {
 		e := &entry{rec: rec, shown: rec.Clone(), changed: make(chan struct{})}
 		j.byID[rec.ID] = e
 		j.shown[rec.ID] = e
-		j.indexChild(e)
+		j.shownChildren.add(rec.Parent, e)
 		j.indexIdentity(e)
 		return nil
 	}); err != nil {
@@ -570,43 +570,17 @@ func (j *Journal) show(e *entry, v uint64, rec *Record) bool {
 		return false
 	}
 	e.shownVersion = v
-	if _, was := j.shown[e.rec.ID]; was {
-		j.unindexChild(e)
-	}
+	j.shownChildren.remove(e.shown.Parent, e)
 	if rec == nil {
 		delete(j.shown, e.rec.ID)
 	} else {
 		e.shown = *rec
 		j.shown[e.rec.ID] = e
-		j.indexChild(e)
+		j.shownChildren.add(e.shown.Parent, e)
 	}
 	close(e.changed)
 	e.changed = make(chan struct{})
 	return true
-}
-
-// indexChild adds published e to shownChildren under its parent, if it has one.
-func (j *Journal) indexChild(e *entry) {
-	parent := e.shown.Parent
-	if parent == "" {
-		return
-	}
-	if j.shownChildren[parent] == nil {
-		j.shownChildren[parent] = map[*entry]struct{}{}
-	}
-	j.shownChildren[parent][e] = struct{}{}
-}
-
-// unindexChild removes e from shownChildren, as published until now.
-func (j *Journal) unindexChild(e *entry) {
-	parent := e.shown.Parent
-	if parent == "" {
-		return
-	}
-	delete(j.shownChildren[parent], e)
-	if len(j.shownChildren[parent]) == 0 {
-		delete(j.shownChildren, parent)
-	}
 }
 
 // wakeAll wakes WatchAll's callers and Maintain.
@@ -617,21 +591,34 @@ func (j *Journal) wakeAll() {
 
 // indexIdentity adds e to the records of its identity, if it has one.
 func (j *Journal) indexIdentity(e *entry) {
-	if e.rec.Identity == "" {
-		return
+	if e.rec.Identity != "" {
+		j.byIdentity.add(identityKey(e.rec.Kind, e.rec.Identity), e)
 	}
-	k := identityKey(e.rec.Kind, e.rec.Identity)
-	if j.byIdentity[k] == nil {
-		j.byIdentity[k] = map[*entry]struct{}{}
-	}
-	j.byIdentity[k][e] = struct{}{}
 }
 
 func (j *Journal) unindexIdentity(e *entry) {
-	k := identityKey(e.rec.Kind, e.rec.Identity)
-	delete(j.byIdentity[k], e)
-	if len(j.byIdentity[k]) == 0 {
-		delete(j.byIdentity, k)
+	j.byIdentity.remove(identityKey(e.rec.Kind, e.rec.Identity), e)
+}
+
+// entrySets holds sets of entries by a key (an identity, a parent): the journal's
+// secondary indexes. The empty key holds nothing.
+type entrySets map[string]map[*entry]struct{}
+
+func (m entrySets) add(key string, e *entry) {
+	if key == "" {
+		return
+	}
+	if m[key] == nil {
+		m[key] = map[*entry]struct{}{}
+	}
+	m[key][e] = struct{}{}
+}
+
+// remove takes e out of key's set, if it is there, and drops a set left empty.
+func (m entrySets) remove(key string, e *entry) {
+	delete(m[key], e)
+	if len(m[key]) == 0 {
+		delete(m, key)
 	}
 }
 

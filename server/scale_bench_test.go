@@ -19,19 +19,19 @@ import (
 
 // scaleServer returns a server over a fresh journal whose registry undoes the fake step
 // kinds (a no-op), for the benchmarks and the tests that fill it with records.
-func scaleServer(b testing.TB) *Server {
-	b.Helper()
+func scaleServer(tb testing.TB) *Server {
+	tb.Helper()
 	reg := journal.NewRegistry()
 	noop := func(context.Context, journal.Record, journal.Step) error { return nil }
 	reg.Register(fakeFirst, noop)
 	reg.Register(fakeSecond, noop)
 	log := slog.New(slog.DiscardHandler)
-	j, err := journal.Open(filepath.Join(b.TempDir(), "journal.db"), journal.Options{Logger: log, Registry: reg})
+	j, err := journal.Open(filepath.Join(tb.TempDir(), "journal.db"), journal.Options{Logger: log, Registry: reg})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	s := New(Deps{Journal: j, Log: log})
-	b.Cleanup(func() {
+	tb.Cleanup(func() {
 		s.Close()
 		j.Close()
 	})

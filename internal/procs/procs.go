@@ -7,8 +7,8 @@
 // work, finds none and sleeps again; that search was a quarter of an idle daemon's CPU.
 // So while serving, the daemon runs its Go code on one processor (Serving), and the
 // runtime processes it starts have the other cores. Measured on the project's 2-core
-// machine (docs/BENCHMARKS.md): an idle node's polling costs about a third less, and pods
-// start no slower, a little faster four at a time.
+// machine (docs/BENCHMARKS.md): an idle node's polling costs a fifth to a third less, and
+// pods start no slower, a little faster four at a time.
 //
 // The exception is CPU-bound work of the daemon's own: an image pull decompresses and
 // hashes its layers in Go, on as many cores as it gets. For as long as such work runs

@@ -86,7 +86,8 @@ func TestBusyOnTheRuntime(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("one CPU: Serving changes nothing here")
 	}
-	t.Cleanup(runtime.SetDefaultGOMAXPROCS)
+	prev := runtime.GOMAXPROCS(0) // what go test set (-cpu), put back after
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	runtime.SetDefaultGOMAXPROCS()
 	want := runtime.GOMAXPROCS(0)
 	g := &governor{set: runtime.GOMAXPROCS, setDefault: runtime.SetDefaultGOMAXPROCS}
