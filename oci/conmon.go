@@ -49,51 +49,70 @@ func (r *Runtime) readMeta(id string) meta {
 	return m
 }
 
-// createCleanup bounds the cleanup of a failed Create when the caller's context is over.
+// createCleanup bounds the cleanup of a failed Prepare or Create when the caller's
+// context is over.
 const createCleanup = 30 * time.Second
 
-// Create creates a container from spec in bundle under conmon and returns the
-// container's init PID; the container is in state created until Start.
+// Pending is a container whose conmon [Runtime.Prepare] has started and holds on its
+// start pipe: conmon has parsed its flags and opened the log, and runs nothing until
+// [Pending.Create] gives it the spec. Its exec and the loading of its libraries (about
+// 10 ms) overlap whatever the caller does meanwhile, such as making the container's
+// root filesystem. Every Pending is closed ([Pending.Close]), which kills a conmon that
+// Create never started. A Pending is used by one goroutine.
+type Pending struct {
+	r        *Runtime
+	id       string
+	logPath  string
+	terminal bool
+	pid      int      // conmon's
+	pidfd    *os.File // conmon's, for good: a kill reaches exactly this process
+	syncR    *os.File // conmon reports the container's PID, or the runtime's error, here
+	startW   *os.File // a byte written, or the pipe's end, lets conmon run the runtime
+	used     bool     // Create ran, or Close killed conmon: it is not to be started
+	closed   bool
+}
+
+// Prepare starts the conmon of container id, held on its start pipe (see [Pending]).
+// The container's state directory, which Prepare makes, is its bundle: Create writes
+// config.json there. logPath is where conmon writes the container's output in the CRI
+// log format ("" means no log; its directory is made when missing, see ensureLogDir),
+// terminal whether the container's process has a terminal (the spec's
+// process.terminal, which Create checks), stdin whether it gets a standard input that
+// attach clients write to (see [StdinMode]). An ID whose state directory exists gives
+// ErrAlreadyExists. On failure nothing of it is left.
 //
-// It writes bundle/config.json and starts conmon in a session of its own, so that
-// the container and its conmon outlive the daemon. conmon runs `runc create`, copies
-// the container's output to logPath in the CRI log format ("" means no log) and, when
-// the container exits, writes the exit code to the exits directory. Create waits,
-// bounded by ctx, for conmon to report the PID on its sync pipe. On failure it
-// returns the runtime's error text and removes what it made, as Delete does. An ID
-// whose state directory exists gives ErrAlreadyExists. The log's directory is created
-// when it is missing (see ensureLogDir); it is not the container's, and Delete leaves
-// it. stdin says whether the container's process gets a standard input that attach
-// clients write to (see [StdinMode]).
-func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *specs.Spec, logPath string, stdin StdinMode) (pid int, err error) {
+// conmon's PID is recorded at once, so that Delete finds it. conmon takes the end of
+// its start pipe as a start too: one whose daemon died holding it runs the runtime,
+// which fails without the config.json that only Create writes.
+func (r *Runtime) Prepare(ctx context.Context, id, logPath string, terminal bool, stdin StdinMode) (p *Pending, err error) {
 	if err := validID(id); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if spec == nil || spec.Process == nil {
-		return 0, fmt.Errorf("create %s: %w: spec without a process", id, ErrInvalidSpec)
-	}
-	if !filepath.IsAbs(bundle) || (logPath != "" && !filepath.IsAbs(logPath)) {
-		return 0, fmt.Errorf("create %s: bundle %q and log path %q must be absolute", id, bundle, logPath)
+	if logPath != "" && !filepath.IsAbs(logPath) {
+		return nil, fmt.Errorf("create %s: log path %q must be absolute", id, logPath)
 	}
 	unlock := r.locks.lock(id)
 	defer unlock()
 	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("create %s: %w", id, err)
+		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
 	if err := ensureLogDir(logPath); err != nil {
-		return 0, fmt.Errorf("create %s: %w", id, err)
+		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
-
 	dir := r.containerDir(id)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
-			return 0, fmt.Errorf("create %s: %w", id, ErrAlreadyExists)
+			return nil, fmt.Errorf("create %s: %w", id, ErrAlreadyExists)
 		}
-		return 0, fmt.Errorf("create %s: %w", id, err)
+		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
 	defer func() {
 		if err == nil {
 			return
+		}
+		if p != nil {
+			p.Close() // kills conmon before the remove
+			p = nil
 		}
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createCleanup)
 		defer cancel()
@@ -101,37 +120,30 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 			err = fmt.Errorf("%w (cleanup: %v)", err, rerr)
 		}
 	}()
-
 	if err := os.Remove(r.exitFile(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return 0, fmt.Errorf("create %s: stale exit file: %w", id, err)
+		return nil, fmt.Errorf("create %s: stale exit file: %w", id, err)
 	}
 
-	// conmon first, held on its start pipe: its exec and the loading of its libraries
-	// (about 10 ms) overlap the writing of the files below. Until the start byte it has
-	// only parsed its flags and opened the log; it forks the runtime after. Every path
-	// that fails from here kills it before the start pipe closes (the deferred kill
-	// below runs before the pipe's deferred Close): conmon takes the end of the pipe
-	// as a start too.
 	syncR, syncW, err := os.Pipe()
 	if err != nil {
-		return 0, fmt.Errorf("create %s: %w", id, err)
+		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
-	defer syncR.Close()
 	startR, startW, err := os.Pipe()
 	if err != nil {
+		syncR.Close()
 		syncW.Close()
-		return 0, fmt.Errorf("create %s: %w", id, err)
+		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
-	defer startW.Close()
 	// conmon's own messages before it detaches its standard streams (bad flags, a log
 	// file it cannot open) land here.
 	errFile, err := os.OpenFile(filepath.Join(dir, "conmon.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		syncW.Close()
-		startR.Close()
-		return 0, fmt.Errorf("create %s: %w", id, err)
+		for _, f := range []*os.File{syncR, syncW, startR, startW} {
+			f.Close()
+		}
+		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
-	cmd := exec.Command(r.conmon, r.conmonArgs(id, bundle, logPath, spec.Process.Terminal, stdin)...)
+	cmd := exec.Command(r.conmon, r.conmonArgs(id, logPath, terminal, stdin)...)
 	cmd.Dir = dir // conmon writes its "oom" file in its working directory
 	cmd.Env = []string{"PATH=" + envPath(), "_OCI_SYNCPIPE=3", "_OCI_STARTPIPE=4"}
 	cmd.ExtraFiles = []*os.File{syncW, startR}
@@ -143,40 +155,80 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 	startR.Close()
 	errFile.Close()
 	if err != nil {
-		return 0, fmt.Errorf("create %s: start conmon: %w", id, err)
+		syncR.Close()
+		startW.Close() // no conmon to take it as a start
+		return nil, fmt.Errorf("create %s: start conmon: %w", id, err)
 	}
-	conmonPid := cmd.Process.Pid
-	// A pidfd names conmon for good: Create's own cleanup kills exactly this process.
-	conmonFd, err := openPidfd(conmonPid)
+	// A pidfd names conmon for good: Close kills exactly this process.
+	pidfd, err := openPidfd(cmd.Process.Pid)
+	if err == nil {
+		// conmon --sync stays this process's child: reap it when it exits, from a
+		// pidfd the netpoller watches (no thread blocked per container).
+		err = reapChild(cmd.Process.Pid)
+	}
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return 0, fmt.Errorf("create %s: watch conmon: %w", id, err)
+		syncR.Close()
+		startW.Close()
+		if pidfd != nil {
+			pidfd.Close()
+		}
+		return nil, fmt.Errorf("create %s: watch conmon: %w", id, err)
 	}
-	defer conmonFd.Close()
-	// conmon --sync stays this process's child: reap it when it exits, from a pidfd
-	// the netpoller watches (no thread blocked per container).
-	if err := reapChild(conmonPid); err != nil {
-		_ = killTree(ctx, conmonPid, conmonFd, false)
-		_ = cmd.Wait()
-		return 0, fmt.Errorf("create %s: watch conmon: %w", id, err)
-	}
+	p = &Pending{r: r, id: id, logPath: logPath, terminal: terminal, pid: cmd.Process.Pid, pidfd: pidfd, syncR: syncR, startW: startW}
 	_ = cmd.Process.Release()
+	// Not fsynced, nor is anything in the state directory: it lives under the run root,
+	// whose state does not outlive a reboot (a tmpfs on most nodes), and a crash of the
+	// daemon alone loses nothing written.
+	if err := writeFileAtomic(r.conmonPidFile(id), []byte(strconv.Itoa(p.pid))); err != nil {
+		return p, fmt.Errorf("create %s: %w", id, err)
+	}
+	return p, nil
+}
+
+// Create creates the container from spec under p's conmon and returns the container's
+// init PID; the container is in state created until Start. It records the bundle, the
+// log path and the cgroup in the state directory (meta.json) for later calls, writes
+// config.json, then lets conmon run the runtime's create, and waits, bounded by ctx,
+// for conmon to report the PID on its sync pipe. conmon, in a session of its own,
+// relays the container's output to the log and, when the container exits, writes the
+// exit code to the exits directory. On failure Create returns the runtime's error text
+// and removes what Prepare and it made, as Delete does. It runs once per Pending.
+func (p *Pending) Create(ctx context.Context, spec *specs.Spec) (pid int, err error) {
+	r, id := p.r, p.id
+	if p.used {
+		return 0, fmt.Errorf("create %s: conmon was started or stopped before", id)
+	}
+	p.used = true
+	unlock := r.locks.lock(id)
+	defer unlock()
 	defer func() {
-		if err != nil {
-			// Before the deferred remove: conmon, and the runtime under it, must be
-			// gone before their container is deleted.
-			if kerr := killTree(context.WithoutCancel(ctx), conmonPid, conmonFd, true); kerr != nil {
-				err = fmt.Errorf("%w (kill conmon: %v)", err, kerr)
-			}
+		if err == nil {
+			return
+		}
+		// conmon, and the runtime under it, are gone before their container is deleted.
+		if kerr := p.kill(context.WithoutCancel(ctx)); kerr != nil {
+			err = fmt.Errorf("%w (kill conmon: %v)", err, kerr)
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createCleanup)
+		defer cancel()
+		if rerr := r.remove(cctx, id, 0); rerr != nil {
+			err = fmt.Errorf("%w (cleanup: %v)", err, rerr)
 		}
 	}()
+	if spec == nil || spec.Process == nil {
+		return 0, fmt.Errorf("create %s: %w: spec without a process", id, ErrInvalidSpec)
+	}
+	if spec.Process.Terminal != p.terminal {
+		return 0, fmt.Errorf("create %s: %w: process.terminal is %v, conmon was prepared for %v", id, ErrInvalidSpec, spec.Process.Terminal, p.terminal)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("create %s: %w", id, err)
+	}
 
-	// Record the bundle before anything is put in it, so that a Delete after a crash of
-	// the daemon finds what to clean. Not fsynced, nor is conmon's pid file: both live
-	// in the state directory, under the run root, whose state does not outlive a reboot
-	// (a tmpfs on most nodes), and a crash of the daemon alone loses nothing written.
-	m := meta{Bundle: bundle, LogPath: logPath}
+	dir := r.containerDir(id)
+	m := meta{Bundle: dir, LogPath: p.logPath}
 	if spec.Linux != nil {
 		m.CgroupsPath = spec.Linux.CgroupsPath
 	}
@@ -191,21 +243,15 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 	if err != nil {
 		return 0, fmt.Errorf("create %s: encode spec: %w", id, err)
 	}
-	// Atomic but not fsynced: the spec is runc's input and outlives nothing that a
-	// crash of the node ends (the container does not survive a reboot, and its undo
-	// deletes it); readers after one (NRI's view of the spec, cgroupsPathOf for old
-	// records) take a missing or empty file as unknown. A fsync of a new file in the
-	// bundle, on the node's disk, costs a journal commit of the filesystem, several ms
-	// when the disk is busy, in every CreateContainer.
-	if err := writeFileAtomic(filepath.Join(bundle, "config.json"), cfg); err != nil {
-		return 0, fmt.Errorf("create %s: %w", id, err)
-	}
-	if err := writeFileAtomic(r.conmonPidFile(id), []byte(strconv.Itoa(conmonPid))); err != nil {
+	// The spec is runc's input and outlives nothing that a crash of the node ends (the
+	// container does not survive a reboot, and its undo deletes it); readers after one
+	// (NRI's view of the spec, cgroupsPathOf) take a missing or empty file as unknown.
+	if err := writeFileAtomic(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return 0, fmt.Errorf("create %s: %w", id, err)
 	}
 	// Everything is in place: conmon may run the runtime.
-	if _, err := startW.Write([]byte{0}); err != nil {
-		// conmon is gone already (bad flags, a log it could not open): say why.
+	if _, err := p.startW.Write([]byte{0}); err != nil {
+		// conmon is gone already (bad flags, a log it could not open, a Delete): say why.
 		if msg := conmonStderr(dir); msg != "" {
 			err = fmt.Errorf("%w; conmon: %s", err, msg)
 		}
@@ -218,8 +264,8 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 	}
 	done := make(chan result, 1)
 	go func() {
-		p, err := readSync(syncR)
-		done <- result{p, err}
+		pid, err := readSync(p.syncR)
+		done <- result{pid, err}
 	}()
 	select {
 	case res := <-done:
@@ -232,15 +278,15 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 		// With the systemd driver, conmon leaves the daemon's cgroup for a scope of its
 		// own in the pod's slice, as CRI-O's conmon_cgroup = "pod" does: it is the pod's,
 		// and a restart of the daemon's unit does not touch it. The scope's name follows
-		// from the cgroupsPath that meta.json recorded before conmon started, and
-		// Delete (the step's undo) stops it.
+		// from the cgroupsPath that meta.json recorded before conmon started the
+		// runtime, and Delete (the step's undo) stops it.
 		if cp, ok := conmonScope(m.CgroupsPath, id); ok {
-			if err := units.StartScope(cp, conmonPid); err != nil {
+			if err := units.StartScope(cp, p.pid); err != nil {
 				return 0, fmt.Errorf("create %s: %w", id, err)
 			}
 		}
-		// The pidfd answers Running from now on; the deferred Close closes a copy.
-		if kept, err := dupFile(conmonFd); err == nil {
+		// The pidfd answers Running from now on; Close closes p's copy.
+		if kept, err := dupFile(p.pidfd); err == nil {
 			r.conmons.keep(id, kept)
 		}
 		return res.pid, nil
@@ -248,6 +294,39 @@ func (r *Runtime) Create(ctx context.Context, id string, bundle string, spec *sp
 		// The deferred kill ends conmon, which closes the pipe and ends the reader.
 		return 0, fmt.Errorf("create %s: waiting for conmon: %w", id, ctx.Err())
 	}
+}
+
+// Bundle is the container's bundle, its state directory, where Create writes
+// config.json.
+func (p *Pending) Bundle() string { return p.r.containerDir(p.id) }
+
+// Close releases p. A conmon that Create did not start is killed first, and its
+// start pipe closed only then (conmon would take its end as a start); its state
+// directory stays for Delete, the undo of the journal's step, to remove. Closing
+// again does nothing.
+func (p *Pending) Close() error {
+	if p.closed {
+		return nil
+	}
+	var err error
+	if !p.used {
+		p.used = true
+		err = p.kill(context.Background())
+	}
+	p.closed = true
+	p.startW.Close()
+	p.syncR.Close()
+	p.pidfd.Close()
+	return err
+}
+
+// kill kills p's conmon and what it runs, unless it has exited already (a Delete may
+// have killed it, and its PID may name another process since it was reaped).
+func (p *Pending) kill(ctx context.Context) error {
+	if exited(p.pidfd) {
+		return nil
+	}
+	return killTree(ctx, p.pid, p.pidfd, true)
 }
 
 // ensureLogDir creates the directory of a container's log file (0755, as the kubelet
@@ -280,15 +359,16 @@ func dupFile(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// conmonArgs is conmon's command line for a container.
-func (r *Runtime) conmonArgs(id, bundle, logPath string, terminal bool, stdin StdinMode) []string {
+// conmonArgs is conmon's command line for a container, whose bundle is its state
+// directory.
+func (r *Runtime) conmonArgs(id, logPath string, terminal bool, stdin StdinMode) []string {
 	args := []string{
 		"--sync", // no double fork: conmon stays our child, so we can reap it
 		"-c", id,
 		"-u", id,
 		"-n", id,
 		"-r", r.path,
-		"-b", bundle,
+		"-b", r.containerDir(id),
 		"-p", filepath.Join(r.containerDir(id), "pid"),
 		"-P", r.conmonPidFile(id),
 		"--persist-dir", r.containerDir(id),

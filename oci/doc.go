@@ -88,14 +88,17 @@
 //
 // # Runtime
 //
-// A [Runtime] runs containers with one runtime handler. [Runtime.Create] writes
-// config.json into the bundle and starts conmon, which runs `runc create`, relays
-// the container's output to its log file in the CRI format, and writes its exit code
-// to an exit file when it exits. conmon gets its own session and is not killed when
-// the daemon dies: containers outlive daemon restarts. conmon stays in the daemon's
-// cgroup, so a service manager that kills a unit's whole cgroup on restart (systemd
-// KillMode=control-group) would kill every conmon: run the daemon with
-// KillMode=process.
+// A [Runtime] runs containers with one runtime handler, in two calls.
+// [Runtime.Prepare] starts the container's conmon, which parses its flags, opens the
+// log and waits on its start pipe; its exec and the loading of its libraries (about
+// 10 ms) overlap what the caller does next (the root filesystem). [Pending.Create]
+// then writes config.json into the bundle, the container's state directory, and lets
+// conmon run `runc create`; conmon relays the container's output to its log file in
+// the CRI format, and writes its exit code to an exit file when it exits. conmon gets
+// its own session and is not killed when the daemon dies: containers outlive daemon
+// restarts. conmon stays in the daemon's cgroup, so a service manager that kills a
+// unit's whole cgroup on restart (systemd KillMode=control-group) would kill every
+// conmon: run the daemon with KillMode=process.
 //
 // conmon is started with --sync: it does not double-fork, so it remains the daemon's
 // child, and the daemon reaps it when it exits (from a goroutine waiting on a pidfd
@@ -104,7 +107,7 @@
 //
 // The command line:
 //
-//	conmon --sync -c <id> -u <id> -n <id> -r <runtime> -b <bundle>
+//	conmon --sync -c <id> -u <id> -n <id> -r <runtime> -b <StateDir>/containers/<id>
 //	  -p <StateDir>/containers/<id>/pid -P <StateDir>/containers/<id>/conmon.pid
 //	  --persist-dir <StateDir>/containers/<id> --exit-dir <StateDir>/exits
 //	  --socket-dir-path <StateDir>/attach
@@ -115,7 +118,8 @@
 // -t when the container has a terminal; otherwise -i when the CRI config asks for
 // stdin, with --leave-stdin-open unless it also asks for stdin_once ([StdinMode]), as
 // CRI-O does. The sync pipe is fd 3 (_OCI_SYNCPIPE=3), on which conmon reports {"pid": N}
-// or the runtime's error. conmon does not write -P in --sync mode; Create writes it.
+// or the runtime's error; the start pipe is fd 4 (_OCI_STARTPIPE=4). conmon does not
+// write -P in --sync mode; Prepare writes it.
 //
 // StateDir must be short (at most 28 bytes, such as /run/crijournal/oci): conmon's
 // attach socket path, <StateDir>/attach/<id>/attach, must fit a socket address. It
@@ -123,8 +127,10 @@
 //
 //	exits/<id>                    exit code, written by conmon; mtime = exit time
 //	attach/<id>                   conmon's link to the bundle (attach socket)
-//	containers/<id>/meta.json     bundle and log path, written by Create first
-//	containers/<id>/conmon.pid    conmon's PID
+//	containers/<id>/              the bundle: config.json, and conmon's ctl and winsz
+//	                              fifos and attach socket
+//	containers/<id>/meta.json     bundle, log path and cgroup, written by Create
+//	containers/<id>/conmon.pid    conmon's PID, written by Prepare
 //	containers/<id>/pid           the container's init PID (runc --pid-file)
 //	containers/<id>/exit, oom     conmon's copy of the exit code; OOM marker
 //	containers/<id>/conmon.stderr conmon's messages before it detached
@@ -132,9 +138,10 @@
 //
 // [Runtime.Delete] is idempotent and removes all of it: the runtime's container
 // (runc delete --force), conmon (after a moment to record the exit), the files
-// Create and conmon put in the bundle (config.json, ctl, winsz, attach: the rest of
-// the bundle is the caller's), a cgroup the runtime left, the exit file and the
-// state directory. It is the undo of [StepRuntimeContainer], see [RegisterUndos].
+// Create and conmon put in the bundle (config.json, ctl, winsz, attach; a bundle
+// elsewhere, recorded by an older daemon, keeps the rest), a cgroup the runtime left,
+// the exit file and the state directory. It is the undo of [StepRuntimeContainer]; the
+// undo of [StepConmon] finds nothing once it has run, see [RegisterUndos].
 //
 // [Runtime.WatchExits] reports exits as conmon writes the exit files (inotify, no
 // polling). [Runtime.Stop] waits on a pidfd of the container's init, then on conmon

@@ -164,9 +164,10 @@ func writeFile(t *testing.T, path, content string) {
 
 // testContainer is a container made by createContainer.
 type testContainer struct {
-	id, bundle, logPath string
-	spec                *specs.Spec
-	pid                 int
+	id, logPath string
+	bundle      string // the state directory
+	spec        *specs.Spec
+	pid         int
 }
 
 // cgroupDir returns the container's cgroup directory in a v1 controller's hierarchy.
@@ -217,7 +218,7 @@ func tryCreateCtx(ctx context.Context, t *testing.T, r *Runtime, args []string, 
 	if err != nil {
 		t.Fatalf("Spec: %v", err)
 	}
-	bundle := t.TempDir()
+	bundle := r.containerDir(id)
 	logPath := filepath.Join(t.TempDir(), "ctr.log")
 	t.Cleanup(func() {
 		if err := r.Delete(context.Background(), id); err != nil {
@@ -227,11 +228,22 @@ func tryCreateCtx(ctx context.Context, t *testing.T, r *Runtime, args []string, 
 			t.Errorf("cleanup cgroup parent: %v", err)
 		}
 	})
-	pid, err := r.Create(ctx, id, bundle, spec, logPath, StdinModeOf(in.Container))
+	pid, err := create(ctx, r, id, spec, logPath, StdinModeOf(in.Container))
 	if err != nil {
 		return &testContainer{id: id, bundle: bundle, logPath: logPath, spec: spec}, err
 	}
 	return &testContainer{id: id, bundle: bundle, logPath: logPath, spec: spec, pid: pid}, nil
+}
+
+// create creates container id from spec as the daemon does: conmon prepared, then
+// the container created under it.
+func create(ctx context.Context, r *Runtime, id string, spec *specs.Spec, logPath string, stdin StdinMode) (int, error) {
+	p, err := r.Prepare(ctx, id, logPath, spec.Process.Terminal, stdin)
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	return p.Create(ctx, spec)
 }
 
 // startContainer creates and starts a container running args.

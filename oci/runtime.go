@@ -508,6 +508,22 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return r.remove(ctx, id, conmonGrace)
 }
 
+// abandon removes what Prepare made for container id when the runtime may not have
+// created it: nothing once the state directory is gone (Prepare makes it first, and
+// Delete removes it last), else what Delete removes, without conmon's grace (a held
+// conmon has no exit to record). It is idempotent.
+func (r *Runtime) abandon(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	unlock := r.locks.lock(id)
+	defer unlock()
+	if _, err := os.Lstat(r.containerDir(id)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return r.remove(ctx, id, 0)
+}
+
 // deleteContainer deletes the runtime's container; one it does not know is success. A
 // stopped container (the usual case: the kubelet stops a container before it removes
 // it) is deleted without --force, as runc 1.2 and later spend about 100 ms in a forced

@@ -92,7 +92,7 @@ func waitLog(t *testing.T, c *testContainer, want string) {
 func TestCreateTwiceIsAlreadyExists(t *testing.T) {
 	r := newRuntime(t)
 	c := createContainer(t, r, []string{"sleep", "30"}, nil)
-	_, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath, StdinNone)
+	_, err := create(ctxb, r, c.id, c.spec, c.logPath, StdinNone)
 	if !errors.Is(err, ErrAlreadyExists) {
 		t.Fatalf("second Create: %v, want ErrAlreadyExists", err)
 	}
@@ -130,7 +130,7 @@ func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	_, err = r.Create(ctxb, c.id, c.bundle, c.spec, "/proc/ctr.log", StdinNone) // Create makes a missing log directory: this one exists, and refuses the file
+	_, err = create(ctxb, r, c.id, c.spec, "/proc/ctr.log", StdinNone) // Create makes a missing log directory: this one exists, and refuses the file
 	if err == nil || !strings.Contains(err.Error(), "open log file") {
 		t.Fatalf("Create with an unwritable log path: %v, want conmon's message", err)
 	}
@@ -140,50 +140,79 @@ func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 	requireNoZombies(t)
 }
 
-// TestCreateFailureBeforeStartNeverRunsRuntime: conmon starts before Create writes the
-// container's files and waits on its start pipe; when writing them fails, Create kills
-// it before the pipe closes, so the runtime never runs `create` (conmon takes the end
-// of the pipe as a start too).
-func TestCreateFailureBeforeStartNeverRunsRuntime(t *testing.T) {
+// TestHeldConmonNeverRunsRuntime: Prepare starts conmon held on its start pipe; when
+// Create fails before the start (config.json cannot be written), or is never called
+// (the caller closes the Pending after another step failed), conmon is killed before
+// the pipe closes, so the runtime never runs `create` (conmon takes the end of the pipe
+// as a start too) and no process is left.
+func TestHeldConmonNeverRunsRuntime(t *testing.T) {
 	requireRunc(t)
-	dir := shortTempDir(t)
-	marker := filepath.Join(dir, "created")
-	wrapper := wrapTool(t, dir, "runc", "case \" $* \" in *\" create \"*) touch "+marker+";; esac")
-	r, err := New(Config{Handler: "runc", Path: wrapper, Root: filepath.Join(dir, "runc"), StateDir: filepath.Join(dir, "s")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Delete(ctxb, c.id); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Remove(marker); err != nil {
-		t.Fatalf("the wrapper did not record the first create: %v", err)
-	}
-	// config.json cannot be written: a directory that is not empty holds its name.
-	if err := os.MkdirAll(filepath.Join(c.bundle, "config.json", "in-the-way"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Create(ctxb, c.id, c.bundle, c.spec, c.logPath, StdinNone); err == nil || !strings.Contains(err.Error(), "config.json") {
-		t.Fatalf("Create with config.json in the way: %v, want its write's error", err)
-	}
-	time.Sleep(200 * time.Millisecond) // a conmon left running would have run the runtime by now
-	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the runtime ran create after the failed Create (%v)", err)
-	}
-	for _, p := range descendants(os.Getpid()) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(b), c.id) {
-			t.Fatalf("process %d (%q) outlived the failed Create", p, b)
-		}
-	}
-	requireNoZombies(t)
-	// What is in the way also stops the failed Create's cleanup from removing the
-	// bundle's config.json; the test's cleanup deletes the rest once it is gone.
-	if err := os.RemoveAll(filepath.Join(c.bundle, "config.json")); err != nil {
-		t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		end  func(t *testing.T, r *Runtime, p *Pending, spec *specs.Spec)
+	}{
+		{"create fails before the start", func(t *testing.T, r *Runtime, p *Pending, spec *specs.Spec) {
+			// A directory that is not empty holds config.json's name.
+			if err := os.MkdirAll(filepath.Join(p.Bundle(), "config.json", "in-the-way"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Create(ctxb, spec); err == nil || !strings.Contains(err.Error(), "config.json") {
+				t.Fatalf("Create with config.json in the way: %v, want its write's error", err)
+			}
+			// What is in the way also stopped Create's cleanup from removing the state
+			// directory; the test's cleanup deletes the rest once it is gone.
+			if err := os.RemoveAll(filepath.Join(p.Bundle(), "config.json")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"closed without create", func(t *testing.T, r *Runtime, p *Pending, spec *specs.Spec) {}},
+		{"create with another terminal", func(t *testing.T, r *Runtime, p *Pending, spec *specs.Spec) {
+			spec.Process.Terminal = true
+			if _, err := p.Create(ctxb, spec); !errors.Is(err, ErrInvalidSpec) {
+				t.Fatalf("Create with a terminal conmon was not prepared for: %v, want ErrInvalidSpec", err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := shortTempDir(t)
+			marker := filepath.Join(dir, "created")
+			wrapper := wrapTool(t, dir, "runc", "case \" $* \" in *\" create \"*) touch "+marker+";; esac")
+			r, err := New(Config{Handler: "runc", Path: wrapper, Root: filepath.Join(dir, "runc"), StateDir: filepath.Join(dir, "s")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Delete(ctxb, c.id); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(marker); err != nil {
+				t.Fatalf("the wrapper did not record the first create: %v", err)
+			}
+			p, err := r.Prepare(ctxb, c.id, c.logPath, false, StdinNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.end(t, r, p, c.spec)
+			if err := p.Close(); err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			if testenv.Alive(p.pid) {
+				t.Fatalf("conmon %d alive after Close", p.pid)
+			}
+			time.Sleep(200 * time.Millisecond) // a conmon left running would have run the runtime by now
+			if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the runtime ran create (%v)", err)
+			}
+			for _, pid := range descendants(os.Getpid()) {
+				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), c.id) {
+					t.Fatalf("process %d (%q) outlived the Pending", pid, b)
+				}
+			}
+			requireNoZombies(t)
+		})
 	}
 }
 
@@ -332,6 +361,24 @@ func TestStopCreatedContainer(t *testing.T) {
 // state: the stop signal goes through a pidfd, and only a kill of every process forks
 // the runtime. The runtime binary is swapped, after Create, for a script that logs each
 // call and runs it.
+// recordRuntimeCalls makes r run its runtime through a wrapper that records each
+// call's subcommand, until the test ends; calls returns them, in order.
+func recordRuntimeCalls(t *testing.T, r *Runtime) (calls func() []string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "calls")
+	wrapper := filepath.Join(t.TempDir(), "runtime")
+	if err := os.WriteFile(wrapper, []byte(fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do case $a in state|kill|delete|start|create|exec|ps|list) echo $a >> %s; break;; esac; done\nexec %s \"$@\"\n", file, r.path)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	real := r.path
+	r.path = wrapper
+	t.Cleanup(func() { r.path = real }) // before the wrapper's directory goes
+	return func() []string {
+		b, _ := os.ReadFile(file)
+		return strings.Fields(string(b))
+	}
+}
+
 func TestStopStartedForksOnlyTheKill(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -349,19 +396,11 @@ func TestStopStartedForksOnlyTheKill(t *testing.T) {
 			r := newRuntime(t)
 			c := startContainer(t, r, []string{"sh", "-c", tc.script}, nil)
 			waitLog(t, c, "stdout F ready")
-			calls := filepath.Join(t.TempDir(), "calls")
-			wrapper := filepath.Join(t.TempDir(), "runtime")
-			if err := os.WriteFile(wrapper, []byte(fmt.Sprintf("#!/bin/sh\nfor a in \"$@\"; do case $a in state|kill|delete|start|create|exec|ps|list) echo $a >> %s; break;; esac; done\nexec %s \"$@\"\n", calls, r.path)), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			real := r.path
-			r.path = wrapper
-			t.Cleanup(func() { r.path = real }) // before the wrapper's directory goes
+			calls := recordRuntimeCalls(t, r)
 			if err := r.Stop(ctxb, c.id, true, tc.sig, tc.timeout); err != nil {
 				t.Fatal(err)
 			}
-			b, _ := os.ReadFile(calls)
-			if got := strings.Fields(string(b)); !slices.Equal(got, tc.want) {
+			if got := calls(); !slices.Equal(got, tc.want) {
 				t.Errorf("runtime calls = %q, want %q", got, tc.want)
 			}
 			if code, _, ok, err := r.ExitStatus(c.id); err != nil || !ok || code != tc.code {
@@ -624,34 +663,91 @@ func TestNegativeOOMScoreIsClamped(t *testing.T) {
 	}
 }
 
+// TestJournalUndoDeletesContainer runs the undo of each of the package's steps after a
+// crash between its intent and its action, or after the action: the conmon step's with
+// conmon held (it kills it at once, without the grace a conmon that ran a container
+// gets), the runtime step's with the container started.
 func TestJournalUndoDeletesContainer(t *testing.T) {
+	for _, tc := range []struct {
+		kind journal.StepKind
+		make func(t *testing.T, r *Runtime, id string) (conmon int)
+	}{
+		{StepConmon, func(t *testing.T, r *Runtime, id string) int {
+			p, err := r.Prepare(ctxb, id, "", false, StdinNone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { p.Close() })
+			return p.pid
+		}},
+		{StepRuntimeContainer, func(t *testing.T, r *Runtime, id string) int {
+			c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) { in.ID = id })
+			pid, err := r.ConmonPID(c.id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return pid
+		}},
+	} {
+		t.Run(string(tc.kind), func(t *testing.T) {
+			r := newRuntime(t)
+			reg := journal.NewRegistry()
+			RegisterUndos(reg, func(handler string) (*Runtime, error) {
+				if handler != "runc" {
+					return nil, fmt.Errorf("no handler %q", handler)
+				}
+				return r, nil
+			})
+			j, err := journal.Open(filepath.Join(t.TempDir(), "j.db"), journal.Options{Registry: reg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer j.Close()
+			rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindContainer, Name: "c", Fingerprint: "f"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := map[string]string{ArgHandler: "runc", ArgID: rec.ID}
+			if _, err := j.Intent(rec.ID, "stage", tc.kind, args); err != nil {
+				t.Fatal(err)
+			}
+			conmon := tc.make(t, r, rec.ID)
+			started := time.Now()
+			if err := j.Rollback(ctxb, rec.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.State(ctxb, rec.ID); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("State after the undo: %v, want ErrNotFound", err)
+			}
+			if testenv.Alive(conmon) {
+				t.Fatalf("conmon %d alive after the undo", conmon)
+			}
+			if _, err := os.Stat(r.containerDir(rec.ID)); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("state directory after the undo: %v", err)
+			}
+			if took := time.Since(started); tc.kind == StepConmon && took >= conmonGrace {
+				t.Fatalf("the undo of a held conmon took %v: it waited for conmon's grace", took)
+			}
+		})
+	}
+}
+
+// TestConmonUndoAfterDeleteRunsNothing: the undo of the conmon step runs after the
+// runtime step's undo, Delete, which removed everything, state directory last; it
+// must not ask the runtime again (a runc delete of nothing costs a fork and tens of ms
+// in every RemoveContainer).
+func TestConmonUndoAfterDeleteRunsNothing(t *testing.T) {
 	r := newRuntime(t)
-	reg := journal.NewRegistry()
-	RegisterUndos(reg, func(handler string) (*Runtime, error) {
-		if handler != "runc" {
-			return nil, fmt.Errorf("no handler %q", handler)
-		}
-		return r, nil
-	})
-	j, err := journal.Open(filepath.Join(t.TempDir(), "j.db"), journal.Options{Registry: reg})
-	if err != nil {
+	c := startContainer(t, r, []string{"sleep", "30"}, nil)
+	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	defer j.Close()
-	rec, err := j.Begin(journal.BeginRequest{Kind: journal.KindContainer, Name: "c", Fingerprint: "f"})
-	if err != nil {
+	calls := recordRuntimeCalls(t, r)
+	if err := r.abandon(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Intent(rec.ID, StageCreate, StepRuntimeContainer, CreateStep(r, rec.ID, "", nil, "", StdinNone).Args); err != nil {
-		t.Fatal(err)
-	}
-	// A crash between intent and Create, or after it: the undo must cope with both.
-	c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) { in.ID = rec.ID })
-	if err := j.Rollback(ctxb, rec.ID); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.State(ctxb, c.id); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("State after the undo: %v, want ErrNotFound", err)
+	if got := calls(); len(got) != 0 {
+		t.Errorf("runtime calls = %q, want none", got)
 	}
 }
 
@@ -663,7 +759,6 @@ const childEnv = "OCI_TEST_CHILD_CREATE"
 type childJob struct {
 	Config Config
 	ID     string
-	Bundle string
 	Spec   *specs.Spec
 	Log    string
 }
@@ -676,7 +771,7 @@ func childCreate() int {
 	}
 	r, err := New(job.Config)
 	if err == nil {
-		_, err = r.Create(ctxb, job.ID, job.Bundle, job.Spec, job.Log, StdinNone)
+		_, err = create(ctxb, r, job.ID, job.Spec, job.Log, StdinNone)
 	}
 	if err == nil {
 		err = r.Start(ctxb, job.ID)
@@ -700,7 +795,7 @@ func TestContainerOutlivesDaemon(t *testing.T) {
 	}
 	job, err := json.Marshal(childJob{
 		Config: Config{Handler: "runc", Root: r.root, StateDir: r.stateDir},
-		ID:     c.id, Bundle: c.bundle, Spec: c.spec, Log: c.logPath,
+		ID:     c.id, Spec: c.spec, Log: c.logPath,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -734,12 +829,23 @@ func TestContainerOutlivesDaemon(t *testing.T) {
 	requireNoZombies(t)
 }
 
-// TestCreateStepArgsAreStable pins the undo arguments CreateStep records: they are stored
-// on disk.
-func TestCreateStepArgsAreStable(t *testing.T) {
-	a := CreateStep(&Runtime{handler: "runc"}, "abc", "/b", nil, "", StdinNone)
-	if a.Kind != "oci-container" || !maps.Equal(a.Args, map[string]string{"handler": "runc", "id": "abc"}) {
-		t.Errorf("step %s %v, want oci-container {handler: runc, id: abc}", a.Kind, a.Args)
+// TestStepArgsAreStable pins the undo arguments ConmonStep and CreateStep record: they
+// are stored on disk.
+func TestStepArgsAreStable(t *testing.T) {
+	r := &Runtime{handler: "runc"}
+	for _, a := range []struct {
+		kind journal.StepKind
+		args map[string]string
+	}{
+		{ConmonStep(r, "abc", "", false, StdinNone).Kind, ConmonStep(r, "abc", "", false, StdinNone).Args},
+		{CreateStep(&Pending{r: r, id: "abc"}, nil).Kind, CreateStep(&Pending{r: r, id: "abc"}, nil).Args},
+	} {
+		if !maps.Equal(a.args, map[string]string{"handler": "runc", "id": "abc"}) {
+			t.Errorf("step %s records %v, want {handler: runc, id: abc}", a.kind, a.args)
+		}
+	}
+	if StepConmon != "oci-conmon" || StepRuntimeContainer != "oci-container" {
+		t.Errorf("step kinds %q and %q, were oci-conmon and oci-container", StepConmon, StepRuntimeContainer)
 	}
 }
 

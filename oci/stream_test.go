@@ -277,7 +277,7 @@ func TestConmonStdinArgs(t *testing.T) {
 		{true, StdinOpen, []string{"-t"}},
 		{true, StdinNone, []string{"-t"}},
 	} {
-		args := r.conmonArgs("abc", "/b", "", tc.terminal, tc.stdin)
+		args := r.conmonArgs("abc", "", tc.terminal, tc.stdin)
 		tail := args[len(args)-len(tc.want):]
 		if strings.Join(tail, " ") != strings.Join(tc.want, " ") || (len(tc.want) == 0 && strings.Contains(strings.Join(args, " "), " -i")) {
 			t.Errorf("terminal %v, stdin %v: conmon %q, want it to end with %q", tc.terminal, tc.stdin, args, tc.want)

@@ -32,15 +32,16 @@ const flowContainerCreate = "container-create"
 const (
 	// storageCreateTimeout bounds creating and mounting the container's root filesystem.
 	storageCreateTimeout = 4 * time.Minute
-	// runtimeCreateTimeout bounds the runtime's part (conmon + runc create).
+	// runtimeCreateTimeout bounds each of the runtime's steps (conmon's start; runc
+	// create under it).
 	runtimeCreateTimeout = 4 * time.Minute
 )
 
-// CreateContainer creates a container in a created sandbox: a storage container (root
-// filesystem) from the image, NRI's CreateContainer (whose plugins may adjust the
-// spec), then the OCI container under conmon. Each step is journaled
-// before it acts; a creation that outlives its request is cached for the retry, exactly as
-// RunPodSandbox does.
+// CreateContainer creates a container in a created sandbox: its conmon, started and
+// held, a storage container (root filesystem) from the image, NRI's CreateContainer
+// (whose plugins may adjust the spec), then the OCI container, which the runtime
+// creates under that conmon. Each step is journaled before it acts; a creation that
+// outlives its request is cached for the retry, exactly as RunPodSandbox does.
 func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
 	started := time.Now()
 	if s.images == nil || s.runtimes == nil {
@@ -124,17 +125,30 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		obj.ImageRef = img.RepoDigests[0]
 	}
 
-	// The root filesystem: a storage container from the image, mounted.
-	// In a pod with its own user namespace, owned by the IDs its root and users map to.
+	// The container's conmon, started first and held on its start pipe until the runtime
+	// step (oci.Runtime.Prepare), so that its exec and start overlap the next step; its
+	// state directory is the container's bundle. Then the root filesystem: a storage
+	// container from the image, mounted; in a pod with its own user namespace, owned by
+	// the IDs its root and users map to. Their intents are committed together (see
+	// plan): the undo of each finds nothing when the step never acted.
+	var conmon *oci.Pending
+	defer func() {
+		if conmon != nil {
+			conmon.Close() // kills a conmon the runtime step did not start
+		}
+	}()
 	fsReq := storage.ContainerRequest{ID: id, Name: name, ImageID: img.ID, Labels: map[string]string{"io.crijournal.sandbox": sb.rec.ID}}
 	if u := sb.config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions(); u.GetMode() == runtimeapi.NamespaceMode_POD {
 		fsReq.UIDMap, fsReq.GIDMap = idMaps(u.GetUids()), idMaps(u.GetGids())
 	}
-	files, err := runStep(c, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, fsReq))
-	if err != nil {
+	first := &plan{c: c}
+	addStep(first, limit{d: runtimeCreateTimeout}, oci.ConmonStep(rt, id, logFile, cfg.GetTty(), oci.StdinModeOf(cfg)),
+		func(p *oci.Pending) { conmon, obj.Bundle = p, p.Bundle() })
+	addStep(first, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, fsReq),
+		func(rootfs string) { obj.Rootfs = rootfs })
+	if err := first.run(); err != nil {
 		return nil, err
 	}
-	obj.Rootfs, obj.Bundle = files.Rootfs, files.Dir
 
 	// The image volumes: each image mounted read-only, a step each.
 	volumeRoots, err := s.mountImageVolumes(c, id, volumes)
@@ -176,8 +190,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	obj.User = specUser(spec)
 
 	// The OCI container, created by the runtime under conmon.
-	create := oci.CreateStep(rt, id, obj.Bundle, spec, logFile, oci.StdinModeOf(cfg))
-	if _, err := runStep(c, limit{d: runtimeCreateTimeout}, create); err != nil {
+	if _, err := runStep(c, limit{d: runtimeCreateTimeout}, oci.CreateStep(conmon, spec)); err != nil {
 		return nil, err
 	}
 

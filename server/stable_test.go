@@ -15,7 +15,7 @@ func TestStepKindsAreStable(t *testing.T) {
 	for got, want := range map[string]string{
 		string(netns.StepPin): "netns-pin", string(netns.StepAttach): "cni-attach",
 		string(netns.StepPause): "pause-process", string(storage.StepContainerStorage): "storage-container",
-		string(oci.StepRuntimeContainer): "oci-container", string(netns.StepUserPin): "userns-pin",
+		string(oci.StepRuntimeContainer): "oci-container", string(oci.StepConmon): "oci-conmon", string(netns.StepUserPin): "userns-pin",
 		string(netns.StepResolvConf): "pod-resolv-conf", string(netns.StepHostname): "pod-hostname", string(netns.StepShm): "pod-shm",
 		markerStopped: "stopped", markerNetworkStopped: "network_stopped", markerPauseExited: "pause_exited",
 		markerStartedAt: "started_at", markerFinishedAt: "finished_at", markerExitCode: "exit_code", markerReason: "reason",

@@ -279,14 +279,14 @@ func TestMappedContainer(t *testing.T) {
 		id := newID(t)
 		maps := []IDMap{{ContainerID: 0, HostID: 300000, Size: 65536}}
 		modes := dirModes(t, filepath.Join(s.dir, "root"))
-		fs, err := ContainerStep(s.Store, ContainerRequest{ID: id, ImageID: img.ID, UIDMap: maps, GIDMap: maps}).Run(ctx)
+		rootfs, err := ContainerStep(s.Store, ContainerRequest{ID: id, ImageID: img.ID, UIDMap: maps, GIDMap: maps}).Run(ctx)
 		if err != nil {
 			t.Fatalf("driver %s: %v", s.Driver(), err)
 		}
 		t.Cleanup(func() { _ = s.DeleteContainer(ctx, id) })
-		if want := filepath.Join(s.dir, "run", "rootfs", id); fs.Rootfs != want || !testenv.IsMountPoint(t, fs.Rootfs) {
+		if want := filepath.Join(s.dir, "run", "rootfs", id); rootfs != want || !testenv.IsMountPoint(t, rootfs) {
 			t.Errorf("driver %s: root filesystem for the runtime %s (mounted %v), want the bind mount %s",
-				s.Driver(), fs.Rootfs, testenv.IsMountPoint(t, fs.Rootfs), want)
+				s.Driver(), rootfs, testenv.IsMountPoint(t, rootfs), want)
 		}
 		mounted, err := s.Mount(ctx, id) // the store's own path, mounted already
 		if err != nil {
@@ -299,7 +299,7 @@ func TestMappedContainer(t *testing.T) {
 				}
 			}
 		}
-		for _, p := range []string{fs.Rootfs, filepath.Join(fs.Rootfs, "bin")} {
+		for _, p := range []string{rootfs, filepath.Join(rootfs, "bin")} {
 			st, err := os.Stat(p)
 			if err != nil {
 				t.Fatal(err)

@@ -194,12 +194,12 @@ func TestUndoUnbindsUserRootfs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fs, err := step.Run(ctx)
+		rootfs, err := step.Run(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !testenv.IsMountPoint(t, fs.Rootfs) {
-			t.Fatalf("%s is not mounted after the step", fs.Rootfs)
+		if !testenv.IsMountPoint(t, rootfs) {
+			t.Fatalf("%s is not mounted after the step", rootfs)
 		}
 		if done {
 			if err := j.Done(rec.ID, seq); err != nil {
@@ -209,8 +209,8 @@ func TestUndoUnbindsUserRootfs(t *testing.T) {
 		if err := j.Rollback(ctx, rec.ID); err != nil {
 			t.Fatalf("Rollback: %v", err)
 		}
-		if _, err := os.Stat(fs.Rootfs); !errors.Is(err, os.ErrNotExist) || testenv.IsMountPoint(t, fs.Rootfs) {
-			t.Errorf("done %v: %s after Rollback: %v, mounted %v; want it gone", done, fs.Rootfs, err, testenv.IsMountPoint(t, fs.Rootfs))
+		if _, err := os.Stat(rootfs); !errors.Is(err, os.ErrNotExist) || testenv.IsMountPoint(t, rootfs) {
+			t.Errorf("done %v: %s after Rollback: %v, mounted %v; want it gone", done, rootfs, err, testenv.IsMountPoint(t, rootfs))
 		}
 		if ids, _ := s.Containers(ctx); slices.Contains(ids, id) {
 			t.Errorf("done %v: storage container %s left after Rollback", done, id)

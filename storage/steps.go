@@ -37,38 +37,31 @@ type ContainerRequest struct {
 // one mapping serves both.
 type IDMap = specs.LinuxIDMapping
 
-// ContainerFS is the result of a ContainerStep: where the container's files are.
-type ContainerFS struct {
-	// Rootfs is the mounted root filesystem, the path to give the runtime: for a
-	// container in a user namespace, its bind mount under Options.RootfsDir.
-	Rootfs string
-	Dir    string // the storage container's own directory (the OCI bundle)
-}
-
 // ContainerStep returns the step that creates and mounts the storage container of a CRI
 // container in store s (see Store.CreateContainer and Store.Mount), and for a container
 // in a user namespace bind-mounts its root filesystem where that namespace's root can
-// reach it (see rootfs.go). Its undo, Store.DeleteContainer, undoes all three.
-func ContainerStep(s *Store, req ContainerRequest) journal.Action[ContainerFS] {
-	return journal.Action[ContainerFS]{Kind: StepContainerStorage, Stage: StageContainer,
+// reach it (see rootfs.go). Its result is the mounted root filesystem, the path to give
+// the runtime: for a container in a user namespace, its bind mount under
+// Options.RootfsDir. Its undo, Store.DeleteContainer, undoes all three.
+func ContainerStep(s *Store, req ContainerRequest) journal.Action[string] {
+	return journal.Action[string]{Kind: StepContainerStorage, Stage: StageContainer,
 		Args: map[string]string{ArgID: req.ID},
-		Run: func(ctx context.Context) (ContainerFS, error) {
+		Run: func(ctx context.Context) (string, error) {
 			if _, err := s.createContainer(ctx, req); err != nil {
-				return ContainerFS{}, err
+				return "", err
 			}
 			rootfs, err := s.Mount(ctx, req.ID)
 			if err != nil {
-				return ContainerFS{}, err
+				return "", err
 			}
 			if len(req.UIDMap) > 0 || len(req.GIDMap) > 0 {
 				// Reached through a directory of the store's own, not the store's
 				// 0700 directories (see rootfs.go).
 				if rootfs, err = s.bindUserRootfs(req.ID, rootfs); err != nil {
-					return ContainerFS{}, fmt.Errorf("storage container %s: %w", req.ID, err)
+					return "", fmt.Errorf("storage container %s: %w", req.ID, err)
 				}
 			}
-			dir, _, err := s.ContainerDirs(req.ID)
-			return ContainerFS{Rootfs: rootfs, Dir: dir}, err
+			return rootfs, nil
 		}}
 }
 
