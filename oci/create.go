@@ -95,23 +95,25 @@ func (r *Runtime) Prepare(ctx context.Context, id, logPath string, terminal bool
 		return nil, fmt.Errorf("create %s: stale exit file: %w", id, err)
 	}
 
-	syncR, syncW, err := os.Pipe()
-	if err != nil {
+	// conmon's ends of its pipes, and its stderr file, are closed once it has them (or
+	// failed to start); this process's ends are p's, or closed here when conmon is gone
+	// (the start pipe's end then starts nothing).
+	var syncR, syncW, startR, startW, errFile, pidfd *os.File
+	defer func() { closeAll(syncW, startR, errFile) }()
+	defer func() {
+		if p == nil {
+			closeAll(syncR, startW, pidfd)
+		}
+	}()
+	if syncR, syncW, err = os.Pipe(); err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
-	startR, startW, err := os.Pipe()
-	if err != nil {
-		syncR.Close()
-		syncW.Close()
+	if startR, startW, err = os.Pipe(); err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
 	// conmon's own messages before it detaches its standard streams (bad flags, a log
 	// file it cannot open) land here.
-	errFile, err := os.OpenFile(filepath.Join(dir, "conmon.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		for _, f := range []*os.File{syncR, syncW, startR, startW} {
-			f.Close()
-		}
+	if errFile, err = os.OpenFile(filepath.Join(dir, "conmon.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
 	cmd := exec.Command(r.conmon, r.conmonArgs(id, logPath, terminal, stdin)...)
@@ -121,17 +123,11 @@ func (r *Runtime) Prepare(ctx context.Context, id, logPath string, terminal bool
 	cmd.Stdout = errFile
 	cmd.Stderr = errFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	syncW.Close()
-	startR.Close()
-	errFile.Close()
-	if err != nil {
-		syncR.Close()
-		startW.Close() // no conmon to take it as a start
+	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("create %s: start conmon: %w", id, err)
 	}
 	// A pidfd names conmon for good: Close kills exactly this process.
-	pidfd, err := openPidfd(cmd.Process.Pid)
+	pidfd, err = openPidfd(cmd.Process.Pid)
 	if err == nil {
 		// conmon --sync stays this process's child: reap it when it exits, from a
 		// pidfd the netpoller watches (no thread blocked per container).
@@ -140,11 +136,6 @@ func (r *Runtime) Prepare(ctx context.Context, id, logPath string, terminal bool
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		syncR.Close()
-		startW.Close()
-		if pidfd != nil {
-			pidfd.Close()
-		}
 		return nil, fmt.Errorf("create %s: watch conmon: %w", id, err)
 	}
 	p = &Pending{r: r, id: id, logPath: logPath, terminal: terminal, pid: cmd.Process.Pid, pidfd: pidfd, syncR: syncR, startW: startW}
@@ -289,6 +280,15 @@ func (p *Pending) Close() error {
 	p.syncR.Close()
 	p.pidfd.Close()
 	return err
+}
+
+// closeAll closes the files that are not nil.
+func closeAll(files ...*os.File) {
+	for _, f := range files {
+		if f != nil {
+			f.Close()
+		}
+	}
 }
 
 // kill kills p's conmon and what it runs, unless it has exited already (a Delete may

@@ -200,23 +200,6 @@ func (s *Store) DeleteContainer(ctx context.Context, id string) error {
 	return nil
 }
 
-// ContainerDirs returns the persistent and the run directory of storage container id
-// (containers/storage's ContainerDirectory and ContainerRunDirectory), for files the
-// container's runtime needs. ErrContainerNotFound for an unknown id.
-func (s *Store) ContainerDirs(id string) (dir, runDir string, err error) {
-	c, err := s.container(id)
-	if err != nil {
-		return "", "", err
-	}
-	if dir, err = s.st.ContainerDirectory(c.ID); err != nil {
-		return "", "", fmt.Errorf("directory of storage container %s: %w", id, err)
-	}
-	if runDir, err = s.st.ContainerRunDirectory(c.ID); err != nil {
-		return "", "", fmt.Errorf("run directory of storage container %s: %w", id, err)
-	}
-	return dir, runDir, nil
-}
-
 // Containers returns the IDs of every storage container, for leak checks.
 func (s *Store) Containers(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {

@@ -82,7 +82,7 @@ func testContainerLifecycle(t *testing.T, s *testStore) {
 		t.Errorf("%s is not a mount point", rootfs)
 	}
 
-	dir, runDir, err := s.ContainerDirs(id)
+	dir, runDir, err := s.containerDirs(id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,8 +135,8 @@ func testContainerLifecycle(t *testing.T, s *testStore) {
 	if _, err := s.Mount(ctx, id); !errors.Is(err, ErrContainerNotFound) {
 		t.Errorf("Mount of a deleted container = %v, want ErrContainerNotFound", err)
 	}
-	if _, _, err := s.ContainerDirs(id); !errors.Is(err, ErrContainerNotFound) {
-		t.Errorf("ContainerDirs of a deleted container = %v, want ErrContainerNotFound", err)
+	if _, _, err := s.containerDirs(id); !errors.Is(err, ErrContainerNotFound) {
+		t.Errorf("containerDirs of a deleted container = %v, want ErrContainerNotFound", err)
 	}
 
 	if err := s.RemoveImage(ctx, img.ID); err != nil {

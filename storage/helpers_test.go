@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -121,4 +122,22 @@ func openUndoJournal(t *testing.T, store func() (*Store, error)) *journal.Journa
 	}
 	t.Cleanup(func() { j.Close() })
 	return j
+}
+
+// containerDirs returns the persistent and the run directory of storage container id
+// (containers/storage's ContainerDirectory and ContainerRunDirectory), for the tests
+// that look at what a container's creation and deletion leave. ErrContainerNotFound
+// for an unknown id.
+func (s *Store) containerDirs(id string) (dir, runDir string, err error) {
+	c, err := s.container(id)
+	if err != nil {
+		return "", "", err
+	}
+	if dir, err = s.st.ContainerDirectory(c.ID); err != nil {
+		return "", "", fmt.Errorf("directory of storage container %s: %w", id, err)
+	}
+	if runDir, err = s.st.ContainerRunDirectory(c.ID); err != nil {
+		return "", "", fmt.Errorf("run directory of storage container %s: %w", id, err)
+	}
+	return dir, runDir, nil
 }

@@ -29,7 +29,7 @@ var (
 	// ErrInvalidReference is returned when an image reference cannot be parsed
 	// (gRPC InvalidArgument).
 	ErrInvalidReference = errors.New("invalid image reference")
-	// ErrContainerNotFound is returned by Mount and ContainerDirs for an ID that names no
+	// ErrContainerNotFound is returned by Mount for an ID that names no
 	// storage container.
 	ErrContainerNotFound = errors.New("storage container not found")
 	// ErrRegistryBlocked is returned by PullImage when the registries configuration blocks

@@ -245,7 +245,9 @@ func runServe(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	log.Info("streaming server listening", "url", streams.URL)
-	// Stream workers: a few goroutines that serve the calls one after another, their
+	procs.Serving() // one processor from now on, but for image pulls (package procs)
+	// Stream workers: as many as the processors just set (one, unless GOMAXPROCS says
+	// otherwise): a few goroutines that serve the calls one after another, their
 	// stacks grown once, instead of a new goroutine per call whose stack grows on every
 	// call (about 6 % of the CPU of the kubelet's status calls). A call that finds every
 	// worker busy still gets a goroutine of its own, so nothing waits for a worker.
@@ -258,7 +260,6 @@ func runServe(cmd *cobra.Command, args []string) error {
 	// exec and attach streams and image layers, do not travel over this connection): a
 	// fixed window of staticWindow is larger than any the kubelet sends, and a larger
 	// one (up to gRPC's 4 MiB limit) still passes, a window at a time.
-	procs.Serving() // one processor from now on, but for image pulls (package procs)
 	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
 		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(staticWindow))
 	srv.Register(g)

@@ -25,8 +25,9 @@ import (
 	"sync"
 )
 
-// serving is the number of processors the daemon serves with while no Busy work runs.
-const serving = 1
+// servingProcs is the number of processors the daemon serves with while no Busy work
+// runs.
+const servingProcs = 1
 
 // governor holds the process's processor count; one per process (the package's).
 type governor struct {
@@ -58,12 +59,12 @@ func (g *governor) serving(fromEnv bool) {
 	if fromEnv || g.governed {
 		return
 	}
-	if g.set(0) <= serving {
+	if g.set(0) <= servingProcs {
 		return
 	}
 	g.governed = true
 	if g.busy == 0 {
-		g.set(serving)
+		g.set(servingProcs)
 	}
 }
 
@@ -83,6 +84,6 @@ func (g *governor) endBusy() {
 	defer g.mu.Unlock()
 	g.busy--
 	if g.governed && g.busy == 0 {
-		g.set(serving)
+		g.set(servingProcs)
 	}
 }

@@ -75,8 +75,8 @@ func TestBusyBeforeServing(t *testing.T) {
 		t.Fatalf("%d processors while busy, want 4", rt.procs)
 	}
 	done()
-	if rt.procs != serving {
-		t.Fatalf("%d processors after the work, want %d", rt.procs, serving)
+	if rt.procs != servingProcs {
+		t.Fatalf("%d processors after the work, want %d", rt.procs, servingProcs)
 	}
 }
 
@@ -92,15 +92,15 @@ func TestBusyOnTheRuntime(t *testing.T) {
 	want := runtime.GOMAXPROCS(0)
 	g := &governor{set: runtime.GOMAXPROCS, setDefault: runtime.SetDefaultGOMAXPROCS}
 	g.serving(false)
-	if got := runtime.GOMAXPROCS(0); got != serving {
-		t.Fatalf("GOMAXPROCS %d when serving, want %d", got, serving)
+	if got := runtime.GOMAXPROCS(0); got != servingProcs {
+		t.Fatalf("GOMAXPROCS %d when serving, want %d", got, servingProcs)
 	}
 	done := g.startBusy()
 	if got := runtime.GOMAXPROCS(0); got != want {
 		t.Errorf("GOMAXPROCS %d while busy, want the default %d", got, want)
 	}
 	done()
-	if got := runtime.GOMAXPROCS(0); got != serving {
-		t.Errorf("GOMAXPROCS %d after the work, want %d", got, serving)
+	if got := runtime.GOMAXPROCS(0); got != servingProcs {
+		t.Errorf("GOMAXPROCS %d after the work, want %d", got, servingProcs)
 	}
 }
