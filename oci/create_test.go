@@ -53,14 +53,8 @@ func TestCreateFailureReportsRuntimeErrorAndCleansUp(t *testing.T) {
 
 func TestCreateBadLogPathReportsConmonError(t *testing.T) {
 	r := newRuntime(t)
-	c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Delete(ctxb, c.id); err != nil {
-		t.Fatal(err)
-	}
-	_, err = create(ctxb, r, c.id, c.spec, "/proc/ctr.log", StdinNone) // Create makes a missing log directory: this one exists, and refuses the file
+	c := deletedContainer(t, r)
+	_, err := create(ctxb, r, c.id, c.spec, "/proc/ctr.log", StdinNone) // Create makes a missing log directory: this one exists, and refuses the file
 	if err == nil || !strings.Contains(err.Error(), "open log file") {
 		t.Fatalf("Create with an unwritable log path: %v, want conmon's message", err)
 	}
@@ -111,13 +105,7 @@ func TestHeldConmonNeverRunsRuntime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Delete(ctxb, c.id); err != nil {
-				t.Fatal(err)
-			}
+			c := deletedContainer(t, r)
 			if err := os.Remove(marker); err != nil {
 				t.Fatalf("the wrapper did not record the first create: %v", err)
 			}

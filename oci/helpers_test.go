@@ -235,6 +235,20 @@ func tryCreateCtx(ctx context.Context, t *testing.T, r *Runtime, args []string, 
 	return &testContainer{id: id, bundle: bundle, logPath: logPath, spec: spec, pid: pid}, nil
 }
 
+// deletedContainer is a container as tryCreate makes it, running sleep, created and
+// deleted again: its ID, spec and log path, for a test that creates it its own way.
+func deletedContainer(t *testing.T, r *Runtime) *testContainer {
+	t.Helper()
+	c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(context.Background(), c.id); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // create creates container id from spec as the daemon does: conmon prepared, then
 // the container created under it.
 func create(ctx context.Context, r *Runtime, id string, spec *specs.Spec, logPath string, stdin StdinMode) (int, error) {

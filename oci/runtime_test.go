@@ -537,14 +537,8 @@ func childCreate() int {
 
 func TestContainerOutlivesDaemon(t *testing.T) {
 	r := newRuntime(t)
-	c, err := tryCreate(t, r, []string{"sleep", "30"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Hand the ID over to a "daemon" process that dies right after starting it.
-	if err := r.Delete(ctxb, c.id); err != nil {
-		t.Fatal(err)
-	}
+	c := deletedContainer(t, r)
 	job, err := json.Marshal(childJob{
 		Config: Config{Handler: "runc", Root: r.root, StateDir: r.stateDir},
 		ID:     c.id, Spec: c.spec, Log: c.logPath,
