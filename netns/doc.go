@@ -52,9 +52,10 @@
 // CNI plugins are started with a parent-death signal (SIGKILL) from a locked
 // OS thread, so a plugin cannot outlive a daemon killed during ADD and finish
 // an allocation nobody will ever account for. The IPAM plugin a plugin starts
-// has no such signal: [KillPlugins] (run by the undo of the attach step, before
-// DEL) kills, through pidfds, every process whose environment names the sandbox
-// as CNI_CONTAINERID. The caller keeps teardowns of one sandbox apart.
+// has no such signal: [KillPlugins] (run by the undo of an attach step that is
+// not done, before DEL) kills, through pidfds, every process whose environment
+// names the sandbox as CNI_CONTAINERID. The caller keeps teardowns of one sandbox
+// apart.
 //
 // # Shared PID namespaces
 //

@@ -81,7 +81,7 @@ func TestDetachStepAfterNetworkChange(t *testing.T) {
 				t.Fatalf("the configured network is %v (%v), want crijournal-other", n, err)
 			}
 
-			err := DetachStep(context.Background(), networks, args)
+			err := DetachStep(context.Background(), networks, args, true)
 			if tt.wantErr {
 				if !errors.Is(err, ErrNoNetwork) {
 					t.Fatalf("DetachStep = %v, want an error wrapping ErrNoNetwork", err)

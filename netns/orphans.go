@@ -17,7 +17,8 @@ import (
 //
 // Why: if the daemon dies during CNI ADD, the plugin it started dies with it (parent-death
 // signal), but the IPAM plugin that one started does not, and could finish its ADD after
-// recovery's DEL, leaking an address. The undo of StepAttach calls this before DEL.
+// recovery's DEL, leaking an address. The undo of a StepAttach that is not done calls
+// this before DEL.
 //
 // Each process is signalled through a pidfd opened before its environment is checked
 // again, so a PID recycled by an unrelated process meanwhile is never hit. The caller

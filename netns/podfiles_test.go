@@ -228,7 +228,7 @@ fi
 	if err := os.RemoveAll(n.cacheDir); err != nil {
 		t.Fatal(err)
 	}
-	if err := DetachStep(context.Background(), networks, step.Args); err != nil {
+	if err := DetachStep(context.Background(), networks, step.Args, true); err != nil {
 		t.Fatalf("detach: %v", err)
 	}
 	for _, cmd := range []string{"ADD", "DEL"} {

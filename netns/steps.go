@@ -273,10 +273,21 @@ func RegisterUndos(reg *journal.Registry, networks *Networks) {
 	reg.Register(StepUserPin, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		return undoUserPin(ctx, step.Args)
 	})
-	reg.Register(StepAttach, func(ctx context.Context, rec journal.Record, step journal.Step) error {
-		return DetachStep(ctx, networks, step.Args)
-	})
+	reg.Register(StepAttach, undoAttach(networks))
 	registerPodFileUndos(reg)
+}
+
+// undoAttach is the undo of StepAttach: DetachStep, which looks for plugins still at work
+// for the sandbox unless the step is done. A done step's ADD returned, and its plugins
+// with it (libcni waits for each plugin, and each for the IPAM plugin it delegates to),
+// so only an ADD that was cut off, by a timeout or by the daemon's death, can have left
+// one running; the look is a read of every process's environment on the node (see
+// KillPlugins), whose cost grows with the node's processes, not with the sandbox. A
+// step whose last undo failed is looked at again: its DEL may have been cut off too.
+func undoAttach(networks *Networks) journal.UndoFunc {
+	return func(ctx context.Context, rec journal.Record, step journal.Step) error {
+		return DetachStep(ctx, networks, step.Args, step.Status != journal.StepDone)
+	}
 }
 
 // removePauseCgroup removes the cgroup a step's arguments name (ArgCgroup), if any.
@@ -313,14 +324,17 @@ func undoUserPin(ctx context.Context, args map[string]string) error {
 // DetachStep runs the CNI DEL described by a StepAttach's arguments, on the network the
 // sandbox was attached to, whatever the configured network is now: libcni's cached ADD
 // configuration first, then the configuration the step recorded (see Networks.Attached).
-// Plugins still working for the sandbox (an interrupted ADD's IPAM plugin) are killed first.
-func DetachStep(ctx context.Context, networks *Networks, args map[string]string) error {
+// With killPlugins, plugins still working for the sandbox (an interrupted ADD's IPAM
+// plugin) are killed first (see KillPlugins).
+func DetachStep(ctx context.Context, networks *Networks, args map[string]string, killPlugins bool) error {
 	a, err := attachmentOf(args)
 	if err != nil {
 		return err
 	}
-	if _, err := KillPlugins(ctx, a.SandboxID); err != nil {
-		return err
+	if killPlugins {
+		if _, err := KillPlugins(ctx, a.SandboxID); err != nil {
+			return err
+		}
 	}
 	n, err := networks.Attached(a.Network, []byte(a.Config))
 	if err != nil {
