@@ -283,7 +283,10 @@ func RegisterUndos(reg *journal.Registry, networks *Networks) {
 // so only an ADD that was cut off, by a timeout or by the daemon's death, can have left
 // one running; the look is a read of every process's environment on the node (see
 // KillPlugins), whose cost grows with the node's processes, not with the sandbox. A
-// step whose last undo failed is looked at again: its DEL may have been cut off too.
+// step whose last undo failed is looked at too: its status no longer says whether its
+// ADD returned. A DEL that was cut off (by undo_timeout, or the daemon's death, which
+// leaves the step done) may have left its own IPAM plugin running: that one only
+// releases what the next DEL releases too, so it is no reason to look.
 func undoAttach(networks *Networks) journal.UndoFunc {
 	return func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		return DetachStep(ctx, networks, step.Args, step.Status != journal.StepDone)

@@ -85,11 +85,7 @@ func (r *Runtime) Prepare(ctx context.Context, id, logPath string, terminal bool
 			p.Close() // kills conmon before the remove
 			p = nil
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createCleanup)
-		defer cancel()
-		if rerr := r.remove(cctx, id, 0); rerr != nil {
-			err = fmt.Errorf("%w (cleanup: %v)", err, rerr)
-		}
+		err = r.removeFailed(ctx, id, err)
 	}()
 	if err := os.Remove(r.exitFile(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("create %s: stale exit file: %w", id, err)
@@ -173,11 +169,7 @@ func (p *Pending) Create(ctx context.Context, spec *specs.Spec) (pid int, err er
 		if kerr := p.kill(context.WithoutCancel(ctx)); kerr != nil {
 			err = fmt.Errorf("%w (kill conmon: %v)", err, kerr)
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createCleanup)
-		defer cancel()
-		if rerr := r.remove(cctx, id, 0); rerr != nil {
-			err = fmt.Errorf("%w (cleanup: %v)", err, rerr)
-		}
+		err = r.removeFailed(ctx, id, err)
 	}()
 	if spec == nil || spec.Process == nil {
 		return 0, fmt.Errorf("create %s: %w: spec without a process", id, ErrInvalidSpec)
@@ -256,6 +248,18 @@ func (p *Pending) Create(ctx context.Context, spec *specs.Spec) (pid int, err er
 		// The deferred kill ends conmon, which closes the pipe and ends the reader.
 		return 0, fmt.Errorf("create %s: waiting for conmon: %w", id, ctx.Err())
 	}
+}
+
+// removeFailed removes what a failed Prepare or Create left of container id, as Delete
+// does, within createCleanup also when ctx is over, and returns err with the removal's
+// failure, if any, added.
+func (r *Runtime) removeFailed(ctx context.Context, id string, err error) error {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createCleanup)
+	defer cancel()
+	if rerr := r.remove(cctx, id, 0); rerr != nil {
+		return fmt.Errorf("%w (cleanup: %v)", err, rerr)
+	}
+	return err
 }
 
 // Bundle is the container's bundle, its state directory, where Create writes

@@ -124,11 +124,7 @@ func TestHeldConmonNeverRunsRuntime(t *testing.T) {
 			if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("the runtime ran create (%v)", err)
 			}
-			for _, pid := range descendants(os.Getpid()) {
-				if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), c.id) {
-					t.Fatalf("process %d (%q) outlived the Pending", pid, b)
-				}
-			}
+			requireNoDescendant(t, "the Pending", c.id)
 			requireNoZombies(t)
 		})
 	}
@@ -157,11 +153,7 @@ func TestCreateTimeoutKillsSlowConmon(t *testing.T) {
 	if _, err := os.Stat(r.containerDir(c.id)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("state dir left behind: %v", err)
 	}
-	for _, p := range descendants(os.Getpid()) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p)); strings.Contains(string(b), c.id) || strings.Contains(string(b), "sleep\x005") {
-			t.Fatalf("process %d (%q) outlived the failed Create", p, b)
-		}
-	}
+	requireNoDescendant(t, "the failed Create", c.id, "sleep\x005")
 	requireNoZombies(t)
 }
 
@@ -271,5 +263,19 @@ func TestStepArgsAreStable(t *testing.T) {
 	}
 	if StepConmon != "oci-conmon" || StepRuntimeContainer != "oci-container" {
 		t.Errorf("step kinds %q and %q, were oci-conmon and oci-container", StepConmon, StepRuntimeContainer)
+	}
+}
+
+// requireNoDescendant fails the test when a process of this test's tree has one of
+// needles in its command line (NUL-separated arguments): it outlived what.
+func requireNoDescendant(t *testing.T, what string, needles ...string) {
+	t.Helper()
+	for _, pid := range descendants(os.Getpid()) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		for _, n := range needles {
+			if strings.Contains(string(b), n) {
+				t.Fatalf("process %d (%q) outlived %s", pid, b, what)
+			}
+		}
 	}
 }
