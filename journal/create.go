@@ -135,6 +135,29 @@ func (j *Journal) Intents(id string, steps ...Intended) (int, error) {
 	return seq, nil
 }
 
+// Noted appends a step that is done without having acted: one whose action had nothing
+// to act on when it was taken (NRI's, with no plugin registered), but whose undo must
+// still run when the record goes (a plugin registered since has learnt of the record
+// and is told of its removal). The change rides on the next commit (see Done): a step
+// lost in a crash did nothing. It returns the step's sequence number.
+func (j *Journal) Noted(id string, step Intended) (int, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	e, err := j.lookup(id)
+	if err == nil && e.rec.State != StateCreating && e.rec.State != StateCreated {
+		err = fmt.Errorf("note %s on record %s: state %s: %w", step.Kind, id, e.rec.State, ErrWrongState)
+	}
+	if err != nil {
+		return 0, err
+	}
+	seq := len(e.rec.Steps)
+	now := j.opts.Now()
+	_, err = j.change(e, false, func(r *Record) {
+		r.Steps = append(r.Steps, Step{Seq: seq, Kind: step.Kind, Stage: step.Stage, Args: maps.Clone(step.Args), Status: StepDone, Started: now, Finished: now})
+	})
+	return seq, err
+}
+
 // Staged makes stage the record's current stage, as inspect and waiting requests show
 // it: that of a step whose intent Intents committed with an earlier one's, as it begins
 // to act. The change rides on the next commit (see Done); it records nothing recovery

@@ -40,4 +40,10 @@
 // while one runs waits for it. So a plugin either is registered before a creation's
 // event and gets it, or finds the settled creation in its synchronization: never both,
 // never neither (containerd does the same).
+//
+// While no plugin can be registered (Plugged: nothing in the plugin directory at Start,
+// no external plugin synchronized since), a creation's NRI step has nobody to tell: it is
+// recorded done without a commit of its own (journal.Noted) rather than journaled before
+// it acts, since it does not act; its undo runs at removal all the same, for the plugins
+// that have learnt of the pod or container by their synchronization since.
 package nri

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
-
+	"os"
+	"sync/atomic"
 	"time"
 
 	nrilog "github.com/containerd/nri/pkg/log"
@@ -52,9 +54,17 @@ type Source interface {
 // false are disabled: every event is a no-op and Block returns a no-op. Build it with
 // New, start it with Start once recovery has run, stop it with Stop.
 type NRI struct {
-	a   *adaptation.Adaptation
-	src Source
-	log *slog.Logger
+	a         *adaptation.Adaptation
+	src       Source
+	log       *slog.Logger
+	pluginDir string
+
+	// syncs counts the adaptation's synchronizations: the first is Start's, of the
+	// plugins it started from the plugin directory (none, or some); every later one is
+	// an external plugin's.
+	syncs atomic.Int64
+	// plugged is set once a plugin may be registered (see Plugged).
+	plugged atomic.Bool
 }
 
 // New returns the NRI adaptation configured by o, not yet started; nil, nil when NRI is
@@ -63,7 +73,7 @@ func New(o Options) (*NRI, error) {
 	if !o.Enable {
 		return nil, nil
 	}
-	n := &NRI{log: o.Log}
+	n := &NRI{log: o.Log, pluginDir: o.PluginDir}
 	if n.log == nil {
 		n.log = slog.Default()
 	}
@@ -93,6 +103,37 @@ func New(o Options) (*NRI, error) {
 // Enabled reports whether events are sent to plugins.
 func (n *NRI) Enabled() bool { return n != nil && n.a != nil }
 
+// Plugged reports whether a plugin may be registered: NRI is enabled and, since Start,
+// the plugin directory held a plugin to start or an external plugin was synchronized
+// (one that left since still counts: the answer never goes back to false). A plugin is
+// registered only at the end of its synchronization, which Block holds off; so a
+// creation that holds Block and finds Plugged false may skip its NRI step, a step
+// with nobody to tell: a plugin that connects meanwhile is synchronized after the
+// creation has settled, and finds it then (see the package comment).
+func (n *NRI) Plugged() bool { return n.Enabled() && n.plugged.Load() }
+
+// hasPluginFiles reports whether dir holds a plugin the adaptation would start: an
+// executable file (anything that is not a directory, to err on the safe side). A dir
+// that cannot be read may hold some.
+func hasPluginFiles(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
+	if err != nil {
+		return true
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			return true
+		}
+	}
+	return false
+}
+
 // Start starts the plugins of the plugin directory and listens for external ones. src
 // is what they are synchronized with; Start is called once recovery has run, so that
 // what they are told is what the journal holds.
@@ -101,6 +142,10 @@ func (n *NRI) Start(src Source) error {
 		return nil
 	}
 	n.src = src
+	// Looked at before the adaptation's own look, which starts what it finds.
+	if hasPluginFiles(n.pluginDir) {
+		n.plugged.Store(true)
+	}
 	if err := n.a.Start(); err != nil {
 		return fmt.Errorf("nri: start: %w", err)
 	}
@@ -119,6 +164,10 @@ func (n *NRI) Stop() {
 // and hands them to the plugin being registered, then applies the updates the plugin
 // asked for.
 func (n *NRI) synchronize(ctx context.Context, cb adaptation.SyncCB) error {
+	if n.syncs.Add(1) > 1 {
+		// An external plugin: it is registered once this returns (unless it fails).
+		n.plugged.Store(true)
+	}
 	pods, containers, err := n.src.List(ctx)
 	if err != nil {
 		return fmt.Errorf("nri: list pods and containers for a plugin's synchronization: %w", err)

@@ -104,6 +104,28 @@ func runIntended[T any](c *creation, seq int, lim limit, a journal.Action[T]) (T
 	return result, nil
 }
 
+// noteStep records step a of creation c as done without running it: a step that has
+// nothing to act on now but whose undo must run when the record goes (see
+// journal.Noted). It costs no commit of its own. Its failure points are a run step's,
+// "<flow>/<step kind>/{before-intent,after-intent,after-action}", so that a point armed
+// there fires whichever way the step is taken (the crash matrix's NRI rows connect a
+// plugin, and so check the journaled way).
+func noteStep[T any](c *creation, a journal.Action[T]) error {
+	point := c.flow + "/" + string(a.Kind) + "/"
+	if err := failpoint.Inject(point + "before-intent"); err != nil {
+		return c.fail(a.Stage, err)
+	}
+	if _, err := c.s.journal.Noted(c.rec.ID, intentOf(a)); err != nil {
+		return c.fail(a.Stage, err)
+	}
+	for _, p := range []string{"after-intent", "after-action"} {
+		if err := failpoint.Inject(point + p); err != nil {
+			return c.fail(a.Stage, err)
+		}
+	}
+	return nil
+}
+
 // runWithin runs an action detached from the request's context, for at most lim. An
 // action cut off by lim fails with errTimedOut, saying which limit cut it off.
 func runWithin[T any](ctx context.Context, lim limit, run func(context.Context) (T, error)) (T, error) {

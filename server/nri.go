@@ -294,7 +294,14 @@ func (s *Server) nriSandboxStep(c *creation, cfg *runtimeapi.PodSandboxConfig, o
 	}
 	pod := nri.PodSandbox(nri.Pod{ID: c.rec.ID, Config: cfg, RuntimeHandler: obj.RuntimeHandler, IPs: obj.IPs,
 		Namespaces: obj.Namespaces})
-	_, err := runStep(c, limit{d: nriTimeout}, nri.SandboxStep(s.nri, pod))
+	step := nri.SandboxStep(s.nri, pod)
+	if !s.nri.Plugged() {
+		// No plugin to tell, and none can register before the sandbox settles (the
+		// caller holds Block): the step is recorded, without a commit of its own, for
+		// its undo to tell the plugins registered by then of the pod's removal.
+		return noteStep(c, step)
+	}
+	_, err := runStep(c, limit{d: nriTimeout}, step)
 	return err
 }
 
@@ -305,7 +312,12 @@ func (s *Server) nriContainerStep(c *creation, sb sandbox, cfg *runtimeapi.Conta
 		return nri.Created{}, nil
 	}
 	ctr := nri.Container(nri.Ctr{ID: c.rec.ID, SandboxID: sb.rec.ID, Config: cfg, Spec: spec, State: api.ContainerState_CONTAINER_UNKNOWN})
-	created, err := runStep(c, limit{d: nriTimeout}, nri.ContainerStep(s.nri, nriPod(sb), ctr))
+	step := nri.ContainerStep(s.nri, nriPod(sb), ctr)
+	if !s.nri.Plugged() {
+		// No plugin to ask (see nriSandboxStep): recorded for its undo only.
+		return nri.Created{}, noteStep(c, step)
+	}
+	created, err := runStep(c, limit{d: nriTimeout}, step)
 	if err != nil {
 		return created, err
 	}

@@ -254,6 +254,40 @@ func TestNRIEvents(t *testing.T) {
 	requireEvents(t, p2, "nri-events", "removals after a restart", "RemoveContainer nri-events/app", "RemovePodSandbox nri-events")
 }
 
+// TestNRIPluginAfterCreation: a pod and a container made while no plugin was registered
+// (their NRI steps noted, not journaled before a send to nobody) are in the
+// synchronization of a plugin that connects later, after a restart of the daemon too,
+// and that plugin is told of their stops and removals: the noted steps were made
+// durable with the creations' settles, and their undos run at removal.
+func TestNRIPluginAfterCreation(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.containerPod(t, "nri-late", false)
+	podID := d.mustRunp(t, pod)
+	id := d.run(t, podID, containerConfig(t, "app", 0, sleeper), pod)
+	// Killed, not stopped: the journal holds what the creations' commits made durable.
+	d.kill(t)
+	for _, rec := range d.records(t) {
+		if !slices.ContainsFunc(rec.Steps, func(s journal.Step) bool { return strings.HasPrefix(string(s.Kind), "nri-") }) {
+			t.Errorf("record %s: no NRI step was noted: %s", rec.Name, describeSteps(rec))
+		}
+	}
+
+	d.start(t, daemonBinary(t))
+	d.waitReady(t)
+	p := &nriPlugin{}
+	st := connectPlugin(t, d, p)
+	if !slices.Equal(st.pods, []string{"nri-late"}) || !slices.Equal(st.containers, []string{"app"}) {
+		t.Errorf("synchronized with pods %q and containers %q, want [nri-late] and [app]", st.pods, st.containers)
+	}
+	d.mustCrictl(t, "stop", "-t", "0", id)
+	d.mustCrictl(t, "stopp", podID)
+	d.mustCrictl(t, "rm", id)
+	d.mustCrictl(t, "rmp", podID)
+	requireEvents(t, p, "nri-late", "stops and removals",
+		"StopContainer nri-late/app", "StopPodSandbox nri-late", "RemoveContainer nri-late/app", "RemovePodSandbox nri-late")
+}
+
 // TestNRIContainerExit: a container that exits by itself gets its StopContainer.
 func TestNRIContainerExit(t *testing.T) {
 	t.Parallel()
