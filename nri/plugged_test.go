@@ -7,18 +7,7 @@ import (
 	"testing"
 
 	"github.com/containerd/nri/pkg/adaptation"
-	"github.com/containerd/nri/pkg/api"
 )
-
-type emptySource struct{}
-
-func (emptySource) List(context.Context) ([]*api.PodSandbox, []*api.Container, error) {
-	return nil, nil, nil
-}
-func (emptySource) Update(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	return nil, nil
-}
-func (emptySource) Evict(context.Context, []*api.ContainerEviction) error { return nil }
 
 // TestPlugged: with nothing in the plugin directory and no plugin connected, no plugin can
 // be registered (Start's own synchronization, of the plugins it started, does not count);
@@ -36,7 +25,7 @@ func TestPlugged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := n.Start(emptySource{}); err != nil {
+		if err := n.Start(noSource{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(n.Stop)

@@ -7,22 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/nri"
 )
-
-type noPods struct{}
-
-func (noPods) List(context.Context) ([]*api.PodSandbox, []*api.Container, error) {
-	return nil, nil, nil
-}
-func (noPods) Update(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	return nil, nil
-}
-func (noPods) Evict(context.Context, []*api.ContainerEviction) error { return nil }
 
 // TestNRIStepWithoutPlugins: with NRI enabled and no plugin registered, a sandbox's NRI
 // step costs no commit of its own: it is recorded done, riding on the next commit, and
@@ -33,10 +22,6 @@ func TestNRIStepWithoutPlugins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Start(noPods{}); err != nil {
-		t.Fatal(err)
-	}
-	defer n.Stop()
 	reg := journal.NewRegistry()
 	undone := 0
 	reg.Register(nri.StepPod, func(ctx context.Context, rec journal.Record, step journal.Step) error {
@@ -51,6 +36,10 @@ func TestNRIStepWithoutPlugins(t *testing.T) {
 	defer j.Close()
 	s := New(Deps{Journal: j, Log: log, NRI: n})
 	defer s.Close()
+	if err := n.Start(s.NRISource()); err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
 
 	c := beginFlow(t, s, context.Background(), "pod")
 	before := j.Stats().Commits
