@@ -202,8 +202,16 @@ func TestFullDiskDuringRemoval(t *testing.T) {
 // TestFullDiskDuringRecoveryWrite requires when recovery must write) instead of
 // serving. That a delete needs no new page is bbolt's page layout, not a guarantee;
 // this test keeps the layout it was written for.
+//
+// The rollback's commit rewrites a few pages, which must be free ones the file already
+// has (see the top of the file): a pod made and removed first (a big one: a run of pages
+// freed at once) gives the file that room, as a node that has run a while has it.
+// Without it, whether the file had enough free pages at the crash depended on how many
+// lazy commits the creation's timing had made (seen in a CI run: the rollback's commit
+// grew the file, and the daemon fail-stopped in recovery).
 func TestFullDiskDuringRecovery(t *testing.T) {
 	d, dir := fullDiskDaemon(t, "enable_nri = false")
+	d.removePod(t, d.mustRunp(t, bigPod(t, "room")))
 	const point = "sandbox-create/before-answer"
 	d.restartArmed(t, point)
 	pod := bigPod(t, "survivor")
