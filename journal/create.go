@@ -109,10 +109,7 @@ func (j *Journal) Intents(id string, steps ...Intended) (int, error) {
 		return 0, fmt.Errorf("intents on record %s: no steps: %w", id, ErrInvalid)
 	}
 	j.mu.Lock()
-	e, err := j.lookup(id)
-	if err == nil && e.rec.State != StateCreating && e.rec.State != StateCreated {
-		err = fmt.Errorf("intent %s on record %s: state %s: %w", steps[0].Kind, id, e.rec.State, ErrWrongState)
-	}
+	e, err := j.takesSteps(id, "intent", steps[0].Kind)
 	if err != nil {
 		j.mu.Unlock()
 		return 0, err
@@ -135,6 +132,17 @@ func (j *Journal) Intents(id string, steps ...Intended) (int, error) {
 	return seq, nil
 }
 
+// takesSteps returns the entry of record id if steps may be added to it (it is being
+// created, or created), else an error naming what (verb) of which step kind was refused.
+// The caller holds j.mu.
+func (j *Journal) takesSteps(id, verb string, kind StepKind) (*entry, error) {
+	e, err := j.lookup(id)
+	if err == nil && e.rec.State != StateCreating && e.rec.State != StateCreated {
+		err = fmt.Errorf("%s %s on record %s: state %s: %w", verb, kind, id, e.rec.State, ErrWrongState)
+	}
+	return e, err
+}
+
 // Noted appends a step that is done without having acted: one whose action had nothing
 // to act on when it was taken (NRI's, with no plugin registered), but whose undo must
 // still run when the record goes (a plugin registered since has learnt of the record
@@ -143,10 +151,7 @@ func (j *Journal) Intents(id string, steps ...Intended) (int, error) {
 func (j *Journal) Noted(id string, step Intended) (int, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	e, err := j.lookup(id)
-	if err == nil && e.rec.State != StateCreating && e.rec.State != StateCreated {
-		err = fmt.Errorf("note %s on record %s: state %s: %w", step.Kind, id, e.rec.State, ErrWrongState)
-	}
+	e, err := j.takesSteps(id, "note", step.Kind)
 	if err != nil {
 		return 0, err
 	}

@@ -67,7 +67,7 @@ func intentOf[T any](a journal.Action[T]) journal.Intended {
 func intend(c *creation, steps ...journal.Intended) (int, error) {
 	for _, st := range steps {
 		c.s.log.Debug("stage", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "stage", st.Stage)
-		if err := failpoint.Inject(c.flow + "/" + string(st.Kind) + "/before-intent"); err != nil {
+		if err := failpoint.Inject(c.point(st.Kind, "before-intent")); err != nil {
 			return 0, c.fail(st.Stage, err)
 		}
 	}
@@ -82,11 +82,10 @@ func intend(c *creation, steps ...journal.Intended) (int, error) {
 // acts as runStep says, and the step is marked done once it has succeeded.
 func runIntended[T any](c *creation, seq int, lim limit, a journal.Action[T]) (T, error) {
 	var none T
-	point := c.flow + "/" + string(a.Kind) + "/"
 	if err := c.s.journal.Staged(c.rec.ID, a.Stage); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
-	if err := failpoint.Inject(point + "after-intent"); err != nil {
+	if err := failpoint.Inject(c.point(a.Kind, "after-intent")); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
 	started := time.Now()
@@ -95,7 +94,7 @@ func runIntended[T any](c *creation, seq int, lim limit, a journal.Action[T]) (T
 		return none, c.fail(a.Stage, err)
 	}
 	c.s.log.Debug("step done", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "step", a.Kind, "took", time.Since(started))
-	if err := failpoint.Inject(point + "after-action"); err != nil {
+	if err := failpoint.Inject(c.point(a.Kind, "after-action")); err != nil {
 		return none, c.fail(a.Stage, err)
 	}
 	if err := c.s.journal.Done(c.rec.ID, seq); err != nil {
@@ -111,19 +110,23 @@ func runIntended[T any](c *creation, seq int, lim limit, a journal.Action[T]) (T
 // there fires whichever way the step is taken (the crash matrix's NRI rows connect a
 // plugin, and so check the journaled way).
 func noteStep[T any](c *creation, a journal.Action[T]) error {
-	point := c.flow + "/" + string(a.Kind) + "/"
-	if err := failpoint.Inject(point + "before-intent"); err != nil {
+	if err := failpoint.Inject(c.point(a.Kind, "before-intent")); err != nil {
 		return c.fail(a.Stage, err)
 	}
 	if _, err := c.s.journal.Noted(c.rec.ID, intentOf(a)); err != nil {
 		return c.fail(a.Stage, err)
 	}
-	for _, p := range []string{"after-intent", "after-action"} {
-		if err := failpoint.Inject(point + p); err != nil {
+	for _, at := range []string{"after-intent", "after-action"} {
+		if err := failpoint.Inject(c.point(a.Kind, at)); err != nil {
 			return c.fail(a.Stage, err)
 		}
 	}
 	return nil
+}
+
+// point names the failure point at of c's step of kind: "<flow>/<kind>/<at>".
+func (c *creation) point(kind journal.StepKind, at string) string {
+	return c.flow + "/" + string(kind) + "/" + at
 }
 
 // runWithin runs an action detached from the request's context, for at most lim. An
