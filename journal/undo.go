@@ -58,7 +58,9 @@ func (r *Registry) undo(ctx context.Context, rec Record, step Step) (err error) 
 func (j *Journal) undoStep(ctx context.Context, rec Record, step Step) error {
 	uctx, cancel := context.WithTimeout(ctx, j.opts.UndoTimeout)
 	defer cancel()
+	started := time.Now()
 	err := j.opts.Registry.undo(uctx, rec, step)
+	j.log.Debug("step undone", "kind", rec.Kind, "id", rec.ID, "step", step.Kind, "took", time.Since(started), "err", err)
 	if err != nil && ctx.Err() == nil && errors.Is(uctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("undo %s did not finish within %s (undo_timeout): %w", step.Kind, j.opts.UndoTimeout, err)
 	}
