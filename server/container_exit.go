@@ -39,7 +39,8 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 }
 
 // OnContainerExit records a container's exit as soon as conmon reports it (the runtimes'
-// exit watchers call it), so the status survives a restart without polling.
+// exit watchers call it), so the status survives a restart without polling, and queues
+// the deletion of its runtime container (exitReaper).
 func (s *Server) OnContainerExit(id string) {
 	c, err := s.findContainer(id)
 	if err != nil {
@@ -50,4 +51,5 @@ func (s *Server) OnContainerExit(id string) {
 		return
 	}
 	s.log.Info("container exited", "id", id, "name", c.rec.Name)
+	s.reaper.add(id)
 }

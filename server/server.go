@@ -87,6 +87,7 @@ type Server struct {
 	cdi       *oci.CDI        // CDI devices, from cdi_spec_dirs
 	nri       *nri.NRI        // NRI plugins; nil when disabled
 	nriStops  nriStops        // keeps a container's StopContainer events apart
+	reaper    *exitReaper     // deletes the runtime containers of exited containers
 
 	events       eventFeed // the container events' streams (GetContainerEvents)
 	pauseWatches sync.Map  // sandbox ID -> struct{}: pause processes watched (watchPause)
@@ -98,8 +99,8 @@ type Server struct {
 	// pauseProgram is the program a pause process runs (see PauseProgramPath).
 	pauseProgram string
 	// lifetime is the context of the work the server starts by itself (the watches of
-	// pause processes, the feed of container events, the collection of stats); Close
-	// ends it.
+	// pause processes, the feed of container events, the collection of stats, the
+	// exit reaper); Close ends it.
 	lifetime context.Context
 	end      context.CancelFunc
 }
@@ -129,6 +130,8 @@ func New(d Deps) *Server {
 		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log,
 		cdi: oci.NewCDI(d.Config.CDISpecDirs), nri: d.NRI}
 	s.lifetime, s.end = context.WithCancel(context.Background())
+	s.reaper = newExitReaper()
+	go s.reaper.run(s.lifetime, s.reapExited)
 	if d.Images != nil {
 		s.layers = &layerCollector{list: s.createdContainerIDs, find: d.Images.WritableLayerDir,
 			measure: storage.DirUsage, now: time.Now, log: d.Log, wake: make(chan struct{}, 1)}
@@ -154,10 +157,11 @@ func PauseProgramPath(cfg config.Config) (string, error) {
 }
 
 // Close stops the work the server started by itself: the watches of pause processes, the
-// feed of container events and the collection of stats, the last two of which it waits
-// for. Call it once no request runs any more.
+// feed of container events, the collection of stats and the deletion of exited runtime
+// containers, the last three of which it waits for. Call it once no request runs any more.
 func (s *Server) Close() {
 	s.end()
+	<-s.reaper.done
 	s.StopEvents()
 	if s.collected != nil {
 		<-s.collected

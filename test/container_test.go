@@ -2,6 +2,7 @@ package test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -269,6 +270,27 @@ func TestContainerExit(t *testing.T) {
 	if st.Status.Reason != "Error" {
 		t.Errorf("reason %q, want Error", st.Status.Reason)
 	}
+	// Its runtime container is deleted in the background, as containerd deletes an
+	// exited task, journaled as the undo of the runtime's steps; the container stays,
+	// with its status and log, until it is removed.
+	d.waitContainerRecord(t, "with its runtime steps undone", 10*time.Second, func(r journal.Record) bool {
+		undone := 0
+		for _, s := range r.Steps {
+			if (s.Kind == "oci-container" || s.Kind == "oci-conmon") && s.Status == journal.StepUndone {
+				undone++
+			}
+		}
+		return r.ID == seven && r.State == journal.StateCreated && undone == 2
+	})
+	if ids, err := runcList(d.runcRoot()); err != nil || slices.Contains(ids, seven) {
+		t.Errorf("runc still lists the exited container %s: %v, %v", seven, ids, err)
+	}
+	if _, err := os.Stat(filepath.Join(d.ociStateDir, "containers", seven)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the exited container's runtime state directory is left: %v", err)
+	}
+	d.requireExited(t, seven, 7)
+	d.requirePs(t, "exited, its runtime container deleted", seven)
+	d.mustCrictl(t, "logs", seven)
 	d.mustCrictl(t, "rm", seven)
 
 	// Killed by the kernel for want of memory: the reason says so, as the
