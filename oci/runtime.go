@@ -391,8 +391,8 @@ const killWait = 10 * time.Second
 //
 // started says whether the caller knows the container was started. A started container
 // whose conmon lives and has written no exit file is stopped without asking the runtime
-// its state (see runningInit): the stop signal goes through a pidfd, and only the final
-// SIGKILL of every process forks the runtime (runc kill --all), as the floor does.
+// its state (see runningInit): the stop signal goes through a pidfd, and so does the
+// final SIGKILL when the container has a pid namespace of its own (see killAll).
 func (r *Runtime) Stop(ctx context.Context, id string, started bool, sig syscall.Signal, timeout time.Duration) error {
 	if err := validID(id); err != nil {
 		return err
@@ -421,7 +421,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, started bool, sig syscall
 			return fmt.Errorf("stop %s: %w", id, ctx.Err())
 		}
 	}
-	if err := r.Kill(ctx, id, syscall.SIGKILL, true); err != nil {
+	if err := r.killAll(ctx, id, init, pid, created); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, killWait)
@@ -431,6 +431,24 @@ func (r *Runtime) Stop(ctx context.Context, id string, started bool, sig syscall
 	}
 	r.waitExitRecorded(ctx, id)
 	return nil
+}
+
+// killAll SIGKILLs every process of container id, whose init process (PID pid) is behind
+// the pidfd init. A started container whose init is PID 1 of a pid namespace of its own
+// needs that one signal, sent through the pidfd without forking the runtime: the kernel
+// kills the rest of the namespace when its init dies, and runc kill (since 1.2) signals
+// only the init of such a container too. Any other container (a pod's shared pid
+// namespace, the node's, one never started) is killed by the runtime: runc kill --all.
+func (r *Runtime) killAll(ctx context.Context, id string, init *os.File, pid int, created bool) error {
+	// The PID is read behind the pidfd: while the process has not been reaped its PID
+	// is its own, so a look that finds it still alive afterwards was at it.
+	if !created && namespacePid(pid) == 1 && !exited(init) {
+		if err := signalPidfd(init, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("stop %s: kill: %w", id, err)
+		}
+		return nil
+	}
+	return r.Kill(ctx, id, syscall.SIGKILL, true)
 }
 
 // stopTarget returns a pidfd of the container's init process, its PID and whether the

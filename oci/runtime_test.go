@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -198,9 +199,11 @@ func TestStopCreatedContainer(t *testing.T) {
 }
 
 // A started container with a live conmon is stopped without asking the runtime its
-// state: the stop signal goes through a pidfd, and only a kill of every process forks
-// the runtime. The runtime binary is swapped, after Create, for a script that logs each
-// call and runs it.
+// state: the stop signal goes through a pidfd, and so does the final SIGKILL of a
+// container with a pid namespace of its own (the kernel kills the rest of the
+// namespace with its init); only a kill of a container without one (here the node's)
+// forks the runtime. The runtime binary is swapped, after Create, for a script that
+// logs each call and runs it.
 // recordRuntimeCalls makes r run its runtime through a wrapper that records each
 // call's subcommand, until the test ends; calls returns them, in order.
 func recordRuntimeCalls(t *testing.T, r *Runtime) (calls func() []string) {
@@ -225,16 +228,25 @@ func TestStopStartedForksOnlyTheKill(t *testing.T) {
 		script  string
 		sig     syscall.Signal
 		timeout time.Duration
+		nodePid bool     // in the node's pid namespace, not one of its own
 		want    []string // the runtime's subcommands, in order
 		code    int
 	}{
-		{"exits on the stop signal", "trap 'exit 0' TERM; echo ready; sleep 30 & wait", syscall.SIGTERM, 10 * time.Second, nil, 0},
-		{"timeout 0 kills at once", "trap 'exit 0' TERM; echo ready; sleep 30 & wait", syscall.SIGTERM, 0, []string{"kill"}, 137},
-		{"ignores the stop signal", "trap '' TERM; echo ready; sleep 30", syscall.SIGTERM, 200 * time.Millisecond, []string{"kill"}, 137},
+		{"exits on the stop signal", "trap 'exit 0' TERM; echo ready; sleep 30 & wait", syscall.SIGTERM, 10 * time.Second, false, nil, 0},
+		{"timeout 0 kills at once", "trap 'exit 0' TERM; echo ready; sleep 30 & wait", syscall.SIGTERM, 0, false, nil, 137},
+		{"ignores the stop signal", "trap '' TERM; sleep 30 & echo ready; wait", syscall.SIGTERM, 200 * time.Millisecond, false, nil, 137},
+		{"the node's pid namespace: timeout 0", "trap 'exit 0' TERM; echo ready; sleep 30 & wait", syscall.SIGTERM, 0, true, []string{"kill"}, 137},
+		{"the node's pid namespace: ignores the stop signal", "trap '' TERM; sleep 30 & echo ready; wait", syscall.SIGTERM, 200 * time.Millisecond, true, []string{"kill"}, 137},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRuntime(t)
-			c := startContainer(t, r, []string{"sh", "-c", tc.script}, nil)
+			var edit func(*SpecInput)
+			if tc.nodePid {
+				edit = func(in *SpecInput) {
+					sc(in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}
+				}
+			}
+			c := startContainer(t, r, []string{"sh", "-c", tc.script}, edit)
 			waitLog(t, c, "stdout F ready")
 			calls := recordRuntimeCalls(t, r)
 			if err := r.Stop(ctxb, c.id, true, tc.sig, tc.timeout); err != nil {
@@ -245,6 +257,10 @@ func TestStopStartedForksOnlyTheKill(t *testing.T) {
 			}
 			if code, _, ok, err := r.ExitStatus(c.id); err != nil || !ok || code != tc.code {
 				t.Errorf("ExitStatus = %d, %v, %v; want %d recorded", code, ok, err, tc.code)
+			}
+			// Every process is gone, the shell's background sleep too.
+			if procs, err := os.ReadFile(filepath.Join(c.cgroupDir("pids"), "cgroup.procs")); err != nil || len(bytes.TrimSpace(procs)) > 0 {
+				t.Errorf("processes left in the container's cgroup after Stop: %q, %v", procs, err)
 			}
 			if err := r.Delete(ctxb, c.id); err != nil {
 				t.Fatal(err)
