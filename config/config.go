@@ -184,6 +184,15 @@ type Config struct {
 	// StorageRunRootDir.
 	StorageRunRoot string `toml:"storage_run_root" help:"storage run directory (empty: <run_root>/storage)"`
 
+	// StorageTransientStore keeps containers/storage's records of containers
+	// (and of their writable layers) in the storage run directory, written
+	// without fsync, and mounts their root filesystems with overlay's volatile
+	// option: containers/storage's transient store mode (transient_store in
+	// storage.conf). A CRI node's containers never outlive a reboot (the kubelet
+	// makes new ones), and their creation and removal then wait for no disk
+	// flush. Images stay durable in the storage directory. Default: true.
+	StorageTransientStore bool `toml:"storage_transient_store" help:"keep containers' storage records in the storage run directory, unsynced (transient store mode)"`
+
 	// DefaultRuntime is the runtime handler used when a pod names none; it
 	// must be a key of Runtimes. Default: runc.
 	DefaultRuntime string `toml:"default_runtime" help:"runtime handler of pods that name none"`
@@ -390,6 +399,8 @@ func Default() Config {
 		RegistriesConfDir: "/etc/containers/registries.conf.d",
 		SignaturePolicy:   "/etc/containers/policy.json",
 		CgroupManager:     CgroupManagerCgroupfs,
+
+		StorageTransientStore: true,
 
 		EnableNRI:                    true,
 		NRIListen:                    "/var/run/nri/nri.sock",

@@ -46,8 +46,9 @@ func requireBusybox(t *testing.T) {
 // testStore is a Store in a temporary directory, with the loopback registry it pulls from.
 type testStore struct {
 	*Store
-	dir  string // holds root/, run/ and cache/
-	host string // the registry's host:port
+	dir  string  // holds root/, run/ and cache/
+	host string  // the registry's host:port
+	opts Options // what it was opened with
 }
 
 // openTestStore opens a store in a fresh temporary directory with mirrors to a fresh
@@ -56,13 +57,19 @@ type testStore struct {
 // the directory (unmounting whatever is, so that the directory can be removed).
 func openTestStore(t *testing.T, driver string) *testStore {
 	t.Helper()
+	return openTestStoreWith(t, driver, nil)
+}
+
+// openTestStoreWith is openTestStore with the options edited by edit (if not nil).
+func openTestStoreWith(t *testing.T, driver string, edit func(*Options)) *testStore {
+	t.Helper()
 	requireRoot(t)
 	requireBusybox(t)
 	host := storagetest.StartRegistry(t)
 	// Searchable by others, as a node's /run is, so that the default RootfsDir
 	// (<dir>/run/rootfs) can be reached from a user namespace.
 	dir := searchableTempDir(t)
-	s, err := Open(context.Background(), Options{
+	opts := Options{
 		Root:          filepath.Join(dir, "root"),
 		RunRoot:       filepath.Join(dir, "run"),
 		ImageCacheDir: filepath.Join(dir, "cache"),
@@ -72,12 +79,17 @@ func openTestStore(t *testing.T, driver string) *testStore {
 			{Prefix: "registry.k8s.io", Location: host, Insecure: true},
 			{Prefix: "docker.io/library", Location: host + "/library", Insecure: true},
 		},
-	})
+	}
+	if edit != nil {
+		edit(&opts)
+	}
+	s, err := Open(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
+	ts := &testStore{Store: s, dir: dir, host: host, opts: opts}
 	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
+		if err := ts.Close(); err != nil { // the store open then (see reopen)
 			t.Errorf("Close: %v", err)
 		}
 		if left := testenv.Mounts(t, dir); len(left) > 0 {
@@ -89,7 +101,24 @@ func openTestStore(t *testing.T, driver string) *testStore {
 			}
 		}
 	})
-	return &testStore{Store: s, dir: dir, host: host}
+	return ts
+}
+
+// reopen closes the store and opens it again with the same options, after between
+// (if not nil) has run: what a restart of the daemon, or a reboot, does to it.
+func (s *testStore) reopen(t *testing.T, between func()) {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if between != nil {
+		between()
+	}
+	st, err := Open(context.Background(), s.opts)
+	if err != nil {
+		t.Fatalf("Open again: %v", err)
+	}
+	s.Store = st
 }
 
 // overlaySupported reports whether the kernel lists overlay in /proc/filesystems.

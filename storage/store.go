@@ -88,6 +88,13 @@ type Options struct {
 	// ImageCacheDir holds containers/image's caches and the configuration generated for it
 	// (see the package comment). Default: <Root>/image-cache. Absolute when set.
 	ImageCacheDir string
+	// TransientStore keeps the records of containers and of their layers in RunRoot,
+	// written without fsync, and mounts their root filesystems with overlay's volatile
+	// option (containers/storage's transient store mode): no container outlives a
+	// reboot on a CRI node, and a container's creation and removal then wait for no
+	// disk flush. Images stay in Root, durable. After a reboot the layers' directories
+	// are left in Root with no record naming them; Open removes them.
+	TransientStore bool
 	// Logger receives the store's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -152,6 +159,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		GraphRoot:       opts.Root,
 		RunRoot:         opts.RunRoot,
 		GraphDriverName: opts.Driver,
+		TransientStore:  opts.TransientStore,
 	}
 	if opts.Driver == "" {
 		// With an explicit priority list containers/storage reuses the driver whose
@@ -162,6 +170,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	st, err := cstorage.GetStore(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("open storage at %s (driver %q): %w", opts.Root, opts.Driver, err)
+	}
+	// What no record names any more: the layers of containers whose records went with
+	// a transient run root in a reboot, or what an unclean stop left half made.
+	if err := st.GarbageCollect(); err != nil {
+		log.Warn("storage: leftovers that no record names were not all removed", "root", opts.Root, "err", err)
 	}
 	s := &Store{
 		st:                st,

@@ -151,6 +151,10 @@ func (d *daemon) requireWholeContainer(t *testing.T, id string) {
 func (d *daemon) runcRoot() string    { return filepath.Join(d.runRoot, "runc") }
 func (d *daemon) storageRoot() string { return filepath.Join(d.root, "storage") }
 
+// storageRunRoot is containers/storage's run root: with the transient store, the
+// records of containers and of their layers are there.
+func (d *daemon) storageRunRoot() string { return filepath.Join(d.runRoot, "storage") }
+
 // usernsRootfsDir is where the daemon bind-mounts the root filesystems of containers in
 // a user namespace, one directory per container (storage.Options.RootfsDir's default).
 func (d *daemon) usernsRootfsDir() string { return filepath.Join(d.runRoot, "storage", "rootfs") }

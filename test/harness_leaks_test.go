@@ -265,13 +265,18 @@ func conmonProcesses(stateDir string) []procInfo {
 }
 
 // storageContainers reads containers/storage's containers from its
-// containers.json files (any driver), without opening the store (the daemon
-// holds its locks): container ID -> its layer's ID (which names its root
-// filesystem's mount).
-func storageContainers(storageRoot string) (map[string]string, error) {
+// containers.json files (any driver) in its roots (the graph root and the run
+// root, which holds them in transient store mode), without opening the store
+// (the daemon holds its locks): container ID -> its layer's ID (which names
+// its root filesystem's mount).
+func storageContainers(roots ...string) (map[string]string, error) {
 	ids := map[string]string{}
 	for _, name := range []string{"containers.json", "volatile-containers.json"} {
-		files, _ := filepath.Glob(filepath.Join(storageRoot, "*-containers", name))
+		var files []string
+		for _, root := range roots {
+			found, _ := filepath.Glob(filepath.Join(root, "*-containers", name))
+			files = append(files, found...)
+		}
 		for _, f := range files {
 			b, err := os.ReadFile(f)
 			if errors.Is(err, fs.ErrNotExist) {
@@ -295,6 +300,49 @@ func storageContainers(storageRoot string) (map[string]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// unrecordedLayerDirs lists the graph driver's layer directories under
+// storageRoot (overlay's, vfs's) that no layers.json in storageRoot or runRoot
+// records: what a container left behind, for instance when its record went with
+// a transient run root in a reboot.
+func unrecordedLayerDirs(storageRoot, runRoot string) ([]string, error) {
+	recorded := map[string]bool{}
+	for _, root := range []string{storageRoot, runRoot} {
+		for _, name := range []string{"layers.json", "volatile-layers.json"} {
+			files, _ := filepath.Glob(filepath.Join(root, "*-layers", name))
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				if err != nil {
+					return nil, err
+				}
+				var ls []struct {
+					ID string `json:"id"`
+				}
+				if len(bytes.TrimSpace(b)) > 0 {
+					if err := json.Unmarshal(b, &ls); err != nil {
+						return nil, fmt.Errorf("%s: %w", f, err)
+					}
+				}
+				for _, l := range ls {
+					recorded[l.ID] = true
+				}
+			}
+		}
+	}
+	var out []string
+	for _, dir := range []string{filepath.Join(storageRoot, "overlay"), filepath.Join(storageRoot, "vfs", "dir")} {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		for _, e := range entries {
+			if e.IsDir() && len(e.Name()) == 64 && !recorded[e.Name()] {
+				out = append(out, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return out, nil
 }
 
 // cgroupDirs lists the cgroups below parent in every hierarchy, deepest
@@ -336,7 +384,7 @@ func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 			leaks = append(leaks, fmt.Sprintf("conmon process %d: %s", p.pid, p.cmdline))
 		}
 	}
-	sids, err := storageContainers(d.storageRoot())
+	sids, err := storageContainers(d.storageRoot(), d.storageRunRoot())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,6 +395,13 @@ func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 		} else if layer != "" {
 			keptLayers = append(keptLayers, layer)
 		}
+	}
+	layerDirs, err := unrecordedLayerDirs(d.storageRoot(), d.storageRunRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range layerDirs {
+		leaks = append(leaks, "storage layer directory no record names "+dir)
 	}
 	// The directories of the bind mounts of user-namespace root filesystems (the
 	// mounts themselves are checked with the others, below).

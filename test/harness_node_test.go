@@ -248,7 +248,9 @@ func (d *daemon) requireWholeSandbox(t *testing.T, id string) {
 // simulateReboot does to a stopped daemon's node what a reboot does: every
 // mount under the namespace directory goes and the directory with it (it is
 // on tmpfs: /var/run), so the pinned namespaces die; so do the pods' files
-// in run_root; the veths of the pods go too.
+// in run_root, and containers/storage's run root (with the transient store,
+// the records of the containers and of their layers) and its mounts (the
+// containers' root filesystems); the veths of the pods go too.
 func (d *daemon) simulateReboot(t *testing.T) {
 	t.Helper()
 	if alive, _ := d.running(); alive {
@@ -269,6 +271,14 @@ func (d *daemon) simulateReboot(t *testing.T) {
 		}
 	}
 	if err := os.RemoveAll(d.podFilesDir()); err != nil {
+		t.Fatalf("reboot: %v", err)
+	}
+	for _, m := range mountsBelow(d.storageRoot()) { // deepest first: root filesystems, then the driver's home
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			t.Fatalf("reboot: unmount %s: %v", m, err)
+		}
+	}
+	if err := os.RemoveAll(d.storageRunRoot()); err != nil {
 		t.Fatalf("reboot: %v", err)
 	}
 	// The veths die with their namespaces, asynchronously; delete what is

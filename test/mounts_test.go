@@ -280,7 +280,7 @@ func TestImageVolume(t *testing.T) {
 	if n := len(volMounts()); n != 3 {
 		t.Errorf("overlay mounts under the storage root: %v, want 3 (the root filesystem and two volumes)", volMounts())
 	}
-	sids, err := storageContainers(d.storageRoot())
+	sids, err := storageContainers(d.storageRoot(), d.storageRunRoot())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -103,6 +103,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		Registries: storageRegistries(cfg), ImageCacheDir: cfg.ImageCacheDir(), Logger: log,
 		RegistriesConf: cfg.RegistriesConf, RegistriesConfDir: cfg.RegistriesConfDir,
 		SignaturePolicy: cfg.SignaturePolicy, AuthFile: cfg.GlobalAuthFile,
+		TransientStore: cfg.StorageTransientStore,
 	})
 	if err != nil {
 		return err
