@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"sync"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -23,48 +22,29 @@ import (
 // a delete that fails or is cut short leaves them done, for the removal to run again.
 // One worker deletes one container at a time, in the order the exits came.
 type exitReaper struct {
-	mu      sync.Mutex
-	pending []string      // container IDs, in the order their exits were recorded
-	wake    chan struct{} // signalled by add; buffered (1)
-	done    chan struct{} // closed when run returns
+	exited *idQueue      // the containers whose exit was recorded
+	done   chan struct{} // closed when run returns
 }
 
 func newExitReaper() *exitReaper {
-	return &exitReaper{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	return &exitReaper{exited: newIDQueue(), done: make(chan struct{})}
 }
 
 // add queues container id; it never blocks (the exit watcher calls it).
-func (r *exitReaper) add(id string) {
-	r.mu.Lock()
-	r.pending = append(r.pending, id)
-	r.mu.Unlock()
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
-
-// next takes the oldest queued ID; ok is false when none is.
-func (r *exitReaper) next() (id string, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.pending) == 0 {
-		return "", false
-	}
-	id = r.pending[0]
-	r.pending = r.pending[1:]
-	return id, true
-}
+func (r *exitReaper) add(id string) { r.exited.add(id) }
 
 // run calls reap for each queued ID until ctx ends; it closes done when it returns.
 func (r *exitReaper) run(ctx context.Context, reap func(ctx context.Context, id string)) {
 	defer close(r.done)
 	for {
-		for id, ok := r.next(); ok && ctx.Err() == nil; id, ok = r.next() {
-			reap(ctx, id)
-		}
 		select {
-		case <-r.wake:
+		case <-r.exited.wake:
+			for _, id := range r.exited.take() {
+				if ctx.Err() != nil {
+					return
+				}
+				reap(ctx, id)
+			}
 		case <-ctx.Done():
 			return
 		}

@@ -134,7 +134,7 @@ func New(d Deps) *Server {
 	go s.reaper.run(s.lifetime, s.reapExited)
 	if d.Images != nil {
 		s.layers = &layerCollector{list: s.createdContainerIDs, find: d.Images.WritableLayerDir,
-			measure: storage.DirUsage, now: time.Now, log: d.Log, wake: make(chan struct{}, 1)}
+			measure: storage.DirUsage, now: time.Now, log: d.Log, soon: newIDQueue()}
 	}
 	s.pauseProgram, _ = PauseProgramPath(d.Config) // StartPause refuses "": the daemon checks it at start
 	return s

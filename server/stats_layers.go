@@ -53,10 +53,10 @@ type layerCollector struct {
 	now func() time.Time
 	log *slog.Logger
 
+	soon *idQueue // containers to measure before the next pass (measureSoon)
+
 	mu     sync.Mutex
 	layers map[string]layerFigure // by container ID
-	queued []string               // containers to measure before the next pass (measureSoon)
-	wake   chan struct{}          // signalled by measureSoon; buffered (1)
 }
 
 // layerFigure is what the collector knows of one container's writable layer.
@@ -87,7 +87,7 @@ func (lc *layerCollector) run(ctx context.Context, period time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-lc.wake:
+		case <-lc.soon.wake:
 			lc.measureQueued(ctx)
 			continue
 		case <-timer.C:
@@ -99,23 +99,11 @@ func (lc *layerCollector) run(ctx context.Context, period time.Duration) {
 
 // measureSoon queues container id for the collecting goroutine to measure as soon as it
 // is free (see "New containers" above).
-func (lc *layerCollector) measureSoon(id string) {
-	lc.mu.Lock()
-	lc.queued = append(lc.queued, id)
-	lc.mu.Unlock()
-	select {
-	case lc.wake <- struct{}{}:
-	default: // already signalled: that wake-up takes this one too
-	}
-}
+func (lc *layerCollector) measureSoon(id string) { lc.soon.add(id) }
 
 // measureQueued measures the containers measureSoon queued, one after another.
 func (lc *layerCollector) measureQueued(ctx context.Context) {
-	lc.mu.Lock()
-	ids := lc.queued
-	lc.queued = nil
-	lc.mu.Unlock()
-	for _, id := range ids {
+	for _, id := range lc.soon.take() {
 		if ctx.Err() != nil {
 			return
 		}

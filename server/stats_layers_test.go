@@ -59,7 +59,7 @@ func (f *fakeLayers) collector() *layerCollector {
 			return f.now
 		},
 		log:  slog.New(slog.DiscardHandler),
-		wake: make(chan struct{}, 1),
+		soon: newIDQueue(),
 	}
 }
 
