@@ -60,7 +60,7 @@ func (j *Journal) undoStep(ctx context.Context, rec Record, step Step) error {
 	defer cancel()
 	started := time.Now()
 	err := j.opts.Registry.undo(uctx, rec, step)
-	j.log.Debug("step undone", "kind", rec.Kind, "id", rec.ID, "step", step.Kind, "took", time.Since(started), "err", err)
+	j.log.Debug("step undone", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "step", step.Kind, "took", time.Since(started), "err", err)
 	if err != nil && ctx.Err() == nil && errors.Is(uctx.Err(), context.DeadlineExceeded) {
 		err = fmt.Errorf("undo %s did not finish within %s (undo_timeout): %w", step.Kind, j.opts.UndoTimeout, err)
 	}
