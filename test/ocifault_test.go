@@ -110,34 +110,42 @@ func TestOCIRuntimeFaults(t *testing.T) {
 	failFlag := filepath.Join(dir, "runc-fail")
 	sleepFlag := filepath.Join(dir, "runc-state-sleep")
 	attempt := 0
-	start := func(t *testing.T, name string) (string, int) {
+	start := func(t *testing.T, name string, opts ...ctrOption) (string, int) {
 		t.Helper()
 		attempt++
-		id := d.run(t, podID, containerConfig(t, name, attempt, sleeper), pod)
+		id := d.run(t, podID, containerConfig(t, name, attempt, sleeper, opts...), pod)
 		d.waitLog(t, id, "hello-from-container", 10*time.Second)
 		return id, d.initPID(t, id)
 	}
 
 	t.Run("runc failing for a while", func(t *testing.T) {
 		id, pid := start(t, "runcfails")
+		// In the node's pid namespace: its kill needs the runtime (runc kill --all).
+		nodeID, nodePid := start(t, "runcfails-nodepid", withSecurity(map[string]any{"namespace_options": map[string]any{"pid": 2}}))
 		writeFile(t, failFlag, "", 0o644)
 		defer os.Remove(failFlag)
 		for range 3 {
 			d.requireRunningWhileAlive(t, id, pid, "while runc fails")
+			d.requireRunningWhileAlive(t, nodeID, nodePid, "while runc fails")
 		}
-		// A stop that cannot reach the runtime fails; it does not pretend.
-		if _, _, err := d.crictl(t, "stop", "-t", "0", id); err == nil {
-			t.Errorf("crictl stop succeeded while runc fails")
+		// A stop that cannot reach the runtime it needs fails; it does not pretend.
+		if _, _, err := d.crictl(t, "stop", "-t", "0", nodeID); err == nil {
+			t.Errorf("crictl stop of a container in the node's pid namespace succeeded while runc fails")
 		}
-		d.requireRunningWhileAlive(t, id, pid, "after a stop that could not reach runc")
-		if err := os.Remove(failFlag); err != nil {
-			t.Fatal(err)
-		}
-		d.requireRunningWhileAlive(t, id, pid, "once runc works again")
+		d.requireRunningWhileAlive(t, nodeID, nodePid, "after a stop that could not reach runc")
+		// One whose init is PID 1 of a pid namespace of its own is killed through its
+		// pidfd, without the runtime: that stop does stop it.
 		d.mustCrictl(t, "stop", "-t", "0", id)
 		testenv.WaitGone(t, pid, 10*time.Second)
 		d.requireExited(t, id, 137)
-		d.mustCrictl(t, "rm", id)
+		if err := os.Remove(failFlag); err != nil {
+			t.Fatal(err)
+		}
+		d.requireRunningWhileAlive(t, nodeID, nodePid, "once runc works again")
+		d.mustCrictl(t, "stop", "-t", "0", nodeID)
+		testenv.WaitGone(t, nodePid, 10*time.Second)
+		d.requireExited(t, nodeID, 137)
+		d.mustCrictl(t, "rm", id, nodeID)
 	})
 
 	t.Run("runc missing for a while", func(t *testing.T) {
