@@ -190,7 +190,9 @@ type Config struct {
 	// option: containers/storage's transient store mode (transient_store in
 	// storage.conf). A CRI node's containers never outlive a reboot (the kubelet
 	// makes new ones), and their creation and removal then wait for no disk
-	// flush. Images stay durable in the storage directory. Default: true.
+	// flush. Images stay durable in the storage directory. Turning it off while
+	// containers made with it exist stops the daemon at start, saying so: the
+	// store would not see them. Default: true.
 	StorageTransientStore bool `toml:"storage_transient_store" help:"keep containers' storage records in the storage run directory, unsynced (transient store mode)"`
 
 	// DefaultRuntime is the runtime handler used when a pod names none; it

@@ -422,3 +422,39 @@ func mountOptions(t *testing.T, path string) string {
 	m := infos[len(infos)-1]
 	return m.Options + "," + m.VFSOptions
 }
+
+// A store opened without transient store mode does not read the run root's records of
+// containers made with it; Open refuses it while there are some, instead of losing
+// track of them (and, at the next collection, of their root filesystems).
+func TestOpenWithoutTransientStoreRefusesItsContainers(t *testing.T) {
+	s := openTestStoreWith(t, DriverVFS, func(o *Options) { o.TransientStore = true })
+	ctx := context.Background()
+	img, _ := pullTestImage(t, s)
+	id := newID(t)
+	if _, err := s.CreateContainer(ctx, id, "k8s_c_p_ns_uid_0", img.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.reopen(t, func() {
+		off := s.opts
+		off.TransientStore = false
+		st, err := Open(ctx, off)
+		if err == nil {
+			_ = st.Close()
+			t.Fatal("Open without transient store mode succeeded over a container made with it")
+		}
+		if !strings.Contains(err.Error(), "transient store") || !strings.Contains(err.Error(), "1 containers") {
+			t.Errorf("Open's error %q does not say that one container was made in transient store mode", err)
+		}
+	})
+	// With the mode, the container is there; once it is removed, the mode can go.
+	if ids, err := s.Containers(ctx); err != nil || !slices.Equal(ids, []string{id}) {
+		t.Errorf("Containers with the mode again = %v, %v; want [%s]", ids, err, id)
+	}
+	if err := s.DeleteContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	s.reopen(t, func() { s.opts.TransientStore = false })
+	if ids, err := s.Containers(ctx); err != nil || len(ids) != 0 {
+		t.Errorf("Containers without the mode = %v, %v; want none", ids, err)
+	}
+}

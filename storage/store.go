@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -93,7 +94,9 @@ type Options struct {
 	// option (containers/storage's transient store mode): no container outlives a
 	// reboot on a CRI node, and a container's creation and removal then wait for no
 	// disk flush. Images stay in Root, durable. After a reboot the layers' directories
-	// are left in Root with no record naming them; Open removes them.
+	// are left in Root with no record naming them; Open removes them. Open without it
+	// fails while RunRoot still records containers made with it: such a store would not
+	// see them.
 	TransientStore bool
 	// Logger receives the store's logs; nil means slog.Default().
 	Logger *slog.Logger
@@ -167,14 +170,25 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// overlay fails to initialize where the kernel or file system cannot do it.
 		sopts.GraphDriverPriority = []string{DriverOverlay, DriverVFS}
 	}
+	if !opts.TransientStore {
+		if n, file := transientContainers(opts.RunRoot); n > 0 {
+			return nil, fmt.Errorf("open storage: %s records %d containers made in transient store mode, which a store opened without it does not see: "+
+				"turn transient store mode back on (storage_transient_store), or remove those containers before turning it off", file, n)
+		}
+	}
 	st, err := cstorage.GetStore(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("open storage at %s (driver %q): %w", opts.Root, opts.Driver, err)
 	}
 	// What no record names any more: the layers of containers whose records went with
-	// a transient run root in a reboot, or what an unclean stop left half made.
-	if err := st.GarbageCollect(); err != nil {
-		log.Warn("storage: leftovers that no record names were not all removed", "root", opts.Root, "err", err)
+	// the run root in a reboot, or what an unclean stop left half made. Only in transient
+	// mode: a store opened without it does not read the run root's records, and would
+	// take the layers of live containers for leftovers (transientContainers refuses that
+	// case above).
+	if opts.TransientStore {
+		if err := st.GarbageCollect(); err != nil {
+			log.Warn("storage: leftovers that no record names were not all removed", "root", opts.Root, "err", err)
+		}
 	}
 	s := &Store{
 		st:                st,
@@ -188,6 +202,23 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	}
 	log.Debug("storage opened", "root", opts.Root, "run_root", opts.RunRoot, "driver", s.Driver())
 	return s, nil
+}
+
+// transientContainers counts the containers recorded in transient store mode under run
+// root runRoot (its <driver>-containers/volatile-containers.json), and names the file.
+func transientContainers(runRoot string) (int, string) {
+	files, _ := filepath.Glob(filepath.Join(runRoot, "*-containers", "volatile-containers.json"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var cs []json.RawMessage
+		if json.Unmarshal(b, &cs) == nil && len(cs) > 0 {
+			return len(cs), f
+		}
+	}
+	return 0, ""
 }
 
 func (o Options) validate() error {
