@@ -36,6 +36,9 @@ var (
 	// ErrNotRunning is returned by ExecSync, ReopenLog and PidNamespace when the
 	// container is not running.
 	ErrNotRunning = errors.New("container is not running")
+	// ErrNoExit is returned by Release for a container whose exit conmon has not
+	// recorded.
+	ErrNoExit = errors.New("container has no recorded exit")
 	// ErrExecTimeout is returned by ExecSync when the command outlives its timeout;
 	// the command has been killed and reaped.
 	ErrExecTimeout = errors.New("command timed out")
@@ -526,6 +529,36 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	return r.remove(ctx, id, conmonGrace)
 }
 
+// Release frees, early, what the runtime holds for a container whose exit conmon has
+// recorded: the runtime's container (runc delete, which removes its cgroup) and its
+// conmon (given a moment to end by itself, then killed). It keeps the bundle (the spec
+// NRI plugins are shown), the exit file and the state directory, for ExitStatus and for
+// Delete, which removes them at the container's removal and then has no runtime
+// container left to delete. It is idempotent; a container without a recorded exit gives
+// ErrNoExit and is left alone.
+func (r *Runtime) Release(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	unlock := r.locks.lock(id)
+	defer unlock()
+	if !exists(r.exitFile(id)) {
+		return fmt.Errorf("release %s: %w", id, ErrNoExit)
+	}
+	if !r.stateDirAbsent(id) {
+		// Never --force: the exit file says it stopped, and a plain delete refuses
+		// anything that still runs.
+		if _, err := r.runtimeCmd(ctx, nil, "delete", id); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("release %s: %w", id, err)
+		}
+	}
+	if _, err := r.stopConmon(ctx, id, conmonGrace); err != nil {
+		return fmt.Errorf("release %s: %w", id, err)
+	}
+	r.cgroups.forget(id)
+	return nil
+}
+
 // abandon removes what Prepare made for container id when the runtime may not have
 // created it: nothing once the state directory is gone (Prepare makes it first, and
 // Delete removes it last), else what Delete removes, without conmon's grace (a held
@@ -547,7 +580,13 @@ func (r *Runtime) abandon(ctx context.Context, id string) error {
 // it) is deleted without --force, as runc 1.2 and later spend about 100 ms in a forced
 // delete signalling and polling for an exit that has already happened; one that is still
 // created or running refuses that, and is then deleted with --force (killed first).
+//
+// A container whose runtime state directory is absent is not known to the runtime, and
+// is not asked about (Release deleted it at its exit, or a reboot emptied the root).
 func (r *Runtime) deleteContainer(ctx context.Context, id string) error {
+	if r.stateDirAbsent(id) {
+		return nil
+	}
 	_, err := r.runtimeCmd(ctx, nil, "delete", id)
 	if err == nil || errors.Is(err, ErrNotFound) {
 		return nil

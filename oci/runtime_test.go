@@ -320,6 +320,61 @@ func TestWatchExits(t *testing.T) {
 	}
 }
 
+// Release deletes an exited container's runtime container (and with it its cgroup) and
+// lets its conmon go, keeping its exit, its bundle's spec and its state directory; the
+// Delete of the removal then has no runtime container to ask about, and removes the rest.
+// A container without a recorded exit is left alone.
+func TestReleaseKeepsTheExitAndTheBundle(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "echo ready; sleep 30"}, nil)
+	waitLog(t, c, "stdout F ready")
+	if err := r.Release(ctxb, c.id); !errors.Is(err, ErrNoExit) {
+		t.Fatalf("Release of a running container = %v, want ErrNoExit", err)
+	}
+	if !testenv.Alive(c.pid) {
+		t.Fatal("Release of a running container killed it")
+	}
+	conmon, err := r.ConmonPID(c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Stop(ctxb, c.id, true, syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		if err := r.Release(ctxb, c.id); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	if _, err := r.State(ctxb, c.id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("State after Release: %v, want ErrNotFound", err)
+	}
+	if testenv.Alive(conmon) {
+		t.Errorf("conmon %d still alive after Release", conmon)
+	}
+	if _, err := os.Lstat(c.cgroupDir("memory")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the container's cgroup outlived Release: %v", err)
+	}
+	if code, _, ok, err := r.ExitStatus(c.id); err != nil || !ok || code != 137 {
+		t.Errorf("ExitStatus after Release = %d, %v, %v; want 137 recorded", code, ok, err)
+	}
+	if _, err := os.Stat(filepath.Join(c.bundle, "config.json")); err != nil {
+		t.Errorf("the bundle's spec after Release: %v", err)
+	}
+	calls := recordRuntimeCalls(t, r)
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	if got := calls(); len(got) != 0 {
+		t.Errorf("Delete after Release ran the runtime: %q", got)
+	}
+	for _, p := range []string{r.containerDir(c.id), r.exitFile(c.id), filepath.Join(r.attachDir(), c.id)} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind by Delete after Release (%v)", p, err)
+		}
+	}
+}
+
 func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sleep", "30"}, nil)

@@ -10,17 +10,18 @@ import (
 	"github.com/crijournal/crijournal/oci"
 )
 
-// exitReaper deletes the runtime container (runc delete, conmon's files, the cgroup) of
-// a container whose exit is recorded, in the background, as containerd deletes a task
-// when it exits. The container stays for the CRI: its record, status, log and root file
-// system are the removal's. What is left for RemoveContainer is then the storage, so a
-// pod's removal no longer waits for runc; a StopPodSandbox's kill lets the delete run
-// while the CNI DEL waits on the kernel.
+// exitReaper deletes the runtime container (runc delete, which removes its cgroup) of a
+// container whose exit is recorded, in the background, as containerd deletes a task when
+// it exits (oci.Runtime.Release). The container stays for the CRI: its record, status,
+// log, bundle (the spec NRI plugins are shown) and root filesystem are the removal's,
+// whose undo of the runtime step (oci.Runtime.Delete) then has no runtime container left
+// to delete. So a pod's removal no longer waits for runc, and a StopPodSandbox's kill
+// lets the delete run while the CNI DEL waits on the kernel.
 //
-// The delete is the undo of the container's runtime steps (oci.StepRuntimeContainer,
-// oci.StepConmon), journaled as such: the steps are marked undone once it succeeded, and
-// a delete that fails or is cut short leaves them done, for the removal to run again.
-// One worker deletes one container at a time, in the order the exits came.
+// The release is part of the runtime step's undo, done early and idempotent; the step
+// stays done in the journal, since its bundle and state remain until the removal. A
+// release that fails or is cut short is the removal's to finish. One worker releases one
+// container at a time, in the order the exits came.
 type exitReaper struct {
 	exited *idQueue      // the containers whose exit was recorded
 	done   chan struct{} // closed when run returns
@@ -51,9 +52,9 @@ func (r *exitReaper) run(ctx context.Context, reap func(ctx context.Context, id 
 	}
 }
 
-// reapExited deletes the runtime container of exited container id (see exitReaper).
-// A container removed meanwhile, or not exited, is left alone; it runs apart from the
-// container's removal (teardowns), which then finds the runtime steps undone.
+// reapExited releases the runtime container of exited container id (see exitReaper). A
+// container removed meanwhile, or not exited, is left alone; it runs apart from the
+// container's removal (teardowns).
 func (s *Server) reapExited(ctx context.Context, id string) {
 	unlock, err := s.teardowns.lock(ctx, id)
 	if err != nil {
@@ -64,13 +65,16 @@ func (s *Server) reapExited(ctx context.Context, id string) {
 	if err != nil || c.rec.State != journal.StateCreated || c.state() != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return
 	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return
+	}
 	rctx, cancel := context.WithTimeout(ctx, removalTimeout)
 	defer cancel()
-	err = s.journal.UndoSteps(rctx, id, nil, oci.StepRuntimeContainer, oci.StepConmon)
-	switch {
+	switch err := rt.Release(rctx, id); {
 	case err == nil:
 		s.log.Debug("exited container's runtime container deleted", "id", id, "name", c.rec.Name)
-	case errors.Is(err, journal.ErrNotFound), ctx.Err() != nil:
+	case ctx.Err() != nil, errors.Is(err, oci.ErrNoExit):
 	default:
 		s.log.Warn("exited container's runtime container not deleted; its removal will", "id", id, "name", c.rec.Name, "err", err)
 	}

@@ -2,7 +2,6 @@ package test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/storage/storagetest"
 )
@@ -271,22 +271,17 @@ func TestContainerExit(t *testing.T) {
 		t.Errorf("reason %q, want Error", st.Status.Reason)
 	}
 	// Its runtime container is deleted in the background, as containerd deletes an
-	// exited task, journaled as the undo of the runtime's steps; the container stays,
-	// with its status and log, until it is removed.
-	d.waitContainerRecord(t, "with its runtime steps undone", 10*time.Second, func(r journal.Record) bool {
-		undone := 0
-		for _, s := range r.Steps {
-			if (s.Kind == "oci-container" || s.Kind == "oci-conmon") && s.Status == journal.StepUndone {
-				undone++
-			}
+	// exited task; the container stays, with its status, log and bundle (the spec NRI
+	// plugins are shown), until it is removed, which removes the rest.
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		ids, err := runcList(d.runcRoot())
+		if err == nil && slices.Contains(ids, seven) {
+			err = fmt.Errorf("runc still lists the exited container %s", seven)
 		}
-		return r.ID == seven && r.State == journal.StateCreated && undone == 2
+		return err
 	})
-	if ids, err := runcList(d.runcRoot()); err != nil || slices.Contains(ids, seven) {
-		t.Errorf("runc still lists the exited container %s: %v, %v", seven, ids, err)
-	}
-	if _, err := os.Stat(filepath.Join(d.ociStateDir, "containers", seven)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the exited container's runtime state directory is left: %v", err)
+	if _, err := os.Stat(filepath.Join(d.ociStateDir, "containers", seven, "config.json")); err != nil {
+		t.Errorf("the exited container's bundle lost its spec: %v", err)
 	}
 	d.requireExited(t, seven, 7)
 	d.requirePs(t, "exited, its runtime container deleted", seven)
