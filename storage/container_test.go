@@ -349,66 +349,55 @@ func dirModes(t *testing.T, root string) map[string]os.FileMode {
 // reboot empties the run root: the next Open knows no such container, and removes the
 // layer's directory, which no record names any more; the image stays.
 func TestTransientStoreAfterReboot(t *testing.T) {
-	for _, driver := range []string{"", DriverVFS} {
-		name := driver
-		if name == "" {
-			name = "default"
+	onEachDriverWith(t, transient, func(t *testing.T, _ string, s *testStore) {
+		ctx := context.Background()
+		img, id := createTestContainer(t, s)
+		rootfs, err := s.Mount(ctx, id)
+		if err != nil {
+			t.Fatal(err)
 		}
-		t.Run(name, func(t *testing.T) {
-			s := openTestStoreWith(t, driver, func(o *Options) { o.TransientStore = true })
-			ctx := context.Background()
-			img, _ := pullTestImage(t, s)
-			id := newID(t)
-			if _, err := s.CreateContainer(ctx, id, "k8s_c_p_ns_uid_0", img.ID, nil); err != nil {
-				t.Fatal(err)
+		layer, err := s.WritableLayerDir(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Driver() == DriverOverlay {
+			layer = filepath.Dir(layer) // the layer's directory, above its diff/
+			if opts := mountOptions(t, rootfs); !strings.Contains(opts, "volatile") {
+				t.Errorf("the root filesystem's overlay mount options %q lack volatile", opts)
 			}
-			rootfs, err := s.Mount(ctx, id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			layer, err := s.WritableLayerDir(id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.Driver() == DriverOverlay {
-				layer = filepath.Dir(layer) // the layer's directory, above its diff/
-				if opts := mountOptions(t, rootfs); !strings.Contains(opts, "volatile") {
-					t.Errorf("the root filesystem's overlay mount options %q lack volatile", opts)
-				}
-			}
-			records, _ := filepath.Glob(filepath.Join(s.opts.RunRoot, "*-containers", "volatile-containers.json"))
-			if len(records) != 1 {
-				t.Fatalf("volatile-containers.json in the run root: %v, want one", records)
-			}
-			if b, err := os.ReadFile(records[0]); err != nil || !strings.Contains(string(b), id) {
-				t.Errorf("%s does not record container %s: %v", records[0], id, err)
-			}
+		}
+		records, _ := filepath.Glob(filepath.Join(s.opts.RunRoot, "*-containers", "volatile-containers.json"))
+		if len(records) != 1 {
+			t.Fatalf("volatile-containers.json in the run root: %v, want one", records)
+		}
+		if b, err := os.ReadFile(records[0]); err != nil || !strings.Contains(string(b), id) {
+			t.Errorf("%s does not record container %s: %v", records[0], id, err)
+		}
 
-			s.reopen(t, func() { // the reboot: the mounts go, and the run root's contents
-				for _, m := range testenv.Mounts(t, s.opts.Root) { // deepest first
-					if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := os.RemoveAll(s.opts.RunRoot); err != nil {
+		s.reopen(t, func() { // the reboot: the mounts go, and the run root's contents
+			for _, m := range testenv.Mounts(t, s.opts.Root) { // deepest first
+				if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
 					t.Fatal(err)
 				}
-			})
-			if ids, err := s.Containers(ctx); err != nil || len(ids) != 0 {
-				t.Errorf("Containers after the reboot = %v, %v; want none", ids, err)
 			}
-			if _, err := os.Stat(layer); !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("the container's layer directory %s outlived the reboot's Open: %v", layer, err)
-			}
-			if _, err := s.ImageStatus(ctx, img.ID); err != nil {
-				t.Errorf("the image after the reboot: %v", err)
-			}
-			// A removal of the container (its journaled undo) finds nothing to do.
-			if err := s.DeleteContainer(ctx, id); err != nil {
-				t.Errorf("DeleteContainer after the reboot: %v", err)
+			if err := os.RemoveAll(s.opts.RunRoot); err != nil {
+				t.Fatal(err)
 			}
 		})
-	}
+		if ids, err := s.Containers(ctx); err != nil || len(ids) != 0 {
+			t.Errorf("Containers after the reboot = %v, %v; want none", ids, err)
+		}
+		if _, err := os.Stat(layer); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("the container's layer directory %s outlived the reboot's Open: %v", layer, err)
+		}
+		if _, err := s.ImageStatus(ctx, img.ID); err != nil {
+			t.Errorf("the image after the reboot: %v", err)
+		}
+		// A removal of the container (its journaled undo) finds nothing to do.
+		if err := s.DeleteContainer(ctx, id); err != nil {
+			t.Errorf("DeleteContainer after the reboot: %v", err)
+		}
+	})
 }
 
 // mountOptions returns the options (the mount's and the super block's) of the mount at
@@ -427,13 +416,9 @@ func mountOptions(t *testing.T, path string) string {
 // containers made with it; Open refuses it while there are some, instead of losing
 // track of them (and, at the next collection, of their root filesystems).
 func TestOpenWithoutTransientStoreRefusesItsContainers(t *testing.T) {
-	s := openTestStoreWith(t, DriverVFS, func(o *Options) { o.TransientStore = true })
+	s := openTestStoreWith(t, DriverVFS, transient)
 	ctx := context.Background()
-	img, _ := pullTestImage(t, s)
-	id := newID(t)
-	if _, err := s.CreateContainer(ctx, id, "k8s_c_p_ns_uid_0", img.ID, nil); err != nil {
-		t.Fatal(err)
-	}
+	_, id := createTestContainer(t, s)
 	s.reopen(t, func() {
 		off := s.opts
 		off.TransientStore = false
@@ -457,4 +442,18 @@ func TestOpenWithoutTransientStoreRefusesItsContainers(t *testing.T) {
 	if ids, err := s.Containers(ctx); err != nil || len(ids) != 0 {
 		t.Errorf("Containers without the mode = %v, %v; want none", ids, err)
 	}
+}
+
+// transient opens a test store in transient store mode.
+func transient(o *Options) { o.TransientStore = true }
+
+// createTestContainer pulls the test image into s and creates a container of it.
+func createTestContainer(t *testing.T, s *testStore) (Image, string) {
+	t.Helper()
+	img, _ := pullTestImage(t, s)
+	id := newID(t)
+	if _, err := s.CreateContainer(context.Background(), id, "k8s_c_p_ns_uid_0", img.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	return img, id
 }

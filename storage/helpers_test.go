@@ -130,12 +130,17 @@ func overlaySupported() bool {
 // onEachDriver runs test, as a subtest named after the driver, on a store of its own
 // for each driver the tests cover: the default ("") and vfs.
 func onEachDriver(t *testing.T, test func(t *testing.T, driver string, s *testStore)) {
+	onEachDriverWith(t, nil, test)
+}
+
+// onEachDriverWith is onEachDriver with the stores' options edited by edit (if not nil).
+func onEachDriverWith(t *testing.T, edit func(*Options), test func(t *testing.T, driver string, s *testStore)) {
 	for _, driver := range []string{"", DriverVFS} {
 		name := driver
 		if name == "" {
 			name = "default"
 		}
-		t.Run(name, func(t *testing.T) { test(t, driver, openTestStore(t, driver)) })
+		t.Run(name, func(t *testing.T) { test(t, driver, openTestStoreWith(t, driver, edit)) })
 	}
 }
 
