@@ -365,8 +365,12 @@ func TestReleaseKeepsTheExitAndTheBundle(t *testing.T) {
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}
+	// A release that comes after the removal (the reaper late) does nothing.
+	if err := r.Release(ctxb, c.id); !errors.Is(err, ErrNoExit) {
+		t.Errorf("Release after Delete = %v, want ErrNoExit", err)
+	}
 	if got := calls(); len(got) != 0 {
-		t.Errorf("Delete after Release ran the runtime: %q", got)
+		t.Errorf("Delete and a late Release after Release ran the runtime: %q", got)
 	}
 	for _, p := range []string{r.containerDir(c.id), r.exitFile(c.id), filepath.Join(r.attachDir(), c.id)} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {

@@ -53,14 +53,10 @@ func (r *exitReaper) run(ctx context.Context, reap func(ctx context.Context, id 
 }
 
 // reapExited releases the runtime container of exited container id (see exitReaper). A
-// container removed meanwhile, or not exited, is left alone; it runs apart from the
-// container's removal (teardowns).
+// container being removed, or not exited, is left alone. A removal that starts meanwhile
+// needs no lock of ours: the runtime keeps Release and Delete of one ID apart, and a
+// Release after Delete finds no exit file (ErrNoExit) and does nothing.
 func (s *Server) reapExited(ctx context.Context, id string) {
-	unlock, err := s.teardowns.lock(ctx, id)
-	if err != nil {
-		return // the daemon is stopping: the removal deletes it
-	}
-	defer unlock()
 	c, err := s.findContainer(id)
 	if err != nil || c.rec.State != journal.StateCreated || c.state() != runtimeapi.ContainerState_CONTAINER_EXITED {
 		return

@@ -33,16 +33,9 @@ func (s *Server) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveCont
 const removalTimeout = 4 * time.Minute
 
 func (s *Server) removeContainer(ctx context.Context, rec journal.Record) error {
-	// Apart from the exit reaper's delete of its runtime container: the removal then
-	// finds those steps undone, or undoes them itself.
-	unlock, err := s.teardowns.lock(ctx, rec.ID)
-	if err != nil {
-		return fmt.Errorf("remove container %s: waiting for the deletion of its runtime container: %w", rec.ID, err)
-	}
-	defer unlock()
 	rctx, cancel := detached(ctx, removalTimeout)
 	defer cancel()
-	err = s.journal.Remove(rctx, rec.ID)
+	err := s.journal.Remove(rctx, rec.ID)
 	var uerr *journal.UndoError
 	switch {
 	case errors.As(err, &uerr):

@@ -5,12 +5,11 @@ import (
 	"sync"
 )
 
-// teardowns keeps the teardowns of one sandbox (StopPodSandbox, RemovePodSandbox) apart,
-// and those of one container (its removal, the exit reaper's delete of its runtime
-// container): one runs at a time per ID, the others wait for it. Without it, two
-// overlapping teardowns of a sandbox both run CNI DEL, and the undo of each kills the
-// plugins of the other (see netns.KillPlugins); a Stop whose work was done could then
-// fail, or answer NotFound because a Remove deleted the record under it.
+// teardowns keeps the teardowns of one sandbox (StopPodSandbox, RemovePodSandbox) apart:
+// one runs at a time per sandbox, the others wait for it. Without it, two overlapping
+// teardowns both run CNI DEL, and the undo of each kills the plugins of the other (see
+// netns.KillPlugins); a Stop whose work was done could then fail, or answer NotFound
+// because a Remove deleted the record under it.
 //
 // The locks are in memory only: after a restart no teardown is running.
 type teardowns struct {
@@ -23,17 +22,17 @@ type teardownLock struct {
 	waiters int           // teardowns holding or waiting for the lock
 }
 
-// lock waits until no other teardown of the sandbox or container id runs, and returns
-// the function that lets the next one in. It gives up with ctx's error when ctx ends first.
-func (t *teardowns) lock(ctx context.Context, id string) (unlock func(), err error) {
+// lock waits until no other teardown of the sandbox runs, and returns the function that
+// lets the next one in. It gives up with ctx's error when ctx ends first.
+func (t *teardowns) lock(ctx context.Context, sandboxID string) (unlock func(), err error) {
 	t.mu.Lock()
 	if t.locks == nil {
 		t.locks = make(map[string]*teardownLock)
 	}
-	l, ok := t.locks[id]
+	l, ok := t.locks[sandboxID]
 	if !ok {
 		l = &teardownLock{held: make(chan struct{}, 1)}
-		t.locks[id] = l
+		t.locks[sandboxID] = l
 	}
 	l.waiters++
 	t.mu.Unlock()
@@ -43,7 +42,7 @@ func (t *teardowns) lock(ctx context.Context, id string) (unlock func(), err err
 		defer t.mu.Unlock()
 		l.waiters--
 		if l.waiters == 0 {
-			delete(t.locks, id)
+			delete(t.locks, sandboxID)
 		}
 	}
 	select {

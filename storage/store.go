@@ -187,7 +187,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	// case above).
 	if opts.TransientStore {
 		if err := st.GarbageCollect(); err != nil {
-			log.Warn("storage: leftovers that no record names were not all removed", "root", opts.Root, "err", err)
+			log.Warn("storage: leftovers that no record names were not all removed; the next start tries again", "root", opts.Root, "err", err)
 		}
 	}
 	s := &Store{
