@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -43,18 +44,22 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		return nil, fmt.Errorf("stop sandbox %s: a container creation in it is still running; retry the stop once it has ended: %w", sb.rec.ID, err)
 	}
 	defer reopen()
-	// The pod's containers first, killed at once (as containerd does: the kubelet has
-	// already stopped them gracefully).
-	for _, rec := range s.containersOf(sb.rec.ID) {
-		c, err := decodeContainer(rec)
-		if err != nil || rec.State != journal.StateCreated {
-			continue
-		}
-		if err := s.stopContainer(ctx, c, 0); err != nil {
+	// The pod's containers are killed at once (as containerd does: the kubelet has
+	// already stopped them gracefully), side by side, while the network is torn down: the
+	// stop takes the longer of the kill and the CNI DEL, not their sum. NRI plugins are
+	// shown the pod's stop after its containers' and before its network's teardown, as in
+	// containerd and CRI-O; so where a plugin may be registered, the teardown waits for
+	// the containers.
+	containersStopped := s.stopContainersOf(ctx, sb.rec.ID)
+	if s.nri.Plugged() {
+		if err := <-containersStopped; err != nil {
 			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
 		}
+		containersStopped = nil
 	}
-	if _, stopped := sb.rec.Marker(markerStopped); !stopped {
+	_, wasStopped := sb.rec.Marker(markerStopped)
+	var netErr error
+	if !wasStopped {
 		// NRI's StopPodSandbox, CNI DEL (the undo of the attach step), the pod's /dev/shm
 		// unmounted (as CRI-O does at stop: no container of the pod runs again), and the
 		// markers in one commit.
@@ -62,14 +67,48 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		at := nowMarker()
 		markers := map[string]*string{markerNetworkStopped: at, markerStopped: at}
 		s.nriStopPod(nctx, sb, markers)
-		err := s.journal.UndoSteps(nctx, sb.rec.ID, markers, netns.StepAttach, netns.StepShm)
+		netErr = s.journal.UndoSteps(nctx, sb.rec.ID, markers, netns.StepAttach, netns.StepShm)
 		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
+	}
+	if containersStopped != nil {
+		if err := <-containersStopped; err != nil {
+			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, errors.Join(err, netErr))
 		}
+	}
+	if netErr != nil {
+		return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, netErr)
+	}
+	if !wasStopped {
 		s.log.Info("pod sandbox stopped", "id", sb.rec.ID, "name", sb.rec.Name)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+// stopContainersOf kills every created container of sandbox sandboxID (StopContainer with
+// no grace), each in a goroutine of its own, and sends the joined errors on the channel it
+// returns once all have ended: the caller must receive it.
+func (s *Server) stopContainersOf(ctx context.Context, sandboxID string) <-chan error {
+	var containers []container
+	for _, rec := range s.containersOf(sandboxID) {
+		if c, err := decodeContainer(rec); err == nil && rec.State == journal.StateCreated {
+			containers = append(containers, c)
+		}
+	}
+	done := make(chan error, 1)
+	errs := make([]error, len(containers))
+	var wg sync.WaitGroup
+	for i, c := range containers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.stopContainer(ctx, c, 0)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		done <- errors.Join(errs...)
+	}()
+	return done
 }
 
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
