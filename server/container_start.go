@@ -21,7 +21,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 	if err != nil {
 		return nil, err
 	}
-	if s.nri.Enabled() {
+	if s.nri.Plugged() {
 		// A container that exits at once waits with its StopContainer event until the
 		// PostStartContainer below is sent.
 		defer s.nriStops.start(c.rec.ID)()

@@ -19,7 +19,7 @@ func (s *Server) UpdateContainerResources(ctx context.Context, req *runtimeapi.U
 		return nil, err
 	}
 	res := req.GetLinux()
-	if s.nri.Enabled() && res != nil {
+	if s.nri.Plugged() && res != nil {
 		pod, ctr, err := s.nriOf(c)
 		if err != nil {
 			return nil, err

@@ -135,8 +135,8 @@ func (s *Server) nriOf(c container) (*api.PodSandbox, *api.Container, error) {
 // nriEvent sends one event about container c that does not decide a call (post-create,
 // post-start, post-update): detached from the request, bounded, logged on failure.
 func (s *Server) nriEvent(ctx context.Context, c container, event string, send func(context.Context, *api.PodSandbox, *api.Container) error) {
-	if !s.nri.Enabled() {
-		return
+	if !s.nri.Plugged() {
+		return // nobody to tell: not worth the container's spec read from its bundle
 	}
 	ectx, cancel := detached(ctx, nriEventTimeout)
 	defer cancel()
@@ -154,7 +154,15 @@ func (s *Server) nriEvent(ctx context.Context, c container, event string, send f
 // event is sent once, also across a restart (the undo at removal sends it only when the
 // marker is missing).
 func (s *Server) exitMarkers(ctx context.Context, c container, markers map[string]*string) error {
-	if _, sent := c.rec.Marker(nri.MarkerStopped); !sent && s.nri.Enabled() {
+	_, sent := c.rec.Marker(nri.MarkerStopped)
+	switch {
+	case sent || !s.nri.Enabled():
+	case !s.nri.Plugged():
+		// No plugin to tell (see nriContainerStep): recorded as told, so that the undo
+		// at removal does not tell a plugin registered by then of a stop it was
+		// synchronized after.
+		markers[nri.MarkerStopped] = nowMarker()
+	default:
 		if _, busy := s.nriStops.inFlight.LoadOrStore(c.rec.ID, struct{}{}); !busy {
 			defer s.nriStops.inFlight.Delete(c.rec.ID) // after the markers' commit
 			// Look again: c may be older than the commit of another caller that sent it.
@@ -330,8 +338,8 @@ func (s *Server) nriContainerStep(c *creation, sb sandbox, cfg *runtimeapi.Conta
 // nriCreated finishes a container's creation for the plugins: PostCreateContainer, then
 // the updates and evictions of other containers they asked for.
 func (s *Server) nriCreated(ctx context.Context, id string, plugins nri.Created) {
-	if !s.nri.Enabled() {
-		return
+	if !s.nri.Plugged() {
+		return // nobody to tell, and no plugin's answer to apply
 	}
 	c, err := s.findContainer(id)
 	if err != nil {
