@@ -288,6 +288,29 @@ func TestNRIPluginAfterCreation(t *testing.T) {
 		"StopContainer nri-late/app", "StopPodSandbox nri-late", "RemoveContainer nri-late/app", "RemovePodSandbox nri-late")
 }
 
+// TestNRIPluginAfterExit: a container that exited while no plugin was registered is
+// shown to a plugin that registers later as exited, in its synchronization; the plugin
+// is told of its removal and its pod's stop and removal, not of a stop that happened
+// before it came (as containerd replays no event).
+func TestNRIPluginAfterExit(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	pod := d.containerPod(t, "nri-gone", false)
+	podID := d.mustRunp(t, pod)
+	id := d.run(t, podID, containerConfig(t, "quick", 0, []string{"true"}), pod)
+	d.requireExited(t, id, 0)
+
+	p := &nriPlugin{}
+	st := connectPlugin(t, d, p)
+	if !slices.Equal(st.containers, []string{"quick"}) {
+		t.Errorf("synchronized with containers %q, want [quick]", st.containers)
+	}
+	d.mustCrictl(t, "stopp", podID)
+	d.mustCrictl(t, "rmp", podID)
+	requireEvents(t, p, "nri-gone", "the pod's stop and removal",
+		"StopPodSandbox nri-gone", "RemoveContainer nri-gone/quick", "RemovePodSandbox nri-gone")
+}
+
 // TestNRIContainerExit: a container that exits by itself gets its StopContainer.
 func TestNRIContainerExit(t *testing.T) {
 	t.Parallel()
