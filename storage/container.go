@@ -179,11 +179,13 @@ func (s *Store) Unmount(ctx context.Context, id string) error {
 // DeleteContainer unmounts (however many times it was mounted) and deletes storage
 // container id, with its directories, and first the bind mount of its root filesystem
 // for a user namespace (see rootfs.go) when there is one. No such container is success.
+// containers/storage unmounts the layer itself, under the lock it deletes it with: an
+// Unmount first would take that lock, and rewrite its record of mount points, once more.
 func (s *Store) DeleteContainer(ctx context.Context, id string) error {
-	if err := s.unbindUserRootfs(id); err != nil {
-		return fmt.Errorf("delete storage container: %w", err)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete storage container %s: %w", id, err)
 	}
-	if err := s.Unmount(ctx, id); err != nil {
+	if err := s.unbindUserRootfs(id); err != nil {
 		return fmt.Errorf("delete storage container: %w", err)
 	}
 	c, err := s.st.Container(id)
