@@ -4,13 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/crijournal/crijournal/migrations"
+	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/crijournal/crijournal/migrations"
 )
 
 // Fewer durable commits per creation: intents committed together (Intents) and markers
@@ -99,4 +103,85 @@ func TestSetMarkerLazily(t *testing.T) {
 	if !strings.Contains(string(raw), `"started_at":"now"`) {
 		t.Errorf("marker not on disk after the next commit: %s", raw)
 	}
+}
+
+// TestRemoveDoesNotWaitForItsDelete: Remove returns once the record's steps are undone,
+// its delete queued to ride on the next commit; readers no longer see the record then.
+// A crash before that commit leaves it removing in the file (which the next start
+// finishes); the delete is in the file once committed.
+func TestRemoveDoesNotWaitForItsDelete(t *testing.T) {
+	var u undoLog
+	j, path := testJournal(t, Options{Registry: u.registry(kindA)})
+	rec := begin(t, j, "pod", time.Time{})
+	step(t, j, rec.ID, kindA, "1")
+	j.ready(rec.ID, 1)
+	j.answer(rec.ID, true)
+
+	// Commits after the removing mark wait until released.
+	release := make(chan struct{})
+	var commits int
+	j.commits.beforeCommit = func() error {
+		if commits++; commits > 1 {
+			<-release
+		}
+		return nil
+	}
+	removed := make(chan error, 1)
+	go func() { removed <- j.Remove(ctx, rec.ID) }()
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("Remove waited for the commit of its delete")
+	}
+	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Remove = %v, want ErrNotFound", err)
+	}
+	if got := j.Snapshot(nil); len(got) != 0 {
+		t.Errorf("Snapshot after Remove holds %d records, want none", len(got))
+	}
+	if diff := cmp.Diff([]string{"test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undos (-want +got):\n%s", diff)
+	}
+	// What a crash now would leave: the record removing.
+	if st := stateInCopy(t, path, rec.ID); st != StateRemoving {
+		t.Errorf("the file before the delete's commit says %q, want %q", st, StateRemoving)
+	}
+	close(release)
+	j.Close()
+	j2, err := Open(path, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	if _, err := j2.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after a reopen = %v, want ErrNotFound", err)
+	}
+}
+
+// stateInCopy opens a copy of the journal file at path, as a crash now would leave it,
+// and returns the state record id has there.
+func stateInCopy(t *testing.T, path, id string) State {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "crash.db")
+	if err := os.WriteFile(cp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	j, err := Open(cp, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	r, err := j.Get(id)
+	if err != nil {
+		t.Fatalf("the file before the delete's commit: %v", err)
+	}
+	return r.State
 }

@@ -45,9 +45,10 @@
 // queued, in that same order, to a single committer goroutine that writes everything queued
 // so far in one bbolt transaction (group commit): it commits as soon as the previous commit
 // finishes, never waiting for more work. Calls that must be durable (Intent, Settle, Cache,
-// Claim, Remove, ...) wait for their commit; Done rides on the next commit, which is
-// safe because every undo is idempotent; Begin rides too, since nothing exists outside the
-// journal before the first intent.
+// Claim, Remove's removing mark, ...) wait for their commit; Done rides on the next commit,
+// which is safe because every undo is idempotent; Begin rides too, since nothing exists
+// outside the journal before the first intent; and so does the delete that ends a Remove,
+// since a crash that loses it leaves the record removing, which the next start finishes.
 // None of these calls takes a context: a change is applied to the index at once and its
 // commit, once queued, happens whatever the caller does, so there is nothing to cancel.
 // The calls that run other code (the undos: Rollback, Remove, UndoSteps, the sweeps and

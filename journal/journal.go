@@ -522,22 +522,31 @@ func (j *Journal) change(e *entry, durable bool, mutate func(r *Record)) (*pendi
 }
 
 // forget deletes a record and its name from the index and the file. Calls that change
-// records no longer find it; readers see it until the delete is committed.
-func (j *Journal) forget(e *entry) (*pending, error) {
+// records no longer find it. A durable delete is seen by readers once it is committed, a
+// lazy one (see Remove) at once; a delete asked to be lazy while a durable write of the
+// record is still pending is made durable, so that the pending write, once published,
+// does not show the record again until the delete rides on a later commit.
+func (j *Journal) forget(e *entry, durable bool) (*pending, error) {
 	if err := j.writable(); err != nil {
 		return nil, err
 	}
+	durable = durable || e.durablePending > 0
 	delete(j.byID, e.rec.ID)
 	j.unindexIdentity(e)
 	key := nameKey(e.rec.Kind, e.rec.Name)
 	e.version++
-	e.durablePending++
-	w := write{id: e.rec.ID, del: true, entry: e, version: e.version, durable: true}
+	w := write{id: e.rec.ID, del: true, entry: e, version: e.version, durable: durable}
 	if j.byName[string(key)] == e {
 		delete(j.byName, string(key))
 		w.name = nameOp{key: key, id: e.rec.ID, del: true}
 	}
-	return j.commits.enqueue(w, true), nil
+	if durable {
+		e.durablePending++
+	} else {
+		j.show(e, w.version, nil)
+		j.wakeAll()
+	}
+	return j.commits.enqueue(w, durable), nil
 }
 
 // published is called by the committer after each successful commit, before its waiters
