@@ -180,7 +180,7 @@ func (s *Store) Unmount(ctx context.Context, id string) error {
 // container id, with its directories, and first the bind mount of its root filesystem
 // for a user namespace (see rootfs.go) when there is one. No such container is success.
 // containers/storage unmounts the layer itself, under the lock it deletes it with: an
-// Unmount first would take that lock, and rewrite its record of mount points, once more.
+// Unmount first would look the container up and take that lock once more.
 func (s *Store) DeleteContainer(ctx context.Context, id string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("delete storage container %s: %w", id, err)
