@@ -35,6 +35,9 @@ __attribute__((constructor)) static void crijournal_residency(int argc, char **a
 	if (argc == 1 || strcmp(argv[1], "serve") == 0) { // crijournal serves without a subcommand
 		int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
 		if (fd >= 0) {
+			// Dirty pages are not dropped: a binary just built or installed may not be
+			// written back yet. Write them back first (nothing to do for a clean file).
+			sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
 			posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 			// Read the loaded part back at once, in small folios (read-ahead asked for
 			// does not make large ones), rather than a page a fault.

@@ -16,7 +16,10 @@
 //     folios anyway.)
 //   - The daemon (`crijournal serve`, or crijournal with no arguments) drops, in the same constructor, the page cache of its
 //     executable that no process maps (POSIX_FADV_DONTNEED), so that the binary is read
-//     back in small folios however it got into the cache (a build, an install, a backup).
+//     back in small folios however it got into the cache (a build, an install, a backup);
+//     it writes the executable's dirty pages back first (sync_file_range), since a
+//     binary just built or copied may not be written back yet, and dirty pages are not
+//     dropped.
 //   - Release unmaps the executable's read-only segments, once serving and after each
 //     image pull: pages come back, from the page cache, as they are used.
 //   - Trim does that and returns the heap's free memory to the system
