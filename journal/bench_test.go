@@ -81,7 +81,7 @@ func BenchmarkOpen(b *testing.B) {
 }
 
 // BenchmarkRemove measures the removal of a created record with one step, as a pod's
-// container or sandbox is removed: the removing mark's durable commit, the undo, and the
+// sandbox or container is removed: the removing mark's durable commit, the undo, and the
 // delete, which rides on the next commit. Reported per removal: ns, and the commits made
 // while it ran (the next removal's mark carries the last one's delete).
 func BenchmarkRemove(b *testing.B) {
@@ -90,15 +90,8 @@ func BenchmarkRemove(b *testing.B) {
 	var commits int64
 	for i := range b.N {
 		b.StopTimer()
-		rec, err := j.Begin(BeginRequest{Kind: KindContainer, Name: fmt.Sprintf("c-%d", i)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		seq, err := j.Intent(rec.ID, "bench", kindA, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		j.Done(rec.ID, seq)
+		rec := begin(b, j, fmt.Sprintf("pod-%d", i), time.Time{})
+		step(b, j, rec.ID, kindA, "1")
 		if err := j.ready(rec.ID, 1); err != nil {
 			b.Fatal(err)
 		}

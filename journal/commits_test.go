@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -166,15 +164,7 @@ func TestRemoveDoesNotWaitForItsDelete(t *testing.T) {
 // and returns the state record id has there.
 func stateInCopy(t *testing.T, path, id string) State {
 	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cp := filepath.Join(t.TempDir(), "crash.db")
-	if err := os.WriteFile(cp, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	j, err := Open(cp, Options{ReadOnly: true})
+	j, err := Open(crashCopy(t, path), Options{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,6 +115,21 @@ func checkFile(t testing.TB, path string) {
 	}
 }
 
+// crashCopy copies the journal file at path as it is now, what a crash now would leave,
+// and returns the copy's path.
+func crashCopy(t testing.TB, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "crashed.db")
+	if err := os.WriteFile(cp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
 func begin(t testing.TB, j *Journal, name string, deadline time.Time) Record {
 	t.Helper()
 	rec, err := j.Begin(BeginRequest{Kind: KindSandbox, Name: name, Fingerprint: "fp-" + name, Deadline: deadline, Stage: "start"})
@@ -428,14 +443,7 @@ func TestReopenEveryState(t *testing.T) {
 	// The file as a crash now would leave it (the removal's mark is durable before
 	// its first undo), reopened below.
 	before := j.List(nil)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crashed := filepath.Join(t.TempDir(), "crashed.db")
-	if err := os.WriteFile(crashed, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	crashed := crashCopy(t, path)
 	close(release)
 	if err := <-removed; err != nil {
 		t.Fatal(err)
