@@ -112,8 +112,12 @@ func TestRemoveDoesNotWaitForItsDelete(t *testing.T) {
 	j, path := testJournal(t, Options{Registry: u.registry(kindA)})
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
-	j.ready(rec.ID, 1)
-	j.answer(rec.ID, true)
+	if err := j.ready(rec.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.answer(rec.ID, true); err != nil {
+		t.Fatal(err)
+	}
 
 	// Commits after the removing mark wait until released.
 	release := make(chan struct{})

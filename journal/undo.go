@@ -190,8 +190,8 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		// A removal's delete rides on the next commit: a crash that loses it leaves the
 		// record removing, with every step undone or to undo again (undos are
 		// idempotent), which the next start finishes; so the removal's answer need not
-		// wait for it. A rollback's delete stays durable, as it was: only the removals,
-		// two per pod taken down, were measured to gain.
+		// wait for it (BenchmarkRemove: one commit per removal instead of two). A
+		// rollback's delete stays durable, as it was: it is not on a pod's way down.
 		p, err = j.forget(e, !removal)
 	} else {
 		p, err = j.change(e, true, func(r *Record) {

@@ -157,6 +157,7 @@ func (s *Server) exitMarkers(ctx context.Context, c container, markers map[strin
 	_, sent := c.rec.Marker(nri.MarkerStopped)
 	switch {
 	case sent || !s.nri.Enabled():
+		// Told already, or nobody to tell ever: nothing to send or record.
 	case !s.nri.Plugged():
 		// No plugin to tell (see nriContainerStep): recorded as told, so that the undo
 		// at removal does not tell a plugin registered by then of a stop it was

@@ -50,12 +50,11 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 	// shown the pod's stop after its containers' and before its network's teardown, as in
 	// containerd and CRI-O; so where a plugin may be registered, the teardown waits for
 	// the containers.
-	containersStopped := s.stopContainersOf(ctx, sb.rec.ID)
+	waitContainers := s.stopContainersOf(ctx, sb.rec.ID)
 	if s.nri.Plugged() {
-		if err := <-containersStopped; err != nil {
+		if err := waitContainers(); err != nil {
 			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
 		}
-		containersStopped = nil
 	}
 	_, wasStopped := sb.rec.Marker(markerStopped)
 	var netErr error
@@ -70,13 +69,8 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 		netErr = s.journal.UndoSteps(nctx, sb.rec.ID, markers, netns.StepAttach, netns.StepShm)
 		cancel()
 	}
-	if containersStopped != nil {
-		if err := <-containersStopped; err != nil {
-			return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, errors.Join(err, netErr))
-		}
-	}
-	if netErr != nil {
-		return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, netErr)
+	if err := errors.Join(waitContainers(), netErr); err != nil {
+		return nil, fmt.Errorf("stop sandbox %s: %w", sb.rec.ID, err)
 	}
 	if !wasStopped {
 		s.log.Info("pod sandbox stopped", "id", sb.rec.ID, "name", sb.rec.Name)
@@ -85,16 +79,16 @@ func (s *Server) StopPodSandbox(ctx context.Context, req *runtimeapi.StopPodSand
 }
 
 // stopContainersOf kills every created container of sandbox sandboxID (StopContainer with
-// no grace), each in a goroutine of its own, and sends the joined errors on the channel it
-// returns once all have ended: the caller must receive it.
-func (s *Server) stopContainersOf(ctx context.Context, sandboxID string) <-chan error {
+// no grace), each in a goroutine of its own, and returns the wait for them: it returns
+// their joined errors once all have ended, and may be called again. The caller must call
+// it before it returns.
+func (s *Server) stopContainersOf(ctx context.Context, sandboxID string) (wait func() error) {
 	var containers []container
 	for _, rec := range s.containersOf(sandboxID) {
 		if c, err := decodeContainer(rec); err == nil && rec.State == journal.StateCreated {
 			containers = append(containers, c)
 		}
 	}
-	done := make(chan error, 1)
 	errs := make([]error, len(containers))
 	var wg sync.WaitGroup
 	for i, c := range containers {
@@ -104,11 +98,10 @@ func (s *Server) stopContainersOf(ctx context.Context, sandboxID string) <-chan 
 			errs[i] = s.stopContainer(ctx, c, 0)
 		}()
 	}
-	go func() {
+	return sync.OnceValue(func() error {
 		wg.Wait()
-		done <- errors.Join(errs...)
-	}()
-	return done
+		return errors.Join(errs...)
+	})
 }
 
 // RemovePodSandbox removes a sandbox: the journal undoes every step still in effect (CNI
