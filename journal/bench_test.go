@@ -88,16 +88,9 @@ func BenchmarkRemove(b *testing.B) {
 	var u undoLog
 	j, _ := testJournal(b, Options{Registry: u.registry(kindA)})
 	var commits int64
-	for i := range b.N {
+	for range b.N {
 		b.StopTimer()
-		rec := begin(b, j, fmt.Sprintf("pod-%d", i), time.Time{})
-		step(b, j, rec.ID, kindA, "1")
-		if err := j.ready(rec.ID, 1); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := j.answer(rec.ID, true); err != nil {
-			b.Fatal(err)
-		}
+		rec := createdRecord(b, j) // the last one removed, its name is free
 		before := j.Stats().Commits
 		b.StartTimer()
 		if err := j.Remove(ctx, rec.ID); err != nil {

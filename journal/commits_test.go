@@ -110,14 +110,7 @@ func TestSetMarkerLazily(t *testing.T) {
 func TestRemoveDoesNotWaitForItsDelete(t *testing.T) {
 	var u undoLog
 	j, path := testJournal(t, Options{Registry: u.registry(kindA)})
-	rec := begin(t, j, "pod", time.Time{})
-	step(t, j, rec.ID, kindA, "1")
-	if err := j.ready(rec.ID, 1); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := j.answer(rec.ID, true); err != nil {
-		t.Fatal(err)
-	}
+	rec := createdRecord(t, j)
 
 	// Commits after the removing mark wait until released.
 	release := make(chan struct{})

@@ -22,13 +22,13 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		// setup brings a record "pod" to the state before the change.
-		setup func(t *testing.T, j *Journal) Record
+		setup func(t testing.TB, j *Journal) Record
 		// change is the durable call whose commit fails.
 		change func(j *Journal, rec Record) error
 	}{
 		{
 			name: "Answer (ready to created)",
-			setup: func(t *testing.T, j *Journal) Record {
+			setup: func(t testing.TB, j *Journal) Record {
 				rec := begin(t, j, "pod", time.Time{})
 				step(t, j, rec.ID, kindA, "1")
 				if err := j.ready(rec.ID, 1); err != nil {
@@ -58,7 +58,7 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 		},
 		{
 			name: "Intent",
-			setup: func(t *testing.T, j *Journal) Record {
+			setup: func(t testing.TB, j *Journal) Record {
 				rec := begin(t, j, "pod", time.Time{})
 				step(t, j, rec.ID, kindA, "1")
 				return rec
@@ -155,7 +155,9 @@ func TestFailedCommitPublishesNothing(t *testing.T) {
 	}
 }
 
-func createdRecord(t *testing.T, j *Journal) Record {
+// createdRecord begins a record named pod with one done step of kindA and settles it
+// created.
+func createdRecord(t testing.TB, j *Journal) Record {
 	t.Helper()
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
@@ -168,7 +170,7 @@ func createdRecord(t *testing.T, j *Journal) Record {
 	return rec
 }
 
-func cachedRecord(t *testing.T, j *Journal) Record {
+func cachedRecord(t testing.TB, j *Journal) Record {
 	t.Helper()
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
