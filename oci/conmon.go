@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
 	"golang.org/x/sys/unix"
 
 	"github.com/crijournal/crijournal/units"
@@ -381,6 +384,50 @@ func conmonScope(cgroupsPath, id string) (units.Path, bool) {
 		return units.Path{}, false
 	}
 	return units.Path{Slice: p.Slice, Prefix: units.ConmonPrefix, Name: id}, true
+}
+
+// conmonCgroup returns the cgroupfs cgroup of a container's conmon when its cgroupsPath
+// is a cgroupfs one: crijournal-conmon-<id> beside the container's own cgroup, as
+// conmonScope is beside its scope.
+func conmonCgroup(cgroupsPath, id string) (string, bool) {
+	if cgroupsPath == "" || units.IsPath(cgroupsPath) {
+		return "", false
+	}
+	return path.Join(path.Dir(cgroupsPath), units.ConmonPrefix+"-"+id), true
+}
+
+// joinConmonCgroup moves conmon (pid) into a cgroup of its container's pod: the scope
+// conmonScope names with the systemd driver, the cgroup conmonCgroup names with
+// cgroupfs (made when missing, with no limits of its own). conmon then counts to the
+// pod (its memory, its processes) and not to the daemon, as CRI-O's conmon_cgroup =
+// "pod" has it, and a service manager that kills the daemon's cgroup leaves it alone.
+// Delete and Release remove the cgroup (stopScopes, removeCgroup) once conmon is gone.
+// A container without a cgroupsPath leaves conmon where it is.
+func joinConmonCgroup(cgroupsPath, id string, pid int) error {
+	if scope, ok := conmonScope(cgroupsPath, id); ok {
+		return units.StartScope(scope, pid)
+	}
+	dir, ok := conmonCgroup(cgroupsPath, id)
+	if !ok {
+		return nil
+	}
+	m, err := manager.New(&cgroups.Cgroup{Path: dir, Resources: &cgroups.Resources{SkipDevices: true}})
+	if err != nil {
+		return fmt.Errorf("conmon's cgroup %s: %w", dir, err)
+	}
+	if err := m.Apply(pid); err != nil {
+		return fmt.Errorf("put conmon %d in cgroup %s: %w", pid, dir, err)
+	}
+	return nil
+}
+
+// removeConmonCgroup removes the cgroupfs cgroup of a container's conmon, which is gone
+// (a systemd scope ends with its last process). A missing cgroup is success.
+func removeConmonCgroup(cgroupsPath, id string) error {
+	if dir, ok := conmonCgroup(cgroupsPath, id); ok {
+		return removeCgroup(dir)
+	}
+	return nil
 }
 
 // stopScopes stops the systemd scopes of a container whose cgroupsPath is a systemd

@@ -16,8 +16,6 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
-
-	"github.com/crijournal/crijournal/units"
 )
 
 // createCleanup bounds the cleanup of a failed Prepare or Create when the caller's
@@ -212,6 +210,17 @@ func (p *Pending) Create(ctx context.Context, spec *specs.Spec) (pid int, err er
 		return 0, fmt.Errorf("create %s: start conmon: %w", id, err)
 	}
 
+	// conmon leaves the daemon's cgroup for one of the pod's (joinConmonCgroup; its name
+	// follows from the cgroupsPath that meta.json recorded, and Delete, the step's undo,
+	// removes it) while it starts the runtime, not before: the first move of a process
+	// between cgroups after a quiet spell waits for an RCU grace period of the kernel's
+	// (8 to 13 ms here), and runc's own move, of the container's init into its cgroup,
+	// comes some 10 ms after the start byte. Made side by side, the two moves share one
+	// wait instead of paying one each (docs/BENCHMARKS.md, "runc's wait for the cgroup").
+	// The move is bounded (units.Timeout for systemd) and always waited for.
+	joined := make(chan error, 1)
+	go func() { joined <- joinConmonCgroup(m.CgroupsPath, id, p.pid) }()
+
 	type result struct {
 		pid int
 		err error
@@ -223,21 +232,15 @@ func (p *Pending) Create(ctx context.Context, spec *specs.Spec) (pid int, err er
 	}()
 	select {
 	case res := <-done:
+		joinErr := <-joined
 		if res.err != nil {
 			if msg := conmonStderr(dir); msg != "" {
 				res.err = fmt.Errorf("%w; conmon: %s", res.err, msg)
 			}
 			return 0, fmt.Errorf("create %s: %w", id, res.err)
 		}
-		// With the systemd driver, conmon leaves the daemon's cgroup for a scope of its
-		// own in the pod's slice, as CRI-O's conmon_cgroup = "pod" does: it is the pod's,
-		// and a restart of the daemon's unit does not touch it. The scope's name follows
-		// from the cgroupsPath that meta.json recorded before conmon started the
-		// runtime, and Delete (the step's undo) stops it.
-		if cp, ok := conmonScope(m.CgroupsPath, id); ok {
-			if err := units.StartScope(cp, p.pid); err != nil {
-				return 0, fmt.Errorf("create %s: %w", id, err)
-			}
+		if joinErr != nil {
+			return 0, fmt.Errorf("create %s: %w", id, joinErr)
 		}
 		// The pidfd answers Running from now on; Close closes p's copy.
 		if kept, err := dupFile(p.pidfd); err == nil {
@@ -245,6 +248,7 @@ func (p *Pending) Create(ctx context.Context, spec *specs.Spec) (pid int, err er
 		}
 		return res.pid, nil
 	case <-ctx.Done():
+		<-joined
 		// The deferred kill ends conmon, which closes the pipe and ends the reader.
 		return 0, fmt.Errorf("create %s: waiting for conmon: %w", id, ctx.Err())
 	}

@@ -43,7 +43,7 @@ func TestCreateFailureReportsRuntimeErrorAndCleansUp(t *testing.T) {
 	if ids, err := r.Containers(ctxb); err != nil || len(ids) != 0 {
 		t.Fatalf("runc list after a failed Create = %v, %v", ids, err)
 	}
-	for _, p := range []string{r.containerDir(c.id), filepath.Join(r.attachDir(), c.id), filepath.Join(c.bundle, "config.json"), c.cgroupDir("memory")} {
+	for _, p := range []string{r.containerDir(c.id), filepath.Join(r.attachDir(), c.id), filepath.Join(c.bundle, "config.json"), c.cgroupDir("memory"), c.conmonCgroupDir("memory")} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left behind by a failed Create (%v)", p, err)
 		}

@@ -96,9 +96,13 @@
 // conmon run `runc create`; conmon relays the container's output to its log file in
 // the CRI format, and writes its exit code to an exit file when it exits. conmon gets
 // its own session and is not killed when the daemon dies: containers outlive daemon
-// restarts. conmon stays in the daemon's cgroup, so a service manager that kills a
-// unit's whole cgroup on restart (systemd KillMode=control-group) would kill every
-// conmon: run the daemon with KillMode=process.
+// restarts. Create moves conmon out of the daemon's cgroup into one of its pod's, beside
+// the container's own: crijournal-conmon-<id> (cgroupfs) or crijournal-conmon-<id>.scope
+// in the pod's slice (systemd), as CRI-O's conmon_cgroup = "pod" does; it counts to the
+// pod, and a service manager that kills the daemon's cgroup on restart leaves it alone.
+// The move is made while conmon starts the runtime, so that runc's own move of the
+// container's init waits for the kernel's grace period with it instead of after it
+// (see Pending.Create). Release and Delete remove that cgroup once conmon is gone.
 //
 // conmon is started with --sync: it does not double-fork, so it remains the daemon's
 // child, and the daemon reaps it when it exits (from a goroutine waiting on a pidfd

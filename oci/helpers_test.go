@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -173,6 +174,39 @@ type testContainer struct {
 // cgroupDir returns the container's cgroup directory in a v1 controller's hierarchy.
 func (c *testContainer) cgroupDir(controller string) string {
 	return filepath.Join("/sys/fs/cgroup", controller, c.spec.Linux.CgroupsPath)
+}
+
+// conmonCgroupDir returns the directory of the cgroup of the container's conmon in a v1
+// controller's hierarchy: crijournal-conmon-<id> beside the container's.
+func (c *testContainer) conmonCgroupDir(controller string) string {
+	return filepath.Join("/sys/fs/cgroup", controller, filepath.Dir(c.spec.Linux.CgroupsPath), "crijournal-conmon-"+c.id)
+}
+
+// cgroupOf returns the cgroup of process pid in a v1 controller's hierarchy, or in the
+// v2 hierarchy on a machine that has only that one, from /proc/<pid>/cgroup.
+func cgroupOf(t *testing.T, pid int, controller string) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v2 string
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		if f[0] == "0" && f[1] == "" {
+			v2 = f[2]
+		}
+		if slices.Contains(strings.Split(f[1], ","), controller) {
+			return f[2]
+		}
+	}
+	if v2 == "" {
+		t.Fatalf("process %d is in no cgroup of %s: %q", pid, controller, b)
+	}
+	return v2
 }
 
 // createContainer builds the spec of a container running args (edited by edit, if

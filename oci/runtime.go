@@ -555,6 +555,9 @@ func (r *Runtime) Release(ctx context.Context, id string) error {
 	if _, err := r.stopConmon(ctx, id, conmonGrace); err != nil {
 		return fmt.Errorf("release %s: %w", id, err)
 	}
+	if err := removeConmonCgroup(cgroupsPathOf(r.readMeta(id)), id); err != nil {
+		return fmt.Errorf("release %s: %w", id, err)
+	}
 	r.cgroups.forget(id)
 	return nil
 }
@@ -630,6 +633,9 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		}
 	} else if cg != "" {
 		if err := removeCgroup(cg); err != nil {
+			errs = append(errs, err)
+		}
+		if err := removeConmonCgroup(cg, id); err != nil {
 			errs = append(errs, err)
 		}
 	}

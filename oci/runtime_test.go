@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -379,6 +380,59 @@ func TestReleaseKeepsTheExitAndTheBundle(t *testing.T) {
 	}
 }
 
+// TestConmonInThePodsCgroup: Create moves conmon out of the daemon's cgroup into
+// crijournal-conmon-<id> beside the container's (cgroupfs driver); Release, at the
+// container's exit, removes that cgroup with conmon, and Delete finds nothing left.
+func TestConmonInThePodsCgroup(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, nil)
+	conmon, err := r.ConmonPID(c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := path.Join(path.Dir(c.spec.Linux.CgroupsPath), "crijournal-conmon-"+c.id)
+	for _, ctrl := range []string{"memory", "pids", "cpu"} {
+		if got := cgroupOf(t, conmon, ctrl); got != want {
+			t.Errorf("conmon's %s cgroup = %s, want %s", ctrl, got, want)
+		}
+	}
+	if got := cgroupOf(t, c.pid, "memory"); got != c.spec.Linux.CgroupsPath {
+		t.Errorf("the container's memory cgroup = %s, want its own %s", got, c.spec.Linux.CgroupsPath)
+	}
+	if err := r.Stop(ctxb, c.id, true, syscall.SIGKILL, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Release(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	for _, ctrl := range []string{"memory", "pids", "cpu"} {
+		if _, err := os.Lstat(c.conmonCgroupDir(ctrl)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("conmon's cgroup %s outlived Release (%v)", c.conmonCgroupDir(ctrl), err)
+		}
+	}
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConmonCgroupNames(t *testing.T) {
+	for _, tc := range []struct {
+		cgroupsPath, want string
+		ok                bool
+	}{
+		{"/crijournal/crijournal-c1", "/crijournal/crijournal-conmon-c1", true},
+		{"/kubepods/burstable/pod12/crijournal-c1", "/kubepods/burstable/pod12/crijournal-conmon-c1", true},
+		{"/other-name", "/crijournal-conmon-c1", true},    // a path an NRI plugin chose
+		{"kubepods-pod12.slice:crijournal:c1", "", false}, // systemd: the scope (conmonScope)
+		{"", "", false},
+	} {
+		got, ok := conmonCgroup(tc.cgroupsPath, "c1")
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("conmonCgroup(%q) = %q, %v; want %q, %v", tc.cgroupsPath, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
 func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sleep", "30"}, nil)
@@ -406,7 +460,7 @@ func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
 	}
 	for _, p := range []string{r.containerDir(c.id), filepath.Join(r.attachDir(), c.id), r.exitFile(c.id),
 		filepath.Join(c.bundle, "config.json"), filepath.Join(c.bundle, "ctl"), filepath.Join(c.bundle, "attach"),
-		c.cgroupDir("memory"), c.cgroupDir("cpu"), c.cgroupDir("pids")} {
+		c.cgroupDir("memory"), c.cgroupDir("cpu"), c.cgroupDir("pids"), c.conmonCgroupDir("memory"), c.conmonCgroupDir("pids")} {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s left behind by Delete (%v)", p, err)
 		}
