@@ -479,6 +479,18 @@ func sweepContainers(dir string) {
 	}
 }
 
+// removeCgroupDir removes the cgroup directory dir, if it is there: a cgroup whose last
+// process is still exiting is busy for a moment, so it tries for a second.
+func removeCgroupDir(dir string) {
+	for i := 0; i < 50; i++ {
+		err := syscall.Rmdir(dir)
+		if err == nil || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupParent string) {
 	for _, p := range conmonProcesses(stateDir) {
 		logf("cleanup: killing conmon %d: %s", p.pid, p.cmdline)
@@ -501,14 +513,7 @@ func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupP
 			dirs = append(dirs, filepath.Join(h, cgroupParent))
 		}
 		for _, dir := range dirs {
-			// A cgroup whose last process is still exiting is busy for a moment.
-			for i := 0; i < 50; i++ {
-				err := syscall.Rmdir(dir)
-				if err == nil || errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+			removeCgroupDir(dir)
 		}
 	}
 	if strings.HasPrefix(stateDir, "/run/cjo-") {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/internal/testenv"
+	"github.com/crijournal/crijournal/oci"
 )
 
 // Helpers of the pause process and the shared pid namespace: pods and
@@ -85,6 +87,14 @@ func removePauseProcesses(logf func(string, ...any), nsDir string) {
 		for _, pid := range pauseProcesses(e.Name()) {
 			logf("cleanup: killing pause process %d of %s", pid, e.Name())
 			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+		// The pause process of a pod without a cgroup_parent was in a cgroup under the
+		// daemon's default parent, which the sweep of the node's cgroup parent misses.
+		if dirs := defaultPauseCgroups(e.Name()); len(dirs) > 0 {
+			logf("cleanup: removing the pause process's cgroup %s in %d hierarchies", path.Join(oci.DefaultCgroupParent, "crijournal-"+e.Name()), len(dirs))
+			for _, dir := range dirs {
+				removeCgroupDir(dir)
+			}
 		}
 	}
 }
