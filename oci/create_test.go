@@ -176,11 +176,7 @@ func TestJournalUndoDeletesContainer(t *testing.T) {
 		}},
 		{StepRuntimeContainer, func(t *testing.T, r *Runtime, id string) int {
 			c := startContainer(t, r, []string{"sleep", "30"}, func(in *SpecInput) { in.ID = id })
-			pid, err := r.ConmonPID(c.id)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return pid
+			return conmonPID(t, r, c.id)
 		}},
 	} {
 		t.Run(string(tc.kind), func(t *testing.T) {

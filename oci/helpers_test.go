@@ -176,6 +176,17 @@ func (c *testContainer) cgroupDir(controller string) string {
 	return filepath.Join("/sys/fs/cgroup", controller, c.spec.Linux.CgroupsPath)
 }
 
+// conmonPID returns the PID of the conmon of container id, failing the test when it has
+// none recorded.
+func conmonPID(t *testing.T, r *Runtime, id string) int {
+	t.Helper()
+	pid, err := r.ConmonPID(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
 // conmonCgroupDir returns the directory of the cgroup of the container's conmon in a v1
 // controller's hierarchy: crijournal-conmon-<id> beside the container's.
 func (c *testContainer) conmonCgroupDir(controller string) string {

@@ -335,10 +335,7 @@ func TestReleaseKeepsTheExitAndTheBundle(t *testing.T) {
 	if !testenv.Alive(c.pid) {
 		t.Fatal("Release of a running container killed it")
 	}
-	conmon, err := r.ConmonPID(c.id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conmon := conmonPID(t, r, c.id)
 	if err := r.Stop(ctxb, c.id, true, syscall.SIGKILL, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -381,15 +378,14 @@ func TestReleaseKeepsTheExitAndTheBundle(t *testing.T) {
 }
 
 // TestConmonInThePodsCgroup: Create moves conmon out of the daemon's cgroup into
-// crijournal-conmon-<id> beside the container's (cgroupfs driver); Release, at the
-// container's exit, removes that cgroup with conmon, and Delete finds nothing left.
+// crijournal-conmon-<id> beside the container's (cgroupfs driver), and leaves the
+// container's init in its own; Release, at the container's exit, removes conmon's
+// cgroup with conmon, and a Delete after it succeeds. (Delete without Release:
+// TestDeleteIsIdempotentAndLeavesNothing.)
 func TestConmonInThePodsCgroup(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sleep", "30"}, nil)
-	conmon, err := r.ConmonPID(c.id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conmon := conmonPID(t, r, c.id)
 	want := path.Join(path.Dir(c.spec.Linux.CgroupsPath), "crijournal-conmon-"+c.id)
 	for _, ctrl := range []string{"memory", "pids", "cpu"} {
 		if got := cgroupOf(t, conmon, ctrl); got != want {
@@ -436,10 +432,7 @@ func TestConmonCgroupNames(t *testing.T) {
 func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sleep", "30"}, nil)
-	conmon, err := r.ConmonPID(c.id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	conmon := conmonPID(t, r, c.id)
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
 	}

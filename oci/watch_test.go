@@ -65,10 +65,7 @@ func TestRunningFalseWhenConmonDies(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sh", "-c", "echo ready; sleep 30"}, nil)
 	waitLog(t, c, "stdout F ready")
-	pid, err := r.ConmonPID(c.id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pid := conmonPID(t, r, c.id)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
