@@ -253,6 +253,9 @@ func runCrashCase(t *testing.T, c crashCase) crashOutcome {
 		opts.conmonPath = conmonWrapper(t)
 	}
 	d := startDaemon(t, opts)
+	// The network attaches beside a pause process's start: a crash at the pause's
+	// points may kill the bridge plugin's first ADD part way (see presetBridge).
+	d.presetBridge(t)
 	if strings.Contains(c.point, "/nri-") {
 		// With no plugin registered, an NRI step is noted, not journaled before it acts
 		// (it has nobody to tell; see package nri): the rows of its failure points check

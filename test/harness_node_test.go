@@ -295,3 +295,38 @@ func (d *daemon) simulateReboot(t *testing.T) {
 	})
 	t.Logf("reboot: namespace pins and veths removed")
 }
+
+// presetBridge makes the node's bridge before any pod does, with a MAC address of its own,
+// as the bridge plugin's first ADD on a bridge leaves it. The crash matrix needs it: the
+// bridge plugin of Debian's containernetworking-plugins 1.1.1 (fixed upstream since)
+// reads the bridge's MAC before it plugs the pod's veth in and then sets the bridge's
+// MAC to what it read. A bridge made by an ADD that was killed before that set (a crash
+// while the network attaches, beside the pause process's start) takes the veth's MAC
+// while the veth is its port, and 00:00:00:00:00:00 once the recovery's DEL removes the
+// veth; every later ADD then fails with "could not set bridge's mac: invalid argument".
+// That is the plugin's state to keep, not the runtime's: on a node the bridge has had
+// its first ADD long before.
+func (d *daemon) presetBridge(t *testing.T) {
+	t.Helper()
+	mac := "02:" + insertColons(randomHex(t, 5)) // locally administered, unicast
+	for _, args := range [][]string{
+		{"link", "add", "name", d.bridge, "type", "bridge"},
+		{"link", "set", "dev", d.bridge, "address", mac},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// insertColons puts a colon between every two hex digits of h.
+func insertColons(h string) string {
+	var b strings.Builder
+	for i := 0; i < len(h); i += 2 {
+		if i > 0 {
+			b.WriteByte(':')
+		}
+		b.WriteString(h[i : i+2])
+	}
+	return b.String()
+}
