@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/crijournal/crijournal/failpoint"
@@ -49,7 +50,11 @@ func runStep[T any](c *creation, lim limit, a journal.Action[T]) (T, error) {
 	if err != nil {
 		return none, err
 	}
-	return runIntended(c, seq, lim, a)
+	result, err := takeIntended(c, seq, lim, a)
+	if err != nil {
+		return none, c.fail(a.Stage, err)
+	}
+	return result, nil
 }
 
 // intentOf is what intend commits of step a.
@@ -59,11 +64,11 @@ func intentOf[T any](a journal.Action[T]) journal.Intended {
 
 // intend commits the intents of steps of creation c in one durable commit (see
 // journal.Intents) and returns the first one's sequence number; the caller then takes
-// each, in order, with runIntended. Only steps whose undo is harmless, and cheap, when
-// the step never acted are batched so (a sandbox's namespaces, files and network): each
-// is still journaled before it acts, and a rollback or a recovery undoes every step of
-// the batch, acted or not. The failure points "<flow>/<kind>/before-intent" of every
-// step come before the commit.
+// each with takeIntended. Only steps whose undo is harmless, and cheap, when the step
+// never acted are batched so (a sandbox's namespaces, files and network): each is still
+// journaled before it acts, and a rollback or a recovery undoes every step of the batch,
+// acted or not. The failure points "<flow>/<kind>/before-intent" of every step come
+// before the commit.
 func intend(c *creation, steps ...journal.Intended) (int, error) {
 	for _, st := range steps {
 		c.s.log.Debug("stage", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "stage", st.Stage)
@@ -78,27 +83,28 @@ func intend(c *creation, steps ...journal.Intended) (int, error) {
 	return seq, nil
 }
 
-// runIntended takes step a of creation c, whose intent intend committed as step seq: a
-// acts as runStep says, and the step is marked done once it has succeeded.
-func runIntended[T any](c *creation, seq int, lim limit, a journal.Action[T]) (T, error) {
+// takeIntended takes step a of creation c, whose intent intend committed as step seq: a
+// acts as runStep says, and the step is marked done once it has succeeded. It does not
+// roll c back when the step fails: its caller does, once (runStep, plan.run).
+func takeIntended[T any](c *creation, seq int, lim limit, a journal.Action[T]) (T, error) {
 	var none T
 	if err := c.s.journal.Staged(c.rec.ID, a.Stage); err != nil {
-		return none, c.fail(a.Stage, err)
+		return none, err
 	}
 	if err := failpoint.Inject(c.point(a.Kind, "after-intent")); err != nil {
-		return none, c.fail(a.Stage, err)
+		return none, err
 	}
 	started := time.Now()
 	result, err := runWithin(c.ctx, lim, a.Run)
 	if err != nil {
-		return none, c.fail(a.Stage, err)
+		return none, err
 	}
 	c.s.log.Debug("step done", "kind", c.rec.Kind, "id", c.rec.ID, "name", c.rec.Name, "step", a.Kind, "took", time.Since(started))
 	if err := failpoint.Inject(c.point(a.Kind, "after-action")); err != nil {
-		return none, c.fail(a.Stage, err)
+		return none, err
 	}
 	if err := c.s.journal.Done(c.rec.ID, seq); err != nil {
-		return none, c.fail(a.Stage, err)
+		return none, err
 	}
 	return result, nil
 }
@@ -187,27 +193,52 @@ func (c *creation) fail(stage string, err error) error {
 }
 
 // plan is a run of steps of one creation whose intents are committed together (see
-// intend) and which then act in turn: add each with addStep, then run.
+// intend) and which then act: add each with addStep, or addStepBeside, then run. The
+// steps act in turn, except that a step added beside the one before it acts at the same
+// time as that one (a group): the next step acts once the whole group is done.
 type plan struct {
-	c     *creation
-	steps []journal.Intended
-	runs  []func(seq int) error
+	c      *creation
+	steps  []journal.Intended
+	groups [][]planned // in the order the steps were added
 }
 
-// addStep adds step a to plan p, to be taken within lim; use receives its result.
+// planned is one step of a plan, taken as step seq of its creation; on failure it returns
+// the stage it failed in, and has not rolled the creation back.
+type planned func(seq int) (stage string, err error)
+
+// addStep adds step a to plan p, to be taken within lim once the steps added before it are
+// done; use receives its result.
 func addStep[T any](p *plan, lim limit, a journal.Action[T], use func(T)) {
+	p.groups = append(p.groups, nil)
+	addStepBeside(p, lim, a, use)
+}
+
+// addStepBeside adds step a to plan p, to be taken within lim at the same time as the
+// step added last (and any added beside that one): for a step that neither needs that
+// one's result nor is needed by it. use receives its result, on a goroutine of its own,
+// before run returns; it must touch nothing the other uses of the group touch.
+func addStepBeside[T any](p *plan, lim limit, a journal.Action[T], use func(T)) {
 	p.steps = append(p.steps, intentOf(a))
-	p.runs = append(p.runs, func(seq int) error {
-		result, err := runIntended(p.c, seq, lim, a)
-		if err == nil && use != nil {
+	if len(p.groups) == 0 {
+		p.groups = append(p.groups, nil)
+	}
+	last := len(p.groups) - 1
+	p.groups[last] = append(p.groups[last], func(seq int) (string, error) {
+		result, err := takeIntended(p.c, seq, lim, a)
+		if err != nil {
+			return a.Stage, err
+		}
+		if use != nil {
 			use(result)
 		}
-		return err
+		return "", nil
 	})
 }
 
-// run commits the intents of p's steps in one commit and takes them in the order they
-// were added; the first that fails has rolled the creation back, and its error is
+// run commits the intents of p's steps in one commit and takes them, group by group. When
+// a step fails, the other steps of its group are waited for and no later group starts;
+// the creation is then rolled back (every step of the plan undone, acted or not), and
+// the error of the first failed step of the group, in the order they were added, is
 // returned.
 func (p *plan) run() error {
 	if len(p.steps) == 0 {
@@ -217,10 +248,37 @@ func (p *plan) run() error {
 	if err != nil {
 		return err
 	}
-	for i, r := range p.runs {
-		if err := r(seq + i); err != nil {
-			return err
+	for _, group := range p.groups {
+		stage, err := takeGroup(group, seq)
+		if err != nil {
+			return p.c.fail(stage, err)
 		}
+		seq += len(group)
 	}
 	return nil
+}
+
+// takeGroup takes the steps of group, the first as step seq, all at once, and waits for
+// them; it returns the first failure in the group's order.
+func takeGroup(group []planned, seq int) (string, error) {
+	if len(group) == 1 {
+		return group[0](seq)
+	}
+	stages := make([]string, len(group))
+	errs := make([]error, len(group))
+	var wg sync.WaitGroup
+	for i, take := range group {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stages[i], errs[i] = take(seq + i)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return stages[i], err
+		}
+	}
+	return "", nil
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,6 +372,95 @@ func TestPlanFailureUndoesEveryStep(t *testing.T) {
 	}
 	if want := []string{"fake-first shm", "fake-second files", "fake-first ns"}; !slices.Equal(undos.list(), want) {
 		t.Errorf("undos %q, want %q", undos.list(), want)
+	}
+	if _, err := s.journal.Get(c.rec.ID); !errors.Is(err, journal.ErrNotFound) {
+		t.Errorf("record after the rollback: %v, want it gone", err)
+	}
+}
+
+// TestPlanStepsBesideActTogether: steps added beside each other act at the same time
+// (each waits until all of its group have started; in turn they would wait for ever),
+// the step after the group acts only once every step of the group is done, and every
+// result is handed over before run returns.
+func TestPlanStepsBesideActTogether(t *testing.T) {
+	s, _ := flowServer(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
+	c := beginFlow(t, s, context.Background(), "pod")
+	p := &plan{c: c}
+	var started sync.WaitGroup
+	started.Add(3)
+	var done atomic.Int32
+	together := func(thing string) func(context.Context) (string, error) {
+		return func(context.Context) (string, error) {
+			defer done.Add(1)
+			started.Done()
+			all := make(chan struct{})
+			go func() { started.Wait(); close(all) }()
+			select {
+			case <-all:
+				return thing, nil
+			case <-time.After(10 * time.Second):
+				return "", fmt.Errorf("%s: the other steps of its group never started beside it", thing)
+			}
+		}
+	}
+	var mu sync.Mutex
+	got := map[string]bool{}
+	use := func(r string) { mu.Lock(); got[r] = true; mu.Unlock() }
+	addStep(p, long, fakeStep(fakeFirst, "ns", together("ns")), use)
+	addStepBeside(p, long, fakeStep(fakeSecond, "files", together("files")), use)
+	addStepBeside(p, long, fakeStep(fakeThird, "shm", together("shm")), use)
+	addStep(p, long, fakeStep(fakeFirst, "network", func(context.Context) (string, error) {
+		if n := done.Load(); n != 3 {
+			return "", fmt.Errorf("network acted with %d of its group's 3 steps done", n)
+		}
+		return "network", nil
+	}), use)
+	if err := p.run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, thing := range []string{"ns", "files", "shm", "network"} {
+		if !got[thing] {
+			t.Errorf("no result of %s handed over", thing)
+		}
+	}
+	rec, err := s.journal.Get(c.rec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range rec.Steps {
+		if st.Status != journal.StepDone {
+			t.Errorf("step %s %s, want done", st.Kind, st.Status)
+		}
+	}
+}
+
+// TestPlanFailureBesideWaitsForItsGroup: when a step of a group fails, the other steps of
+// its group finish, no later step acts, every step of the plan is undone (last first),
+// and the error is the failed step's.
+func TestPlanFailureBesideWaitsForItsGroup(t *testing.T) {
+	s, undos := flowServer(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
+	c := beginFlow(t, s, context.Background(), "pod")
+	p := &plan{c: c}
+	var slowDone, laterActed bool
+	addStep(p, long, fakeStep(fakeFirst, "ns", func(context.Context) (int, error) {
+		time.Sleep(50 * time.Millisecond) // longer than its partner takes to fail
+		slowDone = true
+		return 1, nil
+	}), nil)
+	addStepBeside(p, long, fakeStep(fakeSecond, "files", fails(errors.New("disk full"))), nil)
+	addStep(p, long, fakeStep(fakeThird, "network", func(context.Context) (int, error) { laterActed = true; return 1, nil }), nil)
+	err := p.run()
+	if err == nil || !strings.Contains(err.Error(), "sandbox pod: making files: disk full") {
+		t.Fatalf("run = %v, want the second step's failure", err)
+	}
+	if !slowDone {
+		t.Error("run returned before the failed step's partner had finished")
+	}
+	if laterActed {
+		t.Error("the step after the failed group acted")
+	}
+	if want := []string{"fake-second files", "fake-first ns"}; !slices.Equal(undos.list(), want) {
+		t.Errorf("undos %q, want %q (the third's undo is not logged)", undos.list(), want)
 	}
 	if _, err := s.journal.Get(c.rec.ID); !errors.Is(err, journal.ErrNotFound) {
 		t.Errorf("record after the rollback: %v, want it gone", err)

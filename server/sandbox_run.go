@@ -99,12 +99,24 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	if err := s.podSlice(c, cfg); err != nil {
 		return nil, err
 	}
-	// The pod's namespaces (and its pause process), files and network, each a step:
-	// their intents are committed together, in one commit rather than one each, and they
-	// are made in turn (see plan). The undo of each finds nothing when the step never
-	// acted ("not there" is success), so journaling a later one before an earlier one
-	// has acted is as safe as journaling it just before it acts.
+	// The pod's files, namespaces (and pause process) and network, each a step: their
+	// intents are committed together, in one commit rather than one each, and they are
+	// made in turn (see plan), but for the network and a pause process, which are made
+	// at the same time. The undo of each finds nothing when the step never acted ("not
+	// there" is success), so journaling a later one before an earlier one has acted is
+	// as safe as journaling it just before it acts.
 	local := &plan{c: c}
+	pausing := false // a pause process is started last, by pinHostUserNamespaces
+	// The pod's files its containers bind-mount: resolv.conf, hostname, and its own
+	// /dev/shm unless it shares the host's IPC namespace.
+	addStep(local, limit{d: namespaceTimeout}, netns.ResolvConfStep(s.podFilesDir(), id, dns, netns.HostResolvConf),
+		func(p string) { obj.ResolvConf = p })
+	addStep(local, limit{d: namespaceTimeout}, netns.HostnameStep(s.podFilesDir(), id, hostname),
+		func(p string) { obj.HostnameFile = p })
+	obj.Shm = netns.HostShm
+	if namespaces.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		addStep(local, limit{d: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id), func(p string) { obj.Shm = p })
+	}
 	switch {
 	case ownUserns:
 		// Its own user namespace, owning its net, ipc and uts namespaces and, when
@@ -128,26 +140,23 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 			s.log.Debug("user namespace pinned, pause process started", "id", id, "name", name, "pid", pins.PID, "userns", pins.Paths[netns.User])
 		})
 	default:
-		if err := s.pinHostUserNamespaces(local, id, cfg, namespaces, &obj); err != nil {
+		if pausing, err = s.pinHostUserNamespaces(local, id, cfg, namespaces, &obj); err != nil {
 			return nil, c.fail(netns.StagePause, err)
 		}
 	}
-	// The pod's files its containers bind-mount: resolv.conf, hostname, and its own
-	// /dev/shm unless it shares the host's IPC namespace.
-	addStep(local, limit{d: namespaceTimeout}, netns.ResolvConfStep(s.podFilesDir(), id, dns, netns.HostResolvConf),
-		func(p string) { obj.ResolvConf = p })
-	addStep(local, limit{d: namespaceTimeout}, netns.HostnameStep(s.podFilesDir(), id, hostname),
-		func(p string) { obj.HostnameFile = p })
-	obj.Shm = netns.HostShm
-	if namespaces.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		addStep(local, limit{d: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id), func(p string) { obj.Shm = p })
-	}
 	// Last, the network, which may take long: it is cut off by network_timeout only.
 	// It is in the same commit too: its undo (CNI DEL) of a namespace never pinned or
-	// never attached finds nothing to release, as CNI requires of a DEL.
+	// never attached finds nothing to release, as CNI requires of a DEL. It needs the
+	// network namespace pinned, not the pause process of a pod in the node's user
+	// namespace, whose start waits for the kernel to move it into its cgroup
+	// (netns.PauseStep): it is attached beside it.
 	if !hostNetwork {
 		md := cfg.GetMetadata()
-		addStep(local, limit{s.cfg.NetworkTimeout, "network_timeout"}, netns.AttachStep(network, id,
+		attach := addStep[*netns.Result]
+		if pausing {
+			attach = addStepBeside[*netns.Result]
+		}
+		attach(local, limit{s.cfg.NetworkTimeout, "network_timeout"}, netns.AttachStep(network, id,
 			netns.PinPath(s.cfg.NamespaceDir, netns.Net, id), netns.DefaultIfName, netns.Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}, ports),
 			func(attached *netns.Result) { obj.IPs = attached.IPs })
 	}
@@ -176,8 +185,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 // pinHostUserNamespaces adds to p the steps that pin the namespaces of a pod in the
 // node's user namespace: those it does not share with the node, and a shared pid
 // namespace held by a pause process as its init, which stays until the sandbox is
-// removed, as CRI-O's infra container does. Their results go into obj.
-func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) error {
+// removed, as CRI-O's infra container does. Their results go into obj. It says whether it
+// added a pause process's step, which it adds last.
+func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) (pausing bool, err error) {
 	if kinds := podNamespaces(namespaces); len(kinds) > 0 {
 		addStep(p, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)), func(paths netns.Paths) {
 			for k, p := range paths {
@@ -188,14 +198,15 @@ func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSa
 	if namespaces.GetPid() == runtimeapi.NamespaceMode_POD {
 		prog, err := s.pauseFor(id, cfg, nil, nil)
 		if err != nil {
-			return err
+			return false, err
 		}
 		addStep(p, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, prog), func(pause netns.PauseProcess) {
 			obj.Namespaces[string(netns.PID)] = pause.Path
 			s.log.Debug("pause process started", "id", id, "name", p.c.rec.Name, "pid", pause.PID, "pidns", pause.Path)
 		})
+		return true, nil
 	}
-	return nil
+	return false, nil
 }
 
 // pauseFor says how the pause process of sandbox id runs (see netns.PauseProgram): as the
