@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -202,9 +203,12 @@ type plan struct {
 	groups [][]planned // in the order the steps were added
 }
 
-// planned is one step of a plan, taken as step seq of its creation; on failure it returns
-// the stage it failed in, and has not rolled the creation back.
-type planned func(seq int) (stage string, err error)
+// planned is one step of a plan: its stage, and take, which takes it as step seq of its
+// creation and, when it fails, has not rolled the creation back.
+type planned struct {
+	stage string
+	take  func(seq int) error
+}
 
 // addStep adds step a to plan p, to be taken within lim once the steps added before it are
 // done; use receives its result.
@@ -223,16 +227,13 @@ func addStepBeside[T any](p *plan, lim limit, a journal.Action[T], use func(T)) 
 		p.groups = append(p.groups, nil)
 	}
 	last := len(p.groups) - 1
-	p.groups[last] = append(p.groups[last], func(seq int) (string, error) {
+	p.groups[last] = append(p.groups[last], planned{stage: a.Stage, take: func(seq int) error {
 		result, err := takeIntended(p.c, seq, lim, a)
-		if err != nil {
-			return a.Stage, err
-		}
-		if use != nil {
+		if err == nil && use != nil {
 			use(result)
 		}
-		return "", nil
-	})
+		return err
+	}})
 }
 
 // run commits the intents of p's steps in one commit and takes them, group by group. When
@@ -249,7 +250,7 @@ func (p *plan) run() error {
 		return err
 	}
 	for _, group := range p.groups {
-		stage, err := takeGroup(group, seq)
+		stage, err := p.takeGroup(group, seq)
 		if err != nil {
 			return p.c.fail(stage, err)
 		}
@@ -259,25 +260,41 @@ func (p *plan) run() error {
 }
 
 // takeGroup takes the steps of group, the first as step seq, all at once, and waits for
-// them; it returns the first failure in the group's order.
-func takeGroup(group []planned, seq int) (string, error) {
+// them; it returns the first failure in the group's order, and the failed step's stage.
+// The record's stage (journal.Staged, which each step sets as it begins) is, while any step
+// of the group still acts, one of those: when a step ends before the others, the first
+// still acting becomes the stage again, so that inspect and a waiting retry name what the
+// creation waits for.
+func (p *plan) takeGroup(group []planned, seq int) (string, error) {
 	if len(group) == 1 {
-		return group[0](seq)
+		return group[0].stage, group[0].take(seq)
 	}
-	stages := make([]string, len(group))
 	errs := make([]error, len(group))
+	var mu sync.Mutex
+	acting := make([]bool, len(group))
+	for i := range acting {
+		acting[i] = true
+	}
 	var wg sync.WaitGroup
-	for i, take := range group {
+	for i, step := range group {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stages[i], errs[i] = take(seq + i)
+			errs[i] = step.take(seq + i)
+			mu.Lock()
+			defer mu.Unlock()
+			acting[i] = false
+			if j := slices.Index(acting, true); j >= 0 {
+				// Only what inspect shows: a journal that failed fails the step's
+				// own calls (Done) too.
+				_ = p.c.s.journal.Staged(p.c.rec.ID, group[j].stage)
+			}
 		}()
 	}
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return stages[i], err
+			return group[i].stage, err
 		}
 	}
 	return "", nil

@@ -466,3 +466,58 @@ func TestPlanFailureBesideWaitsForItsGroup(t *testing.T) {
 		t.Errorf("record after the rollback: %v, want it gone", err)
 	}
 }
+
+// TestPlanStageIsAStepStillActing: while a group's steps act, the record's stage is that of
+// one still acting, whichever set its stage last, so that inspect and a waiting retry name
+// what the creation waits for (here a slow step beside one that ends, having set its stage
+// after the slow one's).
+func TestPlanStageIsAStepStillActing(t *testing.T) {
+	for _, slowFirst := range []bool{true, false} {
+		t.Run(fmt.Sprintf("slow added first %v", slowFirst), func(t *testing.T) {
+			s, _ := flowServer(t)
+			c := beginFlow(t, s, context.Background(), "pod")
+			p := &plan{c: c}
+			release := make(chan struct{})
+			slowStarted := make(chan struct{})
+			slow := fakeStep(fakeFirst, "network", func(context.Context) (int, error) {
+				close(slowStarted)
+				<-release
+				return 1, nil
+			})
+			fast := fakeStep(fakeSecond, "pause", func(context.Context) (int, error) {
+				<-slowStarted
+				// The worst case: its own stage set after the slow step's.
+				return 1, s.journal.Staged(c.rec.ID, "making pause")
+			})
+			if slowFirst {
+				addStep(p, long, slow, nil)
+				addStepBeside(p, long, fast, nil)
+			} else {
+				addStep(p, long, fast, nil)
+				addStepBeside(p, long, slow, nil)
+			}
+			done := make(chan error, 1)
+			go func() { done <- p.run() }()
+			// The fast step is done, the slow one acts (until released).
+			var stage string
+			for range 300 {
+				rec, err := s.journal.Get(c.rec.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				fastDone := slices.ContainsFunc(rec.Steps, func(st journal.Step) bool { return st.Kind == fakeSecond && st.Status == journal.StepDone })
+				if stage = rec.Stage; fastDone && stage == "making network" {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			close(release)
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if stage != "making network" {
+				t.Errorf("stage while the slow step acts %q, want %q", stage, "making network")
+			}
+		})
+	}
+}
