@@ -34,10 +34,13 @@ type RatioStats struct {
 }
 
 // Compare runs the workload o on o.Endpoint and on baseline, alternately, rounds times
-// each (endpoint first), and reports the ratio of their p50 latencies per operation: the
-// median of the per-round ratios. Alternating within one run keeps the machine's drift
-// out of the ratio, which is what the comparison of two configurations of one runtime
-// (the journal's fsync on and off, say) needs.
+// each, and reports the ratio of their p50 latencies per operation: the median of the
+// per-round ratios. Alternating within one run keeps the machine's drift out of the
+// ratio, which is what the comparison of two configurations of one runtime (the
+// journal's fsync on and off, say) needs. The side that goes first in a round alternates
+// too (the endpoint in the first round, the baseline in the second, ...): what the first
+// side leaves behind (a runtime's work after its teardown, the caches it warmed) weighs
+// on the second, and so on both alike.
 //
 // With floor (a func that measures it, such as Floor), the floor (runc and CNI by
 // themselves) is measured after each round too, and
@@ -50,7 +53,12 @@ func Compare(ctx context.Context, o Options, baseline string, rounds int, floor 
 	prefix := o.Prefix
 	for round := range rounds {
 		var pair [2]*Report
-		for i, endpoint := range []string{o.Endpoint, baseline} {
+		sides := [2]int{0, 1} // 0 the endpoint, 1 the baseline, in the order they run
+		if round%2 == 1 {
+			sides = [2]int{1, 0}
+		}
+		for _, i := range sides {
+			endpoint := [2]string{o.Endpoint, baseline}[i]
 			ro := o
 			ro.Endpoint = endpoint
 			if prefix != "" {

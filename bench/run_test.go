@@ -8,6 +8,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -42,6 +43,26 @@ type fakeRuntime struct {
 	helpers map[string]*exec.Cmd
 	calls   map[string]int
 	seq     int
+
+	// name and order: when order is set, each RunPodSandbox adds name to it (which of two
+	// runtimes a comparison ran, in turn).
+	name  string
+	order *callOrder
+}
+
+// callOrder lists the runtimes RunPodSandbox calls reached, in order.
+type callOrder struct {
+	mu    sync.Mutex
+	names []string
+}
+
+func (o *callOrder) add(name string) {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.names = append(o.names, name)
 }
 
 func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
@@ -50,6 +71,7 @@ func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*run
 
 func (f *fakeRuntime) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandboxRequest) (*runtimeapi.RunPodSandboxResponse, error) {
 	name := req.GetConfig().GetMetadata().GetName()
+	f.order.add(f.name)
 	time.Sleep(f.delay)
 	f.mu.Lock()
 	f.attempts[name]++
@@ -207,11 +229,21 @@ func TestRun(t *testing.T) {
 }
 
 func TestCompare(t *testing.T) {
-	slow, fast := &fakeRuntime{delay: 50 * time.Millisecond}, &fakeRuntime{}
+	order := &callOrder{}
+	slow := &fakeRuntime{delay: 50 * time.Millisecond, name: "endpoint", order: order}
+	fast := &fakeRuntime{name: "baseline", order: order}
 	o := Options{Endpoint: serveFake(t, slow), Pods: 3, Concurrency: 1, Prefix: "cmp"}
 	c, err := Compare(context.Background(), o, serveFake(t, fast), 3, nil)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The side that goes first alternates: endpoint, baseline; baseline, endpoint; ...
+	var runs []string
+	for i := 0; i < len(order.names); i += o.Pods {
+		runs = append(runs, order.names[i])
+	}
+	if want := []string{"endpoint", "baseline", "baseline", "endpoint", "endpoint", "baseline"}; !slices.Equal(runs, want) {
+		t.Errorf("sides in the order they ran %q, want %q (all calls: %q)", runs, want, order.names)
 	}
 	if slow.left() != 0 || fast.left() != 0 {
 		t.Errorf("sandboxes left: %d on the endpoint, %d on the baseline", slow.left(), fast.left())

@@ -46,9 +46,10 @@ request returned (finished by the runtime after their request was abandoned) are
 found by their label and removed too.
 
 With --compare-endpoint, the workload runs --rounds times on each endpoint,
-alternating, and the report gives per operation the ratio of the p50 latencies
-(median of the per-round ratios): two daemons of one runtime differing in one
-setting (journal_no_sync, say), or crijournal and containerd, compared in one run.
+alternating (which one goes first in a round alternates too), and the report gives
+per operation the ratio of the p50 latencies (median of the per-round ratios): two
+daemons of one runtime differing in one setting (journal_no_sync, say), or
+crijournal and containerd, compared in one run.
 
 Workloads (--workload):
   pods   the above (the default).
