@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
@@ -23,8 +24,7 @@ var fakeV1Metrics = map[string]string{
 	"memory.kmem.usage_in_bytes": "65536\n",
 	"memory.stat": "total_cache 8192\ntotal_rss 1048576\ntotal_inactive_file 200000\ntotal_pgfault 70\ntotal_pgmajfault 2\n" +
 		"total_mapped_file 4096\ntotal_swap 512\n",
-	"pids.max":     "100\n",
-	"cgroup.procs": "1\n", // PID 1 of the test's host, whose /proc/1/fd root can read
+	"pids.max": "100\n",
 	"blkio.throttle.io_service_bytes_recursive": "8:0 Read 4096\n8:0 Write 8192\n8:0 Sync 0\n8:0 Async 12288\n8:0 Total 12288\n" +
 		"253:1 Read 0\n253:1 Write 512\nTotal 12800\n",
 	"blkio.throttle.io_serviced_recursive": "8:0 Read 1\n8:0 Write 2\n8:0 Total 3\n253:1 Read 0\n253:1 Write 1\nTotal 4\n",
@@ -47,13 +47,22 @@ func TestReadMetricsFake(t *testing.T) {
 	cgroups.TestMode = true
 	t.Cleanup(func() { cgroups.TestMode = false })
 	at := time.Unix(1700000000, 0)
-	fds, sockets := (&cgroupFiles{}).openFiles("/proc/1/fd")
+	// The fake cgroup's process: a child of the test's own, whose open files stay as they
+	// are while it sleeps (PID 1 of the host, read before, opens and closes files of its
+	// own between the test's two counts).
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	pid := strconv.Itoa(child.Process.Pid)
+	fds, sockets := (&cgroupFiles{}).openFiles("/proc/" + pid + "/fd")
 	io := []DeviceIO{
 		{Major: 8, Minor: 0, ReadBytes: 4096, WriteBytes: 8192, Reads: 1, Writes: 2},
 		{Major: 253, Minor: 1, WriteBytes: 512, Writes: 1},
 	}
 	all := MetricCPU | MetricMemory | MetricProcess | MetricIO
-	v1 := with(fakeV1, fakeV1Metrics)
+	v1 := with(with(fakeV1, fakeV1Metrics), map[string]string{"cgroup.procs": pid + "\n"})
 	v2 := with(fakeV2, fakeV2Metrics)
 	for _, tt := range []struct {
 		name  string
@@ -84,7 +93,7 @@ func TestReadMetricsFake(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			files := tt.files
 			if tt.v2 {
-				files = with(files, map[string]string{"cgroup.procs": "1\n1\n"})
+				files = with(files, map[string]string{"cgroup.procs": pid + "\n" + pid + "\n"})
 			}
 			dir := t.TempDir()
 			for name, content := range files {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -499,24 +500,23 @@ func TestPlanStageIsAStepStillActing(t *testing.T) {
 			done := make(chan error, 1)
 			go func() { done <- p.run() }()
 			// The fast step is done, the slow one acts (until released).
-			var stage string
-			for range 300 {
+			waited := testenv.Poll(3*time.Second, 10*time.Millisecond, func() error {
 				rec, err := s.journal.Get(c.rec.ID)
 				if err != nil {
-					t.Fatal(err)
+					return err
 				}
 				fastDone := slices.ContainsFunc(rec.Steps, func(st journal.Step) bool { return st.Kind == fakeSecond && st.Status == journal.StepDone })
-				if stage = rec.Stage; fastDone && stage == "making network" {
-					break
+				if !fastDone || rec.Stage != "making network" {
+					return fmt.Errorf("fast step done %v, stage %q while the slow step acts, want %q", fastDone, rec.Stage, "making network")
 				}
-				time.Sleep(10 * time.Millisecond)
-			}
+				return nil
+			})
 			close(release)
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
-			if stage != "making network" {
-				t.Errorf("stage while the slow step acts %q, want %q", stage, "making network")
+			if waited != nil {
+				t.Error(waited)
 			}
 		})
 	}

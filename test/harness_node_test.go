@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -308,25 +309,17 @@ func (d *daemon) simulateReboot(t *testing.T) {
 // its first ADD long before.
 func (d *daemon) presetBridge(t *testing.T) {
 	t.Helper()
-	mac := "02:" + insertColons(randomHex(t, 5)) // locally administered, unicast
+	mac := make(net.HardwareAddr, 6)
+	if _, err := rand.Read(mac); err != nil {
+		t.Fatal(err)
+	}
+	mac[0] = 0x02 // locally administered, unicast
 	for _, args := range [][]string{
 		{"link", "add", "name", d.bridge, "type", "bridge"},
-		{"link", "set", "dev", d.bridge, "address", mac},
+		{"link", "set", "dev", d.bridge, "address", mac.String()},
 	} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
-}
-
-// insertColons puts a colon between every two hex digits of h.
-func insertColons(h string) string {
-	var b strings.Builder
-	for i := 0; i < len(h); i += 2 {
-		if i > 0 {
-			b.WriteByte(':')
-		}
-		b.WriteString(h[i : i+2])
-	}
-	return b.String()
 }
