@@ -70,8 +70,10 @@ var FloorSteps = []Op{OpCNIAdd, OpRuncCreate, OpRuncStart, OpPodUp, OpCNIDel, Op
 // Floor measures the floor: o.Runs times, in a fresh network namespace, the CNI ADD, runc
 // create and runc start of a container that joins it, then the CNI DEL and the
 // container's end (runc delete -f in every second run, runc kill, exit and delete in
-// the others). Each step runs alone, so the figures are each one's own cost. It removes what it
-// made (bundle, containers, namespaces, the default network's bridge).
+// the others). Each step runs alone, so the figures are each one's own cost. Runs go
+// o.Concurrency at a time, every run's up first and then every run's down, as a pods
+// workload's pods do. It removes what it made (bundle, containers, namespaces, the
+// default network's bridge).
 func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	if o.Runs <= 0 {
 		o.Runs = 10
@@ -133,125 +135,162 @@ func Floor(ctx context.Context, o FloorOptions) (_ *FloorReport, err error) {
 	}
 	root := filepath.Join(dir, "runc")
 	rep := &Report{samples: map[Op][]time.Duration{}}
-	work := make(chan int)
-	errs := make([]error, o.Runs)
-	var wg sync.WaitGroup
-	for range o.Concurrency {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// One per worker: a CNIConfig sets itself up on first use, unguarded.
-			cni := libcni.NewCNIConfigWithCacheDir(o.CNIPluginDirs, filepath.Join(dir, "cni-cache"), nil)
-			for i := range work {
-				id := fmt.Sprintf("cjfloor-%d-%d", os.Getpid(), i)
-				if err := floorRun(ctx, o, runc, root, bundle, dir, id, i%2 == 1, cni, list, rep); err != nil {
-					errs[i] = fmt.Errorf("floor: run %d: %w", i+1, err)
-				}
+	pods := make([]*floorPod, o.Runs)
+	for i := range pods {
+		pods[i] = &floorPod{o: o, runc: runc, root: root, template: bundle, dir: dir,
+			id: fmt.Sprintf("cjfloor-%d-%d", os.Getpid(), i), force: i%2 == 1, list: list, rep: rep}
+	}
+	// Whatever a failed or interrupted run left, its container and its network first,
+	// then its namespace.
+	defer func() {
+		for _, p := range pods {
+			if cerr := p.clean(context.WithoutCancel(ctx)); cerr != nil {
+				err = errors.Join(err, fmt.Errorf("floor: %w", cerr))
 			}
-		}()
-	}
-	for i := range o.Runs {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		}
+	}()
+	// All the runs' ups, o.Concurrency at a time, then all their downs: the phases a
+	// pods workload has (its pods come up, then go down), so that an up competes with
+	// other ups only, as a pod's does.
+	for _, phase := range []func(*floorPod, context.Context) error{(*floorPod).up, (*floorPod).down} {
+		if err := floorPhase(ctx, o.Concurrency, pods, phase); err != nil {
+			return nil, err
+		}
 	}
 	rep.finish()
 	return &FloorReport{Runs: o.Runs, Ops: rep.Ops}, nil
 }
 
-// floorRun is one run of Floor, as container id, with its own network namespace; with
-// force, the container ends with runc delete -f.
-func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id string, force bool, cni *libcni.CNIConfig, list *libcni.NetworkConfigList, rep *Report) (err error) {
-	pins, err := netns.Pin(ctx, filepath.Join(dir, "ns"), id, []netns.Kind{netns.Net}, "")
+// floorPhase runs phase on every pod, concurrency at a time.
+func floorPhase(ctx context.Context, concurrency int, pods []*floorPod, phase func(*floorPod, context.Context) error) error {
+	work := make(chan int)
+	errs := make([]error, len(pods))
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := phase(pods[i], ctx); err != nil {
+					errs[i] = fmt.Errorf("floor: run %d: %w", i+1, err)
+				}
+			}
+		}()
+	}
+	for i := range pods {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// floorPod is one run of Floor, as container id, with its own network namespace and
+// bundle: up times the CNI ADD, runc create and runc start, down the CNI DEL and the
+// container's end (with force, runc delete -f; else runc kill, the exit, runc delete).
+// What it has made is in its fields, for down and for clean.
+type floorPod struct {
+	o                         FloorOptions
+	runc, root, template, dir string
+	id                        string
+	force                     bool
+	list                      *libcni.NetworkConfigList
+	rep                       *Report
+	cni                       *libcni.CNIConfig
+	nsPath, bundle            string
+	added, created            bool
+	upTook                    time.Duration
+}
+
+// runcCmd runs runc with args in the pod's bundle.
+func (p *floorPod) runcCmd(ctx context.Context, args ...string) error {
+	logPath := filepath.Join(p.bundle, "runc.log")
+	cmd := exec.CommandContext(ctx, p.runc, append([]string{"--root", p.root, "--log", logPath}, args...)...)
+	cmd.Dir = p.bundle
+	// The container inherits runc's stdio: a pipe would keep Wait waiting for as
+	// long as the container runs. Its streams are /dev/null, runc's messages go to
+	// its log file.
+	if err := cmd.Run(); err != nil {
+		msg, _ := os.ReadFile(logPath)
+		return fmt.Errorf("runc %s: %w: %s", args[0], err, lastLine(msg))
+	}
+	return nil
+}
+
+func (p *floorPod) rtConf() *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{ContainerID: p.id, NetNS: p.nsPath, IfName: "eth0"}
+}
+
+// timed runs f and records how long it took as op.
+func (p *floorPod) timed(op Op, f func() error) (time.Duration, error) {
+	t := time.Now()
+	if err := f(); err != nil {
+		return 0, err
+	}
+	d := time.Since(t)
+	p.rep.add(op, d)
+	return d, nil
+}
+
+// up makes the pod's namespace and bundle (untimed), then times its CNI ADD, runc create
+// and runc start.
+func (p *floorPod) up(ctx context.Context) error {
+	pins, err := netns.Pin(ctx, filepath.Join(p.dir, "ns"), p.id, []netns.Kind{netns.Net}, "")
 	if err != nil {
 		return err
 	}
-	nsPath := pins[netns.Net]
-	cleanCtx := context.WithoutCancel(ctx)
-	defer func() {
-		if uerr := netns.Unpin(cleanCtx, nsPath); uerr != nil {
-			err = errors.Join(err, uerr)
-		}
-	}()
+	p.nsPath = pins[netns.Net]
 	// A bundle per run (runs may be concurrent), sharing the read-only root file system.
-	template := bundle
-	bundle = filepath.Join(dir, "bundles", id)
-	if err := os.MkdirAll(bundle, 0o755); err != nil {
+	p.bundle = filepath.Join(p.dir, "bundles", p.id)
+	if err := os.MkdirAll(p.bundle, 0o755); err != nil {
 		return err
 	}
-	if err := writeBundleConfig(template, bundle, o.Command, nsPath); err != nil {
+	if err := writeBundleConfig(p.template, p.bundle, p.o.Command, p.nsPath); err != nil {
 		return err
 	}
-	logPath := filepath.Join(bundle, "runc.log")
-	rtConf := &libcni.RuntimeConf{ContainerID: id, NetNS: nsPath, IfName: "eth0"}
-	runcCmd := func(args ...string) error {
-		cmd := exec.CommandContext(ctx, runc, append([]string{"--root", root, "--log", logPath}, args...)...)
-		cmd.Dir = bundle
-		// The container inherits runc's stdio: a pipe would keep Wait waiting for as
-		// long as the container runs. Its streams are /dev/null, runc's messages go to
-		// its log file.
-		if err := cmd.Run(); err != nil {
-			msg, _ := os.ReadFile(logPath)
-			return fmt.Errorf("runc %s: %w: %s", args[0], err, lastLine(msg))
-		}
-		return nil
-	}
-	added, created := false, false
-	defer func() {
-		if created && err != nil {
-			_ = runcCmd("delete", "-f", id)
-		}
-		if added && err != nil {
-			_ = cni.DelNetworkList(cleanCtx, list, rtConf)
-		}
-	}()
-	timed := func(op Op, f func() error) (time.Duration, error) {
-		t := time.Now()
-		if err := f(); err != nil {
-			return 0, err
-		}
-		d := time.Since(t)
-		rep.add(op, d)
-		return d, nil
-	}
-	add, err := timed(OpCNIAdd, func() error { _, err := cni.AddNetworkList(ctx, list, rtConf); return err })
+	// One per pod: a CNIConfig sets itself up on first use, unguarded.
+	p.cni = libcni.NewCNIConfigWithCacheDir(p.o.CNIPluginDirs, filepath.Join(p.dir, "cni-cache"), nil)
+	add, err := p.timed(OpCNIAdd, func() error { _, err := p.cni.AddNetworkList(ctx, p.list, p.rtConf()); return err })
 	if err != nil {
 		return err
 	}
-	added = true
-	pidFile := filepath.Join(bundle, "pid")
-	create, err := timed(OpRuncCreate, func() error { return runcCmd("create", "--bundle", bundle, "--pid-file", pidFile, id) })
+	p.added = true
+	create, err := p.timed(OpRuncCreate, func() error {
+		return p.runcCmd(ctx, "create", "--bundle", p.bundle, "--pid-file", filepath.Join(p.bundle, "pid"), p.id)
+	})
 	if err != nil {
 		return err
 	}
-	created = true
-	start, err := timed(OpRuncStart, func() error { return runcCmd("start", id) })
+	p.created = true
+	start, err := p.timed(OpRuncStart, func() error { return p.runcCmd(ctx, "start", p.id) })
 	if err != nil {
 		return err
 	}
-	rep.add(OpPodUp, add+create+start)
-	del, err := timed(OpCNIDel, func() error { return cni.DelNetworkList(ctx, list, rtConf) })
+	p.rep.add(OpPodUp, add+create+start)
+	return nil
+}
+
+// down times the pod's CNI DEL and its container's end, then removes its namespace.
+func (p *floorPod) down(ctx context.Context) error {
+	del, err := p.timed(OpCNIDel, func() error { return p.cni.DelNetworkList(ctx, p.list, p.rtConf()) })
 	if err != nil {
 		return err
 	}
-	added = false
-	if force {
-		if _, err := timed(OpRuncDelete, func() error { return runcCmd("delete", "-f", id) }); err != nil {
+	p.added = false
+	if p.force {
+		if _, err := p.timed(OpRuncDelete, func() error { return p.runcCmd(ctx, "delete", "-f", p.id) }); err != nil {
 			return err
 		}
-		created = false
-		return nil
+		p.created = false
+		return p.clean(ctx)
 	}
-	pidfd, err := openPidFile(pidFile)
+	pidfd, err := openPidFile(filepath.Join(p.bundle, "pid"))
 	if err != nil {
 		return err
 	}
 	defer unix.Close(pidfd)
-	kill, err := timed(OpRuncKill, func() error {
-		if err := runcCmd("kill", id, "KILL"); err != nil {
+	kill, err := p.timed(OpRuncKill, func() error {
+		if err := p.runcCmd(ctx, "kill", p.id, "KILL"); err != nil {
 			return err
 		}
 		return waitPidfd(ctx, pidfd)
@@ -259,13 +298,41 @@ func floorRun(ctx context.Context, o FloorOptions, runc, root, bundle, dir, id s
 	if err != nil {
 		return err
 	}
-	remove, err := timed(OpRuncRemove, func() error { return runcCmd("delete", id) })
+	remove, err := p.timed(OpRuncRemove, func() error { return p.runcCmd(ctx, "delete", p.id) })
 	if err != nil {
 		return err
 	}
-	created = false
-	rep.add(OpPodDown, del+kill+remove)
-	return nil
+	p.created = false
+	p.rep.add(OpPodDown, del+kill+remove)
+	return p.clean(ctx)
+}
+
+// clean removes what the pod still has: its container, its network, its namespace.
+// Nothing left is success, so it may run more than once.
+func (p *floorPod) clean(ctx context.Context) error {
+	var err error
+	if p.created {
+		if derr := p.runcCmd(ctx, "delete", "-f", p.id); derr != nil {
+			err = errors.Join(err, derr)
+		} else {
+			p.created = false
+		}
+	}
+	if p.added {
+		if derr := p.cni.DelNetworkList(ctx, p.list, p.rtConf()); derr != nil {
+			err = errors.Join(err, derr)
+		} else {
+			p.added = false
+		}
+	}
+	if p.nsPath != "" {
+		if uerr := netns.Unpin(ctx, p.nsPath); uerr != nil {
+			err = errors.Join(err, uerr)
+		} else {
+			p.nsPath = ""
+		}
+	}
+	return err
 }
 
 // openPidFile opens a pidfd of the process whose PID is in file.

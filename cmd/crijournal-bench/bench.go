@@ -68,7 +68,8 @@ Workloads (--workload):
   floor  times runc create, runc start and runc delete -f of a busybox bundle and the
          CNI bridge plugin's ADD and DEL into a fresh network namespace, directly
          (root needed). With --floor, the pods workload (each round of a comparison)
-         is followed by the floor, at the same concurrency, and PodUp and PodDown are
+         is followed by the floor, at the same concurrency (all its runs' ups, then
+         all their downs, as the pods come up and go down), and PodUp and PodDown are
          divided by it; with --workload scale, the floor (one at a time) is measured at
          every point too.`,
 		Args:          cobra.NoArgs,
