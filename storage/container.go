@@ -30,34 +30,37 @@ type containerMetadata struct {
 // so that a retried creation step finds the first attempt's work. ErrImageNotFound when the
 // image is not in the store.
 func (s *Store) CreateContainer(ctx context.Context, id, name, imageID string, labels map[string]string) (ContainerInfo, error) {
-	return s.createContainer(ctx, ContainerRequest{ID: id, Name: name, ImageID: imageID, Labels: labels})
+	info, _, err := s.createContainer(ctx, ContainerRequest{ID: id, Name: name, ImageID: imageID, Labels: labels})
+	return info, err
 }
 
 // createContainer is CreateContainer of a request, whose ID mappings, when set, are
 // the user namespace the container runs in: its files are then owned by the IDs
 // that are root (and so on) in that namespace, by idmapped mounts where the driver
 // can (overlay on a kernel with idmapped overlay layers), else by a chowned copy.
-func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (ContainerInfo, error) {
+// made is the storage container when this call made it (nil when it existed), which
+// then has never been mounted.
+func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (info ContainerInfo, made *cstorage.Container, err error) {
 	id, name, imageID := req.ID, req.Name, req.ImageID
 	if err := ctx.Err(); err != nil {
-		return ContainerInfo{}, fmt.Errorf("create storage container %s: %w", id, err)
+		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: %w", id, err)
 	}
 	if len(id) != 64 || !isHex(id) {
-		return ContainerInfo{}, fmt.Errorf("create storage container: id %q is not 64 lowercase hex", id)
+		return ContainerInfo{}, nil, fmt.Errorf("create storage container: id %q is not 64 lowercase hex", id)
 	}
 	img, err := s.st.Image(imageID)
 	if errors.Is(err, cstorage.ErrImageUnknown) || (err == nil && img.ID != imageID && !isPrefix(imageID, img.ID)) {
-		return ContainerInfo{}, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, ErrImageNotFound)
+		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, ErrImageNotFound)
 	}
 	if err != nil {
-		return ContainerInfo{}, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, err)
+		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, err)
 	}
 	if info, ok, err := s.existing(id, img.ID); ok || err != nil {
-		return info, err
+		return info, nil, err
 	}
 	meta, err := json.Marshal(containerMetadata{Name: name, Labels: req.Labels})
 	if err != nil {
-		return ContainerInfo{}, fmt.Errorf("create storage container %s: %w", id, err)
+		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: %w", id, err)
 	}
 	var names []string
 	if name != "" {
@@ -72,7 +75,7 @@ func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (Cont
 	if errors.Is(err, cstorage.ErrDuplicateID) {
 		// Created concurrently by another attempt.
 		if info, ok, err := s.existing(id, img.ID); ok || err != nil {
-			return info, err
+			return info, nil, err
 		}
 	}
 	if errors.Is(err, cstorage.ErrDuplicateName) {
@@ -80,13 +83,13 @@ func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (Cont
 		if other, err := s.st.Container(name); err == nil {
 			holder = "storage container " + other.ID
 		}
-		return ContainerInfo{}, fmt.Errorf("create storage container %s: name %q is used by %s: %w", id, name, holder, err)
+		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: name %q is used by %s: %w", id, name, holder, err)
 	}
 	if err != nil {
-		return ContainerInfo{}, fmt.Errorf("create storage container %s from image %s: %w", id, img.ID, err)
+		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s from image %s: %w", id, img.ID, err)
 	}
 	s.log.Debug("storage container created", "id", id, "name", name, "image", img.ID)
-	return infoOf(c), nil
+	return infoOf(c), c, nil
 }
 
 // existing returns storage container id when it exists and comes from image imageID; ok is
@@ -141,16 +144,26 @@ func (s *Store) Mount(ctx context.Context, id string) (rootfs string, err error)
 	if err != nil {
 		return "", fmt.Errorf("mount: %w", err)
 	}
+	return s.mount(c, false)
+}
+
+// mount mounts the root filesystem of c, as Mount does; when made (c was made by
+// createContainer just now, so never mounted), without first asking whether it is
+// mounted: each question takes containers/storage's locks once more, and four
+// creations at a time queue on them.
+func (s *Store) mount(c *cstorage.Container, made bool) (rootfs string, err error) {
 	s.mountMu.Lock()
 	defer s.mountMu.Unlock()
-	if n, err := s.st.Mounted(c.ID); err == nil && n > 0 {
-		if layer, err := s.st.Layer(c.LayerID); err == nil && layer.MountPoint != "" {
-			return layer.MountPoint, nil
+	if !made {
+		if n, err := s.st.Mounted(c.ID); err == nil && n > 0 {
+			if layer, err := s.st.Layer(c.LayerID); err == nil && layer.MountPoint != "" {
+				return layer.MountPoint, nil
+			}
 		}
 	}
 	path, err := s.st.Mount(c.ID, c.MountLabel())
 	if err != nil {
-		return "", fmt.Errorf("mount %s: %w", id, err)
+		return "", fmt.Errorf("mount %s: %w", c.ID, err)
 	}
 	return path, nil
 }

@@ -47,10 +47,16 @@ func ContainerStep(s *Store, req ContainerRequest) journal.Action[string] {
 	return journal.Action[string]{Kind: StepContainerStorage, Stage: StageContainer,
 		Args: map[string]string{ArgID: req.ID},
 		Run: func(ctx context.Context) (string, error) {
-			if _, err := s.createContainer(ctx, req); err != nil {
+			_, made, err := s.createContainer(ctx, req)
+			if err != nil {
 				return "", err
 			}
-			rootfs, err := s.Mount(ctx, req.ID)
+			var rootfs string
+			if made != nil {
+				rootfs, err = s.mount(made, true)
+			} else {
+				rootfs, err = s.Mount(ctx, req.ID) // a retried step: maybe mounted already
+			}
 			if err != nil {
 				return "", err
 			}
