@@ -26,6 +26,8 @@
 //	creating|ready|cached ─Rollback─> undoing ─> (gone, name free)
 //	cached ─Claim (same fingerprint; may take the retry's name and object)─> created
 //	created ─Remove─> removing ─> (gone)
+//	                  removing, name released (Remove answered; undos of kinds
+//	                  registered deferred left) ─Maintain or FinishRemovals─> (gone)
 //
 // # Identity
 //
@@ -74,5 +76,8 @@
 //
 // A step's undo is data: its StepKind and Args. Packages that own resources register an
 // UndoFunc per kind in a Registry; Rollback runs the undos of a record LIFO, runs all of them
-// even when one fails, marks each step, and releases the name.
+// even when one fails, marks each step, and releases the name. A kind registered with
+// RegisterDeferred is one whose undo nobody waits for once the record is removed (a root
+// filesystem's deletion): while Maintain runs, Remove answers before it, leaving it and the
+// steps made before it to Maintain, still LIFO and still in the file until done.
 package journal

@@ -125,6 +125,9 @@ type Journal struct {
 	commits *committer
 	// maintainPasses counts Maintain's looks for due work (Stats).
 	maintainPasses atomic.Int64
+	// maintaining counts the Maintain loops running: while one runs, a removal leaves
+	// deferred undos to it (see Remove).
+	maintaining atomic.Int32
 }
 
 // entry is a record in the index: as queued for the file (rec) and as published (shown),

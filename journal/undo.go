@@ -20,10 +20,14 @@ type UndoFunc func(ctx context.Context, rec Record, step Step) error
 type Registry struct {
 	mu    sync.RWMutex
 	undos map[StepKind]UndoFunc
+	// deferred are the kinds whose undo a removal leaves to Maintain (RegisterDeferred).
+	deferred map[StepKind]bool
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{undos: map[StepKind]UndoFunc{}} }
+func NewRegistry() *Registry {
+	return &Registry{undos: map[StepKind]UndoFunc{}, deferred: map[StepKind]bool{}}
+}
 
 // Register sets the undo of kind. Registering a kind twice is a programming error and
 // panics.
@@ -34,6 +38,23 @@ func (r *Registry) Register(kind StepKind, fn UndoFunc) {
 		panic(fmt.Sprintf("journal: undo for step kind %q registered twice", kind))
 	}
 	r.undos[kind] = fn
+}
+
+// RegisterDeferred sets the undo of kind, as Register does, for a step whose undo nobody
+// waits for once the record is removed: a removal (Remove) answers before it runs, and
+// Maintain runs it at once (see Remove). For resources that only the daemon itself can
+// reach and that are costly to delete, such as a container's root filesystem.
+func (r *Registry) RegisterDeferred(kind StepKind, fn UndoFunc) {
+	r.Register(kind, fn)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deferred[kind] = true
+}
+
+func (r *Registry) isDeferred(kind StepKind) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.deferred[kind]
 }
 
 // ErrNoUndo is returned for a step whose kind has no registered undo.
@@ -76,7 +97,7 @@ func (j *Journal) undoStep(ctx context.Context, rec Record, step Step) error {
 // with the failed steps marked and their next retry stored, and an *UndoError is returned.
 // A record in state created must be removed with Remove instead.
 func (j *Journal) Rollback(ctx context.Context, id string) error {
-	return j.runUndo(ctx, id, false)
+	return j.runUndo(ctx, id, false, false)
 }
 
 // Remove undoes a created record's steps (last first) and deletes it: the removal of a
@@ -85,11 +106,62 @@ func (j *Journal) Rollback(ctx context.Context, id string) error {
 // the record when Remove returns), since a crash that loses it is finished the same way. A
 // failed undo releases the name and is retried later, as in Rollback. Removing an unknown
 // ID returns ErrNotFound.
+//
+// While Maintain runs, a removal answers before the undo of a kind registered with
+// RegisterDeferred: walking the steps last first, it stops at the first such step; that
+// step and those made before it are left, in the record (removing, its name released, so
+// that a new record may take it), for Maintain, which undoes them at once, in the same
+// order, and deletes the record. Readers no longer see the record as named when Remove
+// returns; a crash before Maintain is done leaves it removing, which the next start
+// finishes. Without Maintain running (at recovery, in tests), Remove undoes every step.
 func (j *Journal) Remove(ctx context.Context, id string) error {
-	return j.runUndo(ctx, id, true)
+	return j.runUndo(ctx, id, true, j.maintaining.Load() > 0)
 }
 
-func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
+// FinishRemovals finishes every removal still under way (state removing): the undos
+// Remove left to Maintain, and removals a crash interrupted, waiting for those already
+// running. Removals whose undos failed (state undoing) are left to their retries.
+// Callers that need the removed resources gone (an image's removal, which a root
+// filesystem still made from it would refuse; the daemon's stop) call it. It returns
+// the undos that failed.
+func (j *Journal) FinishRemovals(ctx context.Context) error {
+	j.mu.Lock()
+	var ids []string
+	for id, e := range j.byID {
+		if e.rec.State == StateRemoving {
+			ids = append(ids, id)
+		}
+	}
+	j.mu.Unlock()
+	slices.Sort(ids)
+	var errs []error
+	for _, id := range ids {
+		if err := j.runUndo(ctx, id, true, false); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PendingRemovals counts the records being removed (state removing): those whose
+// removal answered with undos left to Maintain (see Remove), and those being removed
+// now.
+func (j *Journal) PendingRemovals() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	n := 0
+	for _, e := range j.byID {
+		if e.rec.State == StateRemoving {
+			n++
+		}
+	}
+	return n
+}
+
+// runUndo undoes a record's steps, last first: a rollback, or with removal a removal
+// (see Rollback and Remove); with deferring, a removal leaves the undos of deferred
+// kinds, and of every step before the first of them, to Maintain.
+func (j *Journal) runUndo(ctx context.Context, id string, removal, deferring bool) error {
 	j.mu.Lock()
 	e, err := j.lookup(id)
 	if err != nil {
@@ -157,10 +229,17 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		flow = "journal/remove/"
 	}
 	var failures []StepFailure
+	left := false // undos left to Maintain (deferring)
 	for i := len(rec.Steps) - 1; i >= 0; i-- {
 		step := rec.Steps[i]
 		if !step.needsUndo() {
 			continue
+		}
+		if deferring && j.opts.Registry.isDeferred(step.Kind) {
+			// This one and every earlier one: Maintain undoes them in this same
+			// order, so that no step is undone before one made after it.
+			left = true
+			break
 		}
 		uerr := failpoint.Inject(flow + string(step.Kind) + "/before-undo")
 		if uerr == nil {
@@ -186,14 +265,20 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal bool) error {
 		j.mu.Unlock()
 		return err
 	}
-	if len(failures) == 0 {
+	switch {
+	case len(failures) == 0 && left:
+		// Nobody waits for the rest: the name is free now, and Maintain (woken as this
+		// run ends) finishes the removal. Lazy: a crash that loses the release leaves
+		// the record removing with its name, which the next start finishes alike.
+		p, err = j.change(e, false, func(r *Record) { r.HoldsName = false })
+	case len(failures) == 0:
 		// A removal's delete rides on the next commit: a crash that loses it leaves the
 		// record removing, with every step undone or to undo again (undos are
 		// idempotent), which the next start finishes; so the removal's answer need not
 		// wait for it (BenchmarkRemove: one commit per removal instead of two). A
 		// rollback's delete stays durable, as it was: it is not on a pod's way down.
 		p, err = j.forget(e, !removal)
-	} else {
+	default:
 		p, err = j.change(e, true, func(r *Record) {
 			r.State = StateUndoing
 			r.HoldsName = false
@@ -337,8 +422,10 @@ func (j *Journal) retry(ctx context.Context, id string) error {
 	if err != nil {
 		return nil
 	}
-	err = j.runUndo(ctx, id, rec.State == StateRemoving)
+	err = j.runUndo(ctx, id, rec.State == StateRemoving, false)
 	switch {
+	case err == nil && rec.State == StateRemoving && !rec.HoldsName && len(rec.FailedUndos()) == 0:
+		j.log.Debug("removal finished after its answer", "id", id, "name", rec.Name, "kind", rec.Kind)
 	case err == nil:
 		j.log.Info("undo retry succeeded, record gone", "id", id, "name", rec.Name, "kind", rec.Kind)
 	case errors.Is(err, ErrNotFound), errors.Is(err, ErrWrongState):
@@ -417,6 +504,8 @@ const maintainWorkers = 4
 // whose undo is running has no due time until that run ends. It returns once its workers
 // have returned; they are cancelled when it stops.
 func (j *Journal) Maintain(ctx context.Context, interval time.Duration) {
+	j.maintaining.Add(1)
+	defer j.maintaining.Add(-1)
 	ctx, cancel := context.WithCancel(ctx)
 	var workers sync.WaitGroup
 	defer workers.Wait()

@@ -1,0 +1,147 @@
+package journal
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/crijournal/crijournal/internal/testenv"
+)
+
+// deferredRecord makes a created record "pod" with steps A(1), B(2), C(3), where B's undo
+// is registered deferred, and returns it with the undo log.
+func deferredRecord(t *testing.T) (*Journal, string, Record, *undoLog) {
+	t.Helper()
+	u := &undoLog{}
+	reg := u.registry(kindA, kindC)
+	reg.RegisterDeferred(kindB, func(_ context.Context, rec Record, step Step) error {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		u.ran = append(u.ran, string(step.Kind)+":"+step.Args["n"])
+		return u.fail[step.Kind]
+	})
+	j, path := testJournal(t, Options{Registry: reg})
+	rec := begin(t, j, "pod", time.Time{})
+	step(t, j, rec.ID, kindA, "1")
+	step(t, j, rec.ID, kindB, "2")
+	step(t, j, rec.ID, kindC, "3")
+	if err := j.ready(rec.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.answer(rec.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	return j, path, rec, u
+}
+
+// TestRemoveDefers: while Maintain runs, Remove undoes the steps after the first
+// deferred one (last first) and returns with the name free and the record removing;
+// FinishRemovals undoes the rest, in the same order, and deletes the record.
+func TestRemoveDefers(t *testing.T) {
+	j, _, rec, u := deferredRecord(t)
+	j.maintaining.Add(1) // as while Maintain runs, without its worker taking the rest
+	if err := j.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"test-c:3"}, u.order()); diff != "" {
+		t.Errorf("undos when Remove returned (-want +got):\n%s", diff)
+	}
+	got, err := j.Get(rec.ID)
+	if err != nil || got.State != StateRemoving || got.HoldsName {
+		t.Fatalf("record after Remove = %+v, %v; want removing, its name released", got, err)
+	}
+	if n := j.PendingRemovals(); n != 1 {
+		t.Errorf("PendingRemovals = %d, want 1", n)
+	}
+	// The name is free for a new record at once.
+	again := begin(t, j, "pod", time.Time{})
+	if err := j.FinishRemovals(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undos after FinishRemovals (-want +got):\n%s", diff)
+	}
+	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after FinishRemovals = %v, want ErrNotFound", err)
+	}
+	if n := j.PendingRemovals(); n != 0 {
+		t.Errorf("PendingRemovals after FinishRemovals = %d, want 0", n)
+	}
+	if got, err := j.Get(again.ID); err != nil || !got.HoldsName {
+		t.Errorf("the name's new holder = %+v, %v", got, err)
+	}
+}
+
+// TestRemoveWithoutMaintainUndoesAll: with no Maintain to finish it (recovery, tests),
+// Remove undoes every step, deferred ones too.
+func TestRemoveWithoutMaintainUndoesAll(t *testing.T) {
+	j, _, rec, u := deferredRecord(t)
+	if err := j.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undos (-want +got):\n%s", diff)
+	}
+	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after Remove = %v, want ErrNotFound", err)
+	}
+}
+
+// TestMaintainFinishesDeferredRemoval: Maintain, woken as the removal ends, undoes what
+// it left and deletes the record.
+func TestMaintainFinishesDeferredRemoval(t *testing.T) {
+	j, _, rec, u := deferredRecord(t)
+	startMaintain(t, j, time.Hour)
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, testenv.Until("Maintain running", func() bool { return j.maintaining.Load() > 0 }))
+	if err := j.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, testenv.Until("the removal finished by Maintain", func() bool {
+		_, err := j.Get(rec.ID)
+		return errors.Is(err, ErrNotFound)
+	}))
+	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undos (-want +got):\n%s", diff)
+	}
+}
+
+// TestDeferredRemovalAfterCrash: a crash after Remove answered leaves the record
+// removing in the file, with or without its name; the next start's Remove (recovery's)
+// undoes what was left, once.
+func TestDeferredRemovalAfterCrash(t *testing.T) {
+	j, path, rec, _ := deferredRecord(t)
+	j.maintaining.Add(1)
+	if err := j.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	crashed := crashCopy(t, path)
+	u2 := &undoLog{}
+	reg := u2.registry(kindA, kindB, kindC)
+	j2, err := Open(crashed, Options{Registry: reg, Logger: j.log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j2.Close()
+	got, err := j2.Get(rec.ID)
+	if err != nil || got.State != StateRemoving {
+		t.Fatalf("record after the crash = %+v, %v; want removing", got, err)
+	}
+	if err := j2.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	// C was undone before the crash; its mark may have been lost with it, and an undo
+	// is idempotent, so it may run again; B and A run, in that order.
+	order := u2.order()
+	if len(order) > 0 && order[0] == "test-c:3" {
+		order = order[1:]
+	}
+	if diff := cmp.Diff([]string{"test-b:2", "test-a:1"}, order); diff != "" {
+		t.Errorf("undos after the crash (-want +got):\n%s", diff)
+	}
+	if _, err := j2.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after recovery's Remove = %v, want ErrNotFound", err)
+	}
+}
