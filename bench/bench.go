@@ -88,6 +88,12 @@ type Report struct {
 	// Swept counts pods that no answered request returned, found by their label after
 	// the teardown (made by an abandoned or interrupted request) and removed.
 	Swept int `json:"swept"`
+	// RemovalsSettled is how long after the teardown the runtime still had removals
+	// under way, by its verbose Status (PendingRemovalsInfo; crijournal deletes a
+	// container's root filesystem after its removal has answered): the run waits for
+	// them, so that they do not weigh on what is measured next.
+	RemovalsSettled   time.Duration `json:"-"`
+	RemovalsSettledMs float64       `json:"removals_settled_ms,omitempty"`
 	// TeardownErrors lists what could not be stopped or removed: left on the node.
 	TeardownErrors []string       `json:"teardown_errors,omitempty"`
 	ErrorKinds     map[string]int `json:"error_kinds,omitempty"`
@@ -334,6 +340,38 @@ func (s *session) cleanup(ctx context.Context, rep *Report, made []upPodID) {
 	}
 	rep.Swept += len(ids)
 	rep.teardown(cctx, s.rt, ids, s.o.Concurrency, false)
+	s.settle(cctx, rep)
+}
+
+// PendingRemovalsInfo is the key of a verbose Status's info under which crijournal says
+// how many removals answered with work left.
+const PendingRemovalsInfo = "pendingRemovals"
+
+// settle waits until the runtime says it has no removal under way (PendingRemovalsInfo
+// "0"), at most a minute, and records how long that took; a runtime that does not say
+// (containerd) is not waited for.
+func (s *session) settle(ctx context.Context, rep *Report) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		st, err := s.rt.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+		n, says := st.GetInfo()[PendingRemovalsInfo]
+		if err != nil || !says {
+			return
+		}
+		if n == "0" {
+			rep.RemovalsSettled = time.Since(start)
+			rep.RemovalsSettledMs = ms(rep.RemovalsSettled)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			rep.TeardownErrors = append(rep.TeardownErrors, fmt.Sprintf("%s removals still under way a minute after the teardown", n))
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // ids lists the sandbox and container IDs of pods.

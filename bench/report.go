@@ -46,6 +46,9 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
+	if r.RemovalsSettled > 0 {
+		fmt.Fprintf(w, "removals under way in the runtime after the teardown, waited for: %.1f ms\n", r.RemovalsSettledMs)
+	}
 	if r.Swept > 0 {
 		fmt.Fprintf(w, "pods made by abandoned requests, found and removed after the run: %d\n", r.Swept)
 	}

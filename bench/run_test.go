@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,22 @@ type fakeRuntime struct {
 	// runtimes a comparison ran, in turn).
 	name  string
 	order *callOrder
+
+	// reportsRemovals: a verbose Status says pendingRemovals, one less at each call
+	// (crijournal's removals that answered with work left).
+	reportsRemovals bool
+	pendingRemovals int
+}
+
+func (f *fakeRuntime) Status(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.reportsRemovals {
+		return &runtimeapi.StatusResponse{}, nil
+	}
+	n := f.pendingRemovals
+	f.pendingRemovals = max(n-1, 0)
+	return &runtimeapi.StatusResponse{Info: map[string]string{PendingRemovalsInfo: strconv.Itoa(n)}}, nil
 }
 
 // callOrder lists the runtimes RunPodSandbox calls reached, in order.
@@ -165,6 +182,7 @@ func TestRun(t *testing.T) {
 		wantFailed   int
 		wantRetries  int
 		wantSwept    int
+		wantSettled  bool // the run waited for the runtime's removals under way
 		wantInReport []string
 	}{
 		{name: "abandoned first attempts: retried, and what they made is swept",
@@ -178,6 +196,11 @@ func TestRun(t *testing.T) {
 			opts:       Options{Pods: 3, Concurrency: 3, Timeout: time.Second, MaxRetries: 2},
 			wantFailed: 1, wantRetries: 2,
 			wantInReport: []string{"pod bench-test-1: 2 retries", "FAILED: rpc error: code = InvalidArgument"}},
+		{name: "removals under way in the runtime after the teardown: waited for",
+			fake:        &fakeRuntime{reportsRemovals: true, pendingRemovals: 3},
+			opts:        Options{Pods: 2, Concurrency: 1},
+			wantSettled: true,
+			wantInReport: []string{"removals under way in the runtime after the teardown, waited for"}},
 		{name: "interrupted: everything made is removed",
 			fake:        &fakeRuntime{abandonFirst: true},
 			opts:        Options{Pods: 20, Concurrency: 1, Timeout: 50 * time.Millisecond},
@@ -210,6 +233,9 @@ func TestRun(t *testing.T) {
 			}
 			if tt.wantRetries >= 0 && rep.RetriesTotal != tt.wantRetries {
 				t.Errorf("retries = %d, want %d (per pod %+v)", rep.RetriesTotal, tt.wantRetries, rep.PerPod)
+			}
+			if settled := rep.RemovalsSettled > 0; settled != tt.wantSettled || tt.fake.pendingRemovals != 0 {
+				t.Errorf("waited for the removals under way: %v (%v), want %v; %d left", settled, rep.RemovalsSettled, tt.wantSettled, tt.fake.pendingRemovals)
 			}
 			if tt.wantSwept >= 0 && rep.Swept != tt.wantSwept {
 				t.Errorf("swept = %d, want %d", rep.Swept, tt.wantSwept)

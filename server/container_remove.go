@@ -12,8 +12,10 @@ import (
 )
 
 // RemoveContainer stops (SIGKILL) and removes a container: the journal undoes its steps,
-// last first (the runtime container, then its storage), and deletes the record. An unknown
-// ID is success, per the CRI.
+// last first (the runtime container, then its storage), and deletes the record. It
+// answers once the runtime container is deleted; the root filesystem is deleted right
+// after, by the journal's Maintain (storage.RegisterUndos). An unknown ID is success, per
+// the CRI.
 func (s *Server) RemoveContainer(ctx context.Context, req *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	rec, err := s.findRecord(journal.KindContainer, req.GetContainerId())
 	if errors.Is(err, errNotFound) {

@@ -135,11 +135,17 @@ func (i *imageService) ImageStatus(ctx context.Context, req *runtimeapi.ImageSta
 }
 
 // RemoveImage removes an image by ID, tag or digest; an unknown image is success (CRI).
-// An image a container still uses is refused with FailedPrecondition.
+// An image a container still uses is refused with FailedPrecondition. The root
+// filesystems of removed containers whose deletion has not run yet (see
+// storage.RegisterUndos) are deleted first: they are no use of the image.
 func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
 	st, ref, err := i.storeFor(req.GetImage())
 	if err != nil {
 		return nil, err
+	}
+	if err := i.s.journal.FinishRemovals(ctx); err != nil {
+		// What failed is retried later; the image's removal says whether it mattered.
+		i.s.log.Warn("removing an image: finishing the removals under way failed", "image", ref, "err", err)
 	}
 	err = st.RemoveImage(ctx, ref)
 	if err != nil && !errors.Is(err, storage.ErrImageNotFound) {

@@ -25,7 +25,10 @@ type containerMetadata struct {
 }
 
 // CreateContainer creates the storage container id (the CRI container ID, 64 lowercase hex)
-// from image imageID (an ID or an unambiguous ID prefix), named name unless name is "". When
+// from image imageID (an ID or an unambiguous ID prefix), with name (the CRI container's,
+// or "") in its metadata. It has no containers/storage name: a name is unique in the
+// store, and the root filesystem of a removed container may still wait for its deletion
+// (its undo is deferred: see RegisterUndos) when another is made under the same name. When
 // a storage container id already exists and comes from the same image it is returned as is,
 // so that a retried creation step finds the first attempt's work. ErrImageNotFound when the
 // image is not in the store.
@@ -62,28 +65,17 @@ func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (info
 	if err != nil {
 		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: %w", id, err)
 	}
-	var names []string
-	if name != "" {
-		names = []string{name}
-	}
 	var opts *cstorage.ContainerOptions
 	if len(req.UIDMap) > 0 || len(req.GIDMap) > 0 {
 		opts = &cstorage.ContainerOptions{IDMappingOptions: types.IDMappingOptions{
 			UIDMap: idtoolsMaps(req.UIDMap), GIDMap: idtoolsMaps(req.GIDMap)}}
 	}
-	c, err := s.st.CreateContainer(id, names, img.ID, "", string(meta), opts)
+	c, err := s.st.CreateContainer(id, nil, img.ID, "", string(meta), opts)
 	if errors.Is(err, cstorage.ErrDuplicateID) {
 		// Created concurrently by another attempt.
 		if info, ok, err := s.existing(id, img.ID); ok || err != nil {
 			return info, nil, err
 		}
-	}
-	if errors.Is(err, cstorage.ErrDuplicateName) {
-		holder := "another storage container"
-		if other, err := s.st.Container(name); err == nil {
-			holder = "storage container " + other.ID
-		}
-		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: name %q is used by %s: %w", id, name, holder, err)
 	}
 	if err != nil {
 		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s from image %s: %w", id, img.ID, err)
@@ -121,9 +113,14 @@ func idtoolsMaps(maps []IDMap) []idtools.IDMap {
 	return out
 }
 
+// infoOf describes c; its name is the one in its metadata, or its first
+// containers/storage name (containers made before names moved to the metadata).
 func infoOf(c *cstorage.Container) ContainerInfo {
 	info := ContainerInfo{ID: c.ID, ImageID: c.ImageID}
-	if len(c.Names) > 0 {
+	var meta containerMetadata
+	if json.Unmarshal([]byte(c.Metadata), &meta) == nil && meta.Name != "" {
+		info.Name = meta.Name
+	} else if len(c.Names) > 0 {
 		info.Name = c.Names[0]
 	}
 	return info

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
@@ -59,12 +61,18 @@ func testContainerLifecycle(t *testing.T, s *testStore) {
 	if err != nil || again != want {
 		t.Errorf("CreateContainer again = %+v, %v; want %+v", again, err, want)
 	}
-	// The name is taken by it.
-	if _, err := s.CreateContainer(ctx, newID(t), "k8s_c_p_ns_uid_0", img.ID, nil); err == nil || !strings.Contains(err.Error(), id) {
-		t.Errorf("CreateContainer with a taken name = %v, want an error naming %s", err, id)
+	// The name is in the metadata only: another container may have it (the root
+	// filesystem of a removed container waits for its deferred deletion while the
+	// kubelet makes the next one; the journal keeps CRI names unique).
+	other := newID(t)
+	if info, err := s.CreateContainer(ctx, other, "k8s_c_p_ns_uid_0", img.ID, nil); err != nil || info.Name != "k8s_c_p_ns_uid_0" {
+		t.Errorf("CreateContainer under the same name = %+v, %v", info, err)
 	}
-	if ids, err := s.Containers(ctx); err != nil || !slices.Equal(ids, []string{id}) {
-		t.Errorf("Containers = %v, %v; want [%s]", ids, err, id)
+	if ids, err := s.Containers(ctx); err != nil || !sameSet(ids, []string{id, other}) {
+		t.Errorf("Containers = %v, %v; want [%s %s]", ids, err, id, other)
+	}
+	if err := s.DeleteContainer(ctx, other); err != nil {
+		t.Fatal(err)
 	}
 
 	rootfs, err := s.Mount(ctx, id)
@@ -240,6 +248,86 @@ func TestUndoDeletesContainer(t *testing.T) {
 				t.Errorf("journal record after Rollback: %v, want ErrNotFound", err)
 			}
 		})
+	}
+}
+
+// TestRemovalDefersTheDelete: a removal answers before the root filesystem's deletion,
+// which the journal's Maintain runs right after (RegisterUndos registers it deferred).
+// The store is held back from the undo until the removal has answered: an undo run by
+// the removal itself would never let it answer.
+func TestRemovalDefersTheDelete(t *testing.T) {
+	s := openTestStore(t, "")
+	ctx := context.Background()
+	img, _ := pullTestImage(t, s)
+	answered := make(chan struct{})
+	j := openUndoJournal(t, func() (*Store, error) {
+		select {
+		case <-answered:
+			return s.Store, nil
+		case <-time.After(20 * time.Second):
+			return nil, errors.New("the removal did not answer before its storage undo")
+		}
+	})
+	mctx, stop := context.WithCancel(ctx)
+	maintained := make(chan struct{})
+	go func() {
+		defer close(maintained)
+		j.Maintain(mctx, time.Hour)
+	}()
+	t.Cleanup(func() { stop(); <-maintained })
+
+	id := newID(t)
+	rec, err := j.Begin(journal.BeginRequest{ID: id, Kind: journal.KindContainer, Name: "c"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := ContainerStep(s.Store, ContainerRequest{ID: id, Name: "c", ImageID: img.ID})
+	seq, err := j.Intent(rec.ID, step.Stage, step.Kind, step.Args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rootfs, err := step.Run(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Done(rec.ID, seq); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Settle(rec.ID, struct{}{}, true); err != nil {
+		t.Fatal(err)
+	}
+	// Maintain may not have begun yet: a removal then deletes at once, and so waits.
+	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() error {
+		if j.Stats().MaintainPasses == 0 {
+			return errors.New("Maintain has not looked yet")
+		}
+		return nil
+	})
+	removed := make(chan error, 1)
+	go func() { removed <- j.Remove(ctx, rec.ID) }()
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("Remove waited for its storage undo")
+	}
+	if ids, _ := s.Containers(ctx); !slices.Contains(ids, id) {
+		t.Errorf("storage container %s deleted before the removal answered", id)
+	}
+	close(answered)
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if ids, _ := s.Containers(ctx); slices.Contains(ids, id) {
+			return fmt.Errorf("storage container %s still there", id)
+		}
+		if _, err := j.Get(rec.ID); !errors.Is(err, journal.ErrNotFound) {
+			return fmt.Errorf("journal record after the removal: %v", err)
+		}
+		return nil
+	})
+	if testenv.IsMountPoint(t, rootfs) {
+		t.Errorf("%s still mounted after the removal", rootfs)
 	}
 }
 
@@ -456,4 +544,12 @@ func createTestContainer(t *testing.T, s *testStore) (Image, string) {
 		t.Fatal(err)
 	}
 	return img, id
+}
+
+// sameSet reports whether a and b hold the same strings, in any order.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(a, b)
 }

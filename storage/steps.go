@@ -73,9 +73,13 @@ func ContainerStep(s *Store, req ContainerRequest) journal.Action[string] {
 
 // RegisterUndos registers the undo of every step kind this package owns. stores hands out
 // the open Store when an undo runs (at start-up recovery it may not be open yet: its error
-// fails the undo, which is retried later).
+// fails the undo, which is retried later). Both are deferred (journal.RegisterDeferred): a
+// container's removal answers once its runtime container is deleted, and its root
+// filesystem and image volumes, which only the daemon reaches, are deleted right after,
+// off the removal's way: containers/storage deletes a layer under the lock every other
+// layer's creation, mount and deletion waits for.
 func RegisterUndos(reg *journal.Registry, stores func() (*Store, error)) {
-	reg.Register(StepContainerStorage, func(ctx context.Context, rec journal.Record, step journal.Step) error {
+	reg.RegisterDeferred(StepContainerStorage, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		id := step.Args[ArgID]
 		if id == "" {
 			return fmt.Errorf("undo %s of %s: no %q argument", step.Kind, rec.ID, ArgID)
@@ -87,7 +91,7 @@ func RegisterUndos(reg *journal.Registry, stores func() (*Store, error)) {
 		return s.DeleteContainer(ctx, id)
 	})
 	// An image volume's storage container goes the way a root filesystem does.
-	reg.Register(StepImageVolume, func(ctx context.Context, rec journal.Record, step journal.Step) error {
+	reg.RegisterDeferred(StepImageVolume, func(ctx context.Context, rec journal.Record, step journal.Step) error {
 		id := step.Args[ArgID]
 		if !validImageVolumeID(id) {
 			return fmt.Errorf("undo %s of %s: %q argument %q is not an image volume ID", step.Kind, rec.ID, ArgID, id)

@@ -73,12 +73,15 @@ func TestContainerOverlay(t *testing.T) {
 		}
 	})
 	victim := d.run(t, podID, containerConfig(t, "crash-remove", 0, sleeper), pod)
+	// The root filesystem's deletion comes after the removal's answer (the journal's
+	// Maintain runs it), so the crash there may come before the answer is sent or
+	// after: either way the container is gone for the client, and the restart
+	// finishes the deletion.
 	crash("journal/remove/storage-container/before-undo", func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: victim}); err == nil {
-			t.Fatal("RemoveContainer succeeded: the daemon did not crash")
-		}
+		_, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: victim})
+		t.Logf("RemoveContainer before the crash: %v", err)
 	})
 
 	d.removePod(t, podID)

@@ -68,8 +68,8 @@ const (
 // removeCrashingContainerWith pulls the test image, runs the pod, runs the
 // container of config(t, pod) in it and removes it (crictl rm refuses a
 // running container without -f, and -f stops it first, so the RPC is called
-// directly), a request that must not succeed: the daemon crashes at the
-// armed point on the way. It returns the container's ID.
+// directly); the daemon crashes at the armed point on the way, or right
+// after the answer (see below). It returns the container's ID.
 func removeCrashingContainerWith(t *testing.T, d *daemon, pod string, config func(*testing.T, string) string) string {
 	t.Helper()
 	d.pull(t, testImage)
@@ -78,11 +78,12 @@ func removeCrashingContainerWith(t *testing.T, d *daemon, pod string, config fun
 	d.requireCtrState(t, id, "CONTAINER_RUNNING")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err == nil {
-		t.Fatalf("RemoveContainer of %s succeeded: the daemon did not crash at the armed point (a misspelt point name?)", id)
-	} else {
-		t.Logf("RemoveContainer of %s: %v (the daemon crashed)", id, err)
-	}
+	// At the undos a removal leaves to the journal's Maintain (the root filesystem's
+	// and what was made before it: journal.Remove), the crash comes after the answer,
+	// or while it is on its way: RemoveContainer may succeed. The caller requires the
+	// crash at the armed point (requireKilledAt) either way.
+	_, err := d.cri(t).RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id})
+	t.Logf("RemoveContainer of %s: %v", id, err)
 	return id
 }
 

@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/oci"
 )
@@ -84,6 +87,7 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 		}
 		return false
 	}
+	d.waitRemovals(t)
 	var leaks []string
 
 	// Namespace pins (files, mounted or not).
@@ -182,6 +186,45 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 	}
 	slices.Sort(leaks)
 	return leaks
+}
+
+// waitRemovals waits, while the daemon runs and answers, until it has no removal
+// under way: a removal answers before its containers' root filesystems are deleted
+// (journal.Remove, storage.RegisterUndos), and what is left of it is no leak until the
+// daemon has had its moment to finish. Removals still under way after
+// removalsFinishWithin fail the test.
+func (d *daemon) waitRemovals(t *testing.T) {
+	t.Helper()
+	if alive, _ := d.running(); !alive {
+		return
+	}
+	const removalsFinishWithin = 15 * time.Second
+	cri := d.cri(t)
+	pending := func() (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		st, err := cri.Status(ctx, &runtimeapi.StatusRequest{Verbose: true})
+		if err != nil {
+			return "", err
+		}
+		return st.GetInfo()["pendingRemovals"], nil
+	}
+	start := time.Now()
+	for {
+		n, err := pending()
+		if err != nil {
+			t.Logf("not waiting for removals under way: Status: %v", err)
+			return
+		}
+		if n == "0" || n == "" {
+			return
+		}
+		if time.Since(start) > removalsFinishWithin {
+			t.Errorf("%s removals still under way %v later", n, removalsFinishWithin)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // podFilesDir is where the daemon keeps the sandboxes' files.

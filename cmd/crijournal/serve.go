@@ -307,6 +307,14 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if failed != nil {
 		return failStop(cfg, "while serving", failed)
 	}
+	// Removals that answered with work left (root filesystems to delete: see
+	// journal.Remove) are finished before the journal closes, so that a stopped node
+	// holds nothing removed; what does not finish in time, the next start finishes.
+	fctx, fcancel := context.WithTimeout(context.Background(), gracefulStopTimeout)
+	defer fcancel()
+	if err := j.FinishRemovals(fctx); err != nil {
+		log.Warn("finishing the removals under way at the stop failed; the next start finishes them", "err", err)
+	}
 	return nil
 }
 
