@@ -397,11 +397,14 @@ func (d *daemon) waitLog(t *testing.T, id, want string, within time.Duration) {
 	})
 }
 
-// removeCtr stops (at once) and removes a container.
+// removeCtr stops (at once) and removes a container, and waits until the daemon has
+// finished the removal: crictl rm answers before the root filesystem is deleted
+// (waitRemovals).
 func (d *daemon) removeCtr(t *testing.T, id string) {
 	t.Helper()
 	d.mustCrictl(t, "stop", "-t", "0", id)
 	d.mustCrictl(t, "rm", id)
+	d.waitRemovals(t)
 }
 
 // loadPodConfig reads a pod configuration file as crictl does, for gRPC calls.

@@ -321,7 +321,6 @@ func TestImageVolume(t *testing.T) {
 	d.assertNoLeaks(t, podID, id)
 
 	d.removeCtr(t, id)
-	d.waitRemovals(t) // the root filesystem and the volumes go after the answer
 	if left := volMounts(); len(left) != 0 {
 		t.Errorf("overlay mounts left after the container's removal: %v", left)
 	}
