@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -15,6 +16,12 @@ import (
 // is registered deferred, and returns it with the undo log.
 func deferredRecord(t *testing.T) (*Journal, string, Record, *undoLog) {
 	t.Helper()
+	return deferredRecordAt(t, nil)
+}
+
+// deferredRecordAt is deferredRecord on a journal whose clock is now (nil: time.Now).
+func deferredRecordAt(t *testing.T, now func() time.Time) (*Journal, string, Record, *undoLog) {
+	t.Helper()
 	u := &undoLog{}
 	reg := u.registry(kindA, kindC)
 	reg.RegisterDeferred(kindB, func(_ context.Context, rec Record, step Step) error {
@@ -23,7 +30,7 @@ func deferredRecord(t *testing.T) (*Journal, string, Record, *undoLog) {
 		u.ran = append(u.ran, string(step.Kind)+":"+step.Args["n"])
 		return u.fail[step.Kind]
 	})
-	j, path := testJournal(t, Options{Registry: reg})
+	j, path := testJournal(t, Options{Registry: reg, Now: now})
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
 	step(t, j, rec.ID, kindB, "2")
@@ -143,5 +150,40 @@ func TestDeferredRemovalAfterCrash(t *testing.T) {
 	}
 	if _, err := j2.Get(rec.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get after recovery's Remove = %v, want ErrNotFound", err)
+	}
+}
+
+// TestDeferredUndosWaitForAPause: what a removal left is due once no removal has left
+// anything for deferredQuiet, and at the latest deferredMaxWait after its own removal,
+// so that a burst of removals is answered before the deletions it leaves begin.
+func TestDeferredUndosWaitForAPause(t *testing.T) {
+	clock := newFakeClock()
+	j, _, rec, _ := deferredRecordAt(t, clock.Now)
+	j.maintaining.Add(1)
+	if err := j.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	removed := clock.Now()
+	due := func(at time.Time) (bool, time.Time) {
+		_, retry, next := j.dueWork(at, nil)
+		return slices.Contains(retry, rec.ID), next
+	}
+	if ok, next := due(removed); ok || !next.Equal(removed.Add(deferredQuiet)) {
+		t.Errorf("at the removal: due %v, next %v; want not due, next after the quiet time", ok, next.Sub(removed))
+	}
+	if ok, _ := due(removed.Add(deferredQuiet)); !ok {
+		t.Errorf("not due after the quiet time")
+	}
+	// Removals that keep coming hold it back, but not beyond the longest wait.
+	for at := removed; at.Before(removed.Add(deferredMaxWait)); at = at.Add(deferredQuiet / 2) {
+		j.mu.Lock()
+		j.lastDeferred = at
+		j.mu.Unlock()
+		if ok, _ := due(at); ok {
+			t.Fatalf("due %v after its removal while removals kept coming", at.Sub(removed))
+		}
+	}
+	if ok, _ := due(removed.Add(deferredMaxWait)); !ok {
+		t.Errorf("not due %v after its removal", deferredMaxWait)
 	}
 }

@@ -126,8 +126,10 @@ type Journal struct {
 	// maintainPasses counts Maintain's looks for due work (Stats).
 	maintainPasses atomic.Int64
 	// maintaining counts the Maintain loops running: while one runs, a removal leaves
-	// deferred undos to it (see Remove).
-	maintaining atomic.Int32
+	// deferred undos to it (see Remove). lastDeferred is when a removal last did (under
+	// mu): they wait for a pause (deferredQuiet).
+	maintaining  atomic.Int32
+	lastDeferred time.Time
 }
 
 // entry is a record in the index: as queued for the file (rec) and as published (shown),

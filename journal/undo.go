@@ -110,13 +110,24 @@ func (j *Journal) Rollback(ctx context.Context, id string) error {
 // While Maintain runs, a removal answers before the undo of a kind registered with
 // RegisterDeferred: walking the steps last first, it stops at the first such step; that
 // step and those made before it are left, in the record (removing, its name released, so
-// that a new record may take it), for Maintain, which undoes them at once, in the same
-// order, and deletes the record. Readers no longer see the record as named when Remove
+// that a new record may take it), for Maintain, which undoes them once removals pause
+// (deferredQuiet), in the same order, and deletes the record. Readers no longer see the record as named when Remove
 // returns; a crash before Maintain is done leaves it removing, which the next start
 // finishes. Without Maintain running (at recovery, in tests), Remove undoes every step.
 func (j *Journal) Remove(ctx context.Context, id string) error {
 	return j.runUndo(ctx, id, true, j.maintaining.Load() > 0)
 }
+
+// Undos a removal left to Maintain (RegisterDeferred) wait for a pause in removals: they
+// are due once no removal has left any for deferredQuiet, or deferredMaxWait after their
+// own removal, whichever comes first. A burst of removals (a node drained, a job's pods
+// ended) is answered first, and what it left (root filesystems to delete, whose deletion
+// takes the store's lock and a share of the processors) is done once it has passed,
+// instead of slowing the rest of it.
+const (
+	deferredQuiet   = 100 * time.Millisecond
+	deferredMaxWait = 5 * time.Second
+)
 
 // FinishRemovals finishes every removal still under way (state removing): the undos
 // Remove left to Maintain, and removals a crash interrupted, waiting for those already
@@ -267,9 +278,11 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal, deferring boo
 	}
 	switch {
 	case len(failures) == 0 && left:
-		// Nobody waits for the rest: the name is free now, and Maintain (woken as this
-		// run ends) finishes the removal. Lazy: a crash that loses the release leaves
-		// the record removing with its name, which the next start finishes alike.
+		// Nobody waits for the rest: the name is free now, and Maintain finishes the
+		// removal once removals pause (deferredQuiet). Lazy: a crash that loses the
+		// release leaves the record removing with its name, which the next start
+		// finishes alike.
+		j.lastDeferred = j.opts.Now()
 		p, err = j.change(e, false, func(r *Record) { r.HoldsName = false })
 	case len(failures) == 0:
 		// A removal's delete rides on the next commit: a crash that loses it leaves the
@@ -467,6 +480,17 @@ func (j *Journal) dueWork(now time.Time, skip map[string]job) (expire, retry []s
 		case StateUndoing, StateRemoving:
 			failed := e.rec.FailedUndos()
 			due := len(failed) == 0 // interrupted by a crash: nothing failed yet
+			if due && e.rec.State == StateRemoving && !e.rec.HoldsName {
+				// Undos a removal left (see Remove): after the burst of removals.
+				at := j.lastDeferred.Add(deferredQuiet)
+				if capped := e.rec.Updated.Add(deferredMaxWait); capped.Before(at) {
+					at = capped
+				}
+				if at.After(now) {
+					later(at)
+					due = false
+				}
+			}
 			for _, s := range failed {
 				if s.NextRetry.After(now) {
 					later(s.NextRetry)
