@@ -199,7 +199,6 @@ type floorPod struct {
 	cni                       *libcni.CNIConfig
 	nsPath, bundle            string
 	added, created            bool
-	upTook                    time.Duration
 }
 
 // runcCmd runs runc with args in the pod's bundle.
