@@ -187,3 +187,47 @@ func TestDeferredUndosWaitForAPause(t *testing.T) {
 		t.Errorf("not due %v after its removal", deferredMaxWait)
 	}
 }
+
+// TestFinishRemovalsRetriesFailedDeferredUndos: a deferred undo that failed (cut short by
+// the daemon's stop, say) is retried by FinishRemovals at once; a record whose other
+// undos failed is left to its retries.
+func TestFinishRemovalsRetriesFailedDeferredUndos(t *testing.T) {
+	j, _, rec, u := deferredRecord(t)
+	j.maintaining.Add(1)
+	if err := j.Remove(ctx, rec.ID); err != nil {
+		t.Fatal(err)
+	}
+	u.setFail(kindB, errors.New("stopping"))
+	j.maintaining.Add(-1)
+	var uerr *UndoError
+	if err := j.retry(ctx, rec.ID); err == nil {
+		t.Fatal("the deferred undo's retry succeeded; want it to fail")
+	} else if !errors.As(err, &uerr) {
+		t.Fatalf("retry = %v, want an UndoError", err)
+	}
+	if got, _ := j.Get(rec.ID); got.State != StateUndoing {
+		t.Fatalf("after the failed deferred undo: state %s, want undoing", got.State)
+	}
+	u.setFail(kindB, nil)
+	if err := j.FinishRemovals(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after FinishRemovals = %v, want ErrNotFound", err)
+	}
+
+	// A record whose failed undo is not deferred is left alone.
+	other := begin(t, j, "other", time.Time{})
+	step(t, j, other.ID, kindC, "9")
+	u.setFail(kindC, errors.New("plugin hangs"))
+	if err := j.Rollback(ctx, other.ID); err == nil {
+		t.Fatal("rollback succeeded; want its undo to fail")
+	}
+	before := len(u.order())
+	if err := j.FinishRemovals(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := len(u.order()); after != before {
+		t.Errorf("FinishRemovals ran %d undos of a record whose failed undo is not deferred", after-before)
+	}
+}

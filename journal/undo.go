@@ -131,15 +131,16 @@ const (
 
 // FinishRemovals finishes every removal still under way (state removing): the undos
 // Remove left to Maintain, and removals a crash interrupted, waiting for those already
-// running. Removals whose undos failed (state undoing) are left to their retries.
-// Callers that need the removed resources gone (an image's removal, which a root
-// filesystem still made from it would refuse; the daemon's stop) call it. It returns
-// the undos that failed.
+// running; and, now rather than at their next retry, records whose only failed undos are
+// of deferred kinds (a deferred undo cut short, say by the daemon's stop). Other failed
+// undos are left to their retries (one may hang until UndoTimeout). Callers that need
+// the removed resources gone (an image's removal, which a root filesystem still made
+// from it would refuse; the daemon's stop) call it. It returns the undos that failed.
 func (j *Journal) FinishRemovals(ctx context.Context) error {
 	j.mu.Lock()
 	var ids []string
 	for id, e := range j.byID {
-		if e.rec.State == StateRemoving {
+		if e.rec.State == StateRemoving || (e.rec.State == StateUndoing && j.onlyDeferredFailed(e.rec)) {
 			ids = append(ids, id)
 		}
 	}
@@ -147,11 +148,27 @@ func (j *Journal) FinishRemovals(ctx context.Context) error {
 	slices.Sort(ids)
 	var errs []error
 	for _, id := range ids {
-		if err := j.runUndo(ctx, id, true, false); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
+		rec, err := j.current(id)
+		if err != nil {
+			continue
+		}
+		if err := j.runUndo(ctx, id, rec.State == StateRemoving, false); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// onlyDeferredFailed reports whether rec has failed undos and all of them are of kinds
+// registered deferred.
+func (j *Journal) onlyDeferredFailed(rec Record) bool {
+	failed := rec.FailedUndos()
+	for _, s := range failed {
+		if !j.opts.Registry.isDeferred(s.Kind) {
+			return false
+		}
+	}
+	return len(failed) > 0
 }
 
 // PendingRemovals counts the records being removed (state removing): those whose
