@@ -84,6 +84,7 @@ Workloads (--workload):
 			if withFloor || workload == "floor" {
 				floor.Command = o.Command
 				floor.Concurrency = o.Concurrency
+				floor.Runs = floorRuns(floor.Runs, cmd.Flags().Changed("floor-runs"), withFloor && workload == "pods", o.Pods)
 				fo = &floor
 			}
 			switch workload {
@@ -172,7 +173,7 @@ Workloads (--workload):
 	f.IntVar(&so.Samples, "scale-samples", 5, "with --workload scale, pods brought up one at a time and measured at each step")
 	f.IntVar(&so.ListCalls, "list-calls", 20, "with --workload scale, calls of each List timed at each step")
 	f.BoolVar(&withFloor, "floor", false, "also measure the floor (at --concurrency: runc create/start/delete -f of a busybox bundle and the CNI ADD/DEL into a fresh namespace, directly) after the run (each round), and compare PodUp and PodDown with it")
-	f.IntVar(&floor.Runs, "floor-runs", 10, "runs of the floor (medians are taken)")
+	f.IntVar(&floor.Runs, "floor-runs", 10, "runs of the floor (medians are taken); with --floor and the pods workload, as many as --pods unless set")
 	f.StringVar(&floor.Runc, "runc", floorRunc(), "the floor's OCI runtime (default: the one a crijournal handler without a path runs)")
 	f.StringSliceVar(&floor.CNIPluginDirs, "cni-plugin-dirs", []string{"/opt/cni/bin", "/usr/lib/cni"}, "the floor's CNI plugin directories")
 	f.StringVar(&plotFile, "plot", "", "draw each operation's latency distribution into this SVG file (one curve per endpoint)")
@@ -214,4 +215,16 @@ func floorRunc() string {
 		return p
 	}
 	return "runc"
+}
+
+// floorRuns is how many runs the floor makes: runs (--floor-runs) when given
+// (given) or when the floor is measured alone, else, when it follows a pods
+// workload (afterPods), as many as the workload's pods: a last wave of fewer
+// runs than the concurrency meets less contention, and would weigh more among
+// fewer runs than among the pods.
+func floorRuns(runs int, given, afterPods bool, pods int) int {
+	if given || !afterPods {
+		return runs
+	}
+	return pods
 }

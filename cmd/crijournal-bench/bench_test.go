@@ -25,3 +25,20 @@ func TestBenchWorkloads(t *testing.T) {
 		}
 	}
 }
+
+func TestFloorRuns(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		runs             int
+		given, afterPods bool
+		pods, want       int
+	}{
+		{"after the pods: as many runs as pods", 10, false, true, 20, 20},
+		{"after the pods, --floor-runs given", 7, true, true, 20, 7},
+		{"the floor alone", 10, false, false, 20, 10},
+	} {
+		if got := floorRuns(tc.runs, tc.given, tc.afterPods, tc.pods); got != tc.want {
+			t.Errorf("%s: floorRuns = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
