@@ -344,7 +344,8 @@ func (s *session) cleanup(ctx context.Context, rep *Report, made []upPodID) {
 }
 
 // PendingRemovalsInfo is the key of a verbose Status's info under which crijournal says
-// how many removals answered with work left.
+// how many removals answered with work left: server.StatusInfoPendingRemovals, written
+// again here because the bench, a client of any CRI runtime, does not link the daemon.
 const PendingRemovalsInfo = "pendingRemovals"
 
 // settle waits until the runtime says it has no removal under way (PendingRemovalsInfo

@@ -1,7 +1,6 @@
 package journal
 
 import (
-	"context"
 	"errors"
 	"slices"
 	"testing"
@@ -24,12 +23,7 @@ func deferredRecordAt(t *testing.T, now func() time.Time) (*Journal, string, Rec
 	t.Helper()
 	u := &undoLog{}
 	reg := u.registry(kindA, kindC)
-	reg.RegisterDeferred(kindB, func(_ context.Context, rec Record, step Step) error {
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		u.ran = append(u.ran, string(step.Kind)+":"+step.Args["n"])
-		return u.fail[step.Kind]
-	})
+	reg.RegisterDeferred(kindB, u.undo)
 	j, path := testJournal(t, Options{Registry: reg, Now: now})
 	rec := begin(t, j, "pod", time.Time{})
 	step(t, j, rec.ID, kindA, "1")
@@ -44,15 +38,23 @@ func deferredRecordAt(t *testing.T, now func() time.Time) (*Journal, string, Rec
 	return j, path, rec, u
 }
 
+// removeLeaving removes record id as while Maintain runs (without a Maintain to take
+// what the removal leaves), so that the deferred undos stay for the test.
+func removeLeaving(t *testing.T, j *Journal, id string) {
+	t.Helper()
+	j.maintaining.Add(1)
+	defer j.maintaining.Add(-1)
+	if err := j.Remove(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestRemoveDefers: while Maintain runs, Remove undoes the steps after the first
 // deferred one (last first) and returns with the name free and the record removing;
 // FinishRemovals undoes the rest, in the same order, and deletes the record.
 func TestRemoveDefers(t *testing.T) {
 	j, _, rec, u := deferredRecord(t)
-	j.maintaining.Add(1) // as while Maintain runs, without its worker taking the rest
-	if err := j.Remove(ctx, rec.ID); err != nil {
-		t.Fatal(err)
-	}
+	removeLeaving(t, j, rec.ID)
 	if diff := cmp.Diff([]string{"test-c:3"}, u.order()); diff != "" {
 		t.Errorf("undos when Remove returned (-want +got):\n%s", diff)
 	}
@@ -120,10 +122,7 @@ func TestMaintainFinishesDeferredRemoval(t *testing.T) {
 // undoes what was left, once.
 func TestDeferredRemovalAfterCrash(t *testing.T) {
 	j, path, rec, _ := deferredRecord(t)
-	j.maintaining.Add(1)
-	if err := j.Remove(ctx, rec.ID); err != nil {
-		t.Fatal(err)
-	}
+	removeLeaving(t, j, rec.ID)
 	crashed := crashCopy(t, path)
 	u2 := &undoLog{}
 	reg := u2.registry(kindA, kindB, kindC)
@@ -159,10 +158,7 @@ func TestDeferredRemovalAfterCrash(t *testing.T) {
 func TestDeferredUndosWaitForAPause(t *testing.T) {
 	clock := newFakeClock()
 	j, _, rec, _ := deferredRecordAt(t, clock.Now)
-	j.maintaining.Add(1)
-	if err := j.Remove(ctx, rec.ID); err != nil {
-		t.Fatal(err)
-	}
+	removeLeaving(t, j, rec.ID)
 	removed := clock.Now()
 	due := func(at time.Time) (bool, time.Time) {
 		_, retry, next := j.dueWork(at, nil)
@@ -193,12 +189,8 @@ func TestDeferredUndosWaitForAPause(t *testing.T) {
 // undos failed is left to its retries.
 func TestFinishRemovalsRetriesFailedDeferredUndos(t *testing.T) {
 	j, _, rec, u := deferredRecord(t)
-	j.maintaining.Add(1)
-	if err := j.Remove(ctx, rec.ID); err != nil {
-		t.Fatal(err)
-	}
+	removeLeaving(t, j, rec.ID)
 	u.setFail(kindB, errors.New("stopping"))
-	j.maintaining.Add(-1)
 	var uerr *UndoError
 	if err := j.retry(ctx, rec.ID); err == nil {
 		t.Fatal("the deferred undo's retry succeeded; want it to fail")

@@ -45,14 +45,17 @@ type undoLog struct {
 func (u *undoLog) registry(kinds ...StepKind) *Registry {
 	reg := NewRegistry()
 	for _, k := range kinds {
-		reg.Register(k, func(ctx context.Context, rec Record, step Step) error {
-			u.mu.Lock()
-			defer u.mu.Unlock()
-			u.ran = append(u.ran, fmt.Sprintf("%s:%s", step.Kind, step.Args["n"]))
-			return u.fail[step.Kind]
-		})
+		reg.Register(k, u.undo)
 	}
 	return reg
+}
+
+// undo logs step as "<kind>:<n>" and fails with u.fail[step.Kind]: every kind's undo.
+func (u *undoLog) undo(_ context.Context, _ Record, step Step) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.ran = append(u.ran, fmt.Sprintf("%s:%s", step.Kind, step.Args["n"]))
+	return u.fail[step.Kind]
 }
 
 func (u *undoLog) setFail(k StepKind, err error) {

@@ -113,6 +113,13 @@ func (r Record) Clone() Record {
 	return c
 }
 
+// leftToMaintain reports whether the record is a removal that answered with undos left
+// for Maintain (see Journal.Remove): removing, its name released. A removal a crash
+// interrupted still holds its name.
+func (r Record) leftToMaintain() bool {
+	return r.State == StateRemoving && !r.HoldsName
+}
+
 // Hidden reports whether the record is a creation no caller has been answered for: in
 // progress or cached.
 func (r Record) Hidden() bool {

@@ -454,7 +454,7 @@ func (j *Journal) retry(ctx context.Context, id string) error {
 	}
 	err = j.runUndo(ctx, id, rec.State == StateRemoving, false)
 	switch {
-	case err == nil && rec.State == StateRemoving && !rec.HoldsName && len(rec.FailedUndos()) == 0:
+	case err == nil && rec.leftToMaintain():
 		j.log.Debug("removal finished after its answer", "id", id, "name", rec.Name, "kind", rec.Kind)
 	case err == nil:
 		j.log.Info("undo retry succeeded, record gone", "id", id, "name", rec.Name, "kind", rec.Kind)
@@ -497,7 +497,7 @@ func (j *Journal) dueWork(now time.Time, skip map[string]job) (expire, retry []s
 		case StateUndoing, StateRemoving:
 			failed := e.rec.FailedUndos()
 			due := len(failed) == 0 // interrupted by a crash: nothing failed yet
-			if due && e.rec.State == StateRemoving && !e.rec.HoldsName {
+			if due && e.rec.leftToMaintain() {
 				// Undos a removal left (see Remove): after the burst of removals.
 				at := j.lastDeferred.Add(deferredQuiet)
 				if capped := e.rec.Updated.Add(deferredMaxWait); capped.Before(at) {

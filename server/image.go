@@ -143,11 +143,16 @@ func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveIm
 	if err != nil {
 		return nil, err
 	}
-	if err := i.s.journal.FinishRemovals(ctx); err != nil {
+	unfinished := i.s.journal.FinishRemovals(ctx)
+	if unfinished != nil {
 		// What failed is retried later; the image's removal says whether it mattered.
-		i.s.log.Warn("removing an image: finishing the removals under way failed", "image", ref, "err", err)
+		i.s.log.Warn("removing an image: finishing the removals under way failed", "image", ref, "err", unfinished)
 	}
 	err = st.RemoveImage(ctx, ref)
+	if errors.Is(err, storage.ErrImageInUse) && unfinished != nil {
+		// The containers it names may be removed ones, which crictl no longer lists.
+		return nil, fmt.Errorf("remove image %s: %w; they may be removed containers whose root filesystems could not be deleted yet (%v): the daemon retries their deletion, retry the image's removal later", ref, err, unfinished)
+	}
 	if err != nil && !errors.Is(err, storage.ErrImageNotFound) {
 		return nil, fmt.Errorf("remove image %s: %w", ref, err)
 	}

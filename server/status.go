@@ -116,10 +116,13 @@ func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtim
 	s.node.mu.Unlock()
 	resp.Info["runtimeFeatures"] = infoJSON(supported)
 	resp.Info["confinement"] = infoJSON(oci.NodeConfinement(s.cfg.SeccompUnavailable))
-	// Removals that answered with work left (a root filesystem's deletion; see
-	// journal.Remove): tests and benchmarks wait for none before they look at the node.
-	resp.Info["pendingRemovals"] = strconv.Itoa(s.journal.PendingRemovals())
+	resp.Info[StatusInfoPendingRemovals] = strconv.Itoa(s.journal.PendingRemovals())
 }
+
+// StatusInfoPendingRemovals is the key of a verbose Status's info that counts the
+// removals that answered with work left (a root filesystem's deletion; see
+// journal.Remove): tests and benchmarks wait for none before they look at the node.
+const StatusInfoPendingRemovals = "pendingRemovals"
 
 // handlerFeatures asks a handler's runtime what it supports; a handler that cannot say
 // supports nothing.

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
@@ -68,8 +70,8 @@ func testContainerLifecycle(t *testing.T, s *testStore) {
 	if info, err := s.CreateContainer(ctx, other, "k8s_c_p_ns_uid_0", img.ID, nil); err != nil || info.Name != "k8s_c_p_ns_uid_0" {
 		t.Errorf("CreateContainer under the same name = %+v, %v", info, err)
 	}
-	if ids, err := s.Containers(ctx); err != nil || !sameSet(ids, []string{id, other}) {
-		t.Errorf("Containers = %v, %v; want [%s %s]", ids, err, id, other)
+	if ids, err := s.Containers(ctx); err != nil || !cmp.Equal(ids, []string{id, other}, cmpopts.SortSlices(strings.Compare)) {
+		t.Errorf("Containers = %v, %v; want [%s %s] in any order", ids, err, id, other)
 	}
 	if err := s.DeleteContainer(ctx, other); err != nil {
 		t.Fatal(err)
@@ -544,12 +546,4 @@ func createTestContainer(t *testing.T, s *testStore) (Image, string) {
 		t.Fatal(err)
 	}
 	return img, id
-}
-
-// sameSet reports whether a and b hold the same strings, in any order.
-func sameSet(a, b []string) bool {
-	a, b = slices.Clone(a), slices.Clone(b)
-	slices.Sort(a)
-	slices.Sort(b)
-	return slices.Equal(a, b)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/failpoint"
 )
 
 // Containers on a storage driver whose root filesystems are mounts (overlay).
@@ -85,6 +87,32 @@ func TestContainerOverlay(t *testing.T) {
 	})
 
 	d.removePod(t, podID)
+	d.mustCrictl(t, "rmi", testImage)
+	d.stopClean(t)
+}
+
+// TestRemoveImageAfterAFailedRootfsDeletion: a removed container whose root filesystem
+// could not be deleted yet (its deferred undo fails, by a failure point) still uses its
+// image. crictl rmi is refused with FailedPrecondition and a message that says the
+// containers it names may be removed ones (crictl lists them no more), that the daemon
+// retries their deletion, and to retry later; once the deletion can run, the image goes.
+func TestRemoveImageAfterAFailedRootfsDeletion(t *testing.T) {
+	t.Parallel()
+	d, _ := startContainerDaemon(t, daemonOptions{env: []string{failpoint.EnvVar + "=journal/remove/storage-container/before-undo=error"}})
+	pod := d.containerPod(t, "rmi", false)
+	podID := d.mustRunp(t, pod)
+	id := d.run(t, podID, containerConfig(t, "c", 0, sleeper), pod)
+	d.mustCrictl(t, "stop", "-t", "0", id)
+	d.mustCrictl(t, "rm", id)
+	_, stderr, err := d.crictl(t, "rmi", testImage)
+	requireCode(t, "crictl rmi while the removed container's root filesystem cannot be deleted", err, stderr, "FailedPrecondition")
+	for _, want := range []string{id, "removed containers", "retry the image's removal later"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("crictl rmi's error does not say %q:\n%s", want, stderr)
+		}
+	}
+	d.removePod(t, podID)
+	d.restartUnarmed(t)
 	d.mustCrictl(t, "rmi", testImage)
 	d.stopClean(t)
 }

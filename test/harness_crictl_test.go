@@ -202,12 +202,19 @@ func requireCode(t *testing.T, what string, err error, stderr, code string) {
 // sandbox's status first and gives up on an unknown ID).
 func (d *daemon) cri(t *testing.T) runtimeapi.RuntimeServiceClient {
 	t.Helper()
+	conn := d.criConn(t)
+	t.Cleanup(func() { conn.Close() })
+	return runtimeapi.NewRuntimeServiceClient(conn)
+}
+
+// criConn is a gRPC connection to the daemon's socket, the caller's to close.
+func (d *daemon) criConn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
 	conn, err := grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatalf("gRPC client on %s: %v", d.socket, err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	return runtimeapi.NewRuntimeServiceClient(conn)
+	return conn
 }
 
 // requireRemoveRPC calls RemovePodSandbox directly and fails the test unless

@@ -22,6 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/server"
 )
 
 // The leak check: everything a sandbox or a container may leave on the node,
@@ -199,7 +200,11 @@ func (d *daemon) waitRemovals(t *testing.T) {
 		return
 	}
 	const removalsFinishWithin = 15 * time.Second
-	cri := d.cri(t)
+	// A connection of its own, closed on return: leaks() runs in waitNoLeaks' polls,
+	// and d.cri's connections stay open until the test ends.
+	conn := d.criConn(t)
+	defer conn.Close()
+	cri := runtimeapi.NewRuntimeServiceClient(conn)
 	pending := func() (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
@@ -207,7 +212,7 @@ func (d *daemon) waitRemovals(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		return st.GetInfo()["pendingRemovals"], nil
+		return st.GetInfo()[server.StatusInfoPendingRemovals], nil
 	}
 	start := time.Now()
 	for {
