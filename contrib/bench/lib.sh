@@ -13,6 +13,18 @@
 #
 # $bin is the daemon (CRIJOURNAL_BIN, default bin/crijournal), $bench the benchmark program
 # (CRIJOURNAL_BENCH_BIN, default crijournal-bench beside the daemon): both from `make build`.
+#
+# RUN_TMPFS=1 runs the script in a mount namespace of its own whose /run is a tmpfs, as on a
+# node booted by systemd, where this machine mounts /run from its root disk: every run root
+# (the daemons', containerd's, the floor's /run/cjfloor-*) is then in memory. Graph roots
+# and CNI's IPAM directories stay on the disk. Nothing outside the script sees that /run.
+
+if [ "${RUN_TMPFS:-}" = 1 ] && [ -z "${CJB_RUN_TMPFS:-}" ]; then
+	# The script again, as its own child in a private mount namespace; positional
+	# parameters are the sourcing script's.
+	exec unshare --mount --propagation private env CJB_RUN_TMPFS=1 bash -c \
+		'mount -t tmpfs -o mode=0755 cjb-run /run && mkdir -p /run/lock && exec bash "$@"' bash "$0" "$@"
+fi
 
 bin="${CRIJOURNAL_BIN:-$(pwd)/bin/crijournal}"
 bench="${CRIJOURNAL_BENCH_BIN:-$(dirname "$bin")/crijournal-bench}"
