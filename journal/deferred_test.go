@@ -38,6 +38,18 @@ func deferredRecordAt(t *testing.T, now func() time.Time) (*Journal, string, Rec
 	return j, path, rec, u
 }
 
+// wantUndoneAndGone checks that the steps A(1), B(2), C(3) of record id were undone
+// last first, and that the record is gone, after what the test did (after).
+func wantUndoneAndGone(t *testing.T, j *Journal, id string, u *undoLog, after string) {
+	t.Helper()
+	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
+		t.Errorf("undos after %s (-want +got):\n%s", after, diff)
+	}
+	if _, err := j.Get(id); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after %s = %v, want ErrNotFound", after, err)
+	}
+}
+
 // removeLeaving removes record id as while Maintain runs (without a Maintain to take
 // what the removal leaves), so that the deferred undos stay for the test.
 func removeLeaving(t *testing.T, j *Journal, id string) {
@@ -70,12 +82,7 @@ func TestRemoveDefers(t *testing.T) {
 	if err := j.FinishRemovals(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
-		t.Errorf("undos after FinishRemovals (-want +got):\n%s", diff)
-	}
-	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get after FinishRemovals = %v, want ErrNotFound", err)
-	}
+	wantUndoneAndGone(t, j, rec.ID, u, "FinishRemovals")
 	if n := j.PendingRemovals(); n != 0 {
 		t.Errorf("PendingRemovals after FinishRemovals = %d, want 0", n)
 	}
@@ -91,12 +98,7 @@ func TestRemoveWithoutMaintainUndoesAll(t *testing.T) {
 	if err := j.Remove(ctx, rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
-		t.Errorf("undos (-want +got):\n%s", diff)
-	}
-	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get after Remove = %v, want ErrNotFound", err)
-	}
+	wantUndoneAndGone(t, j, rec.ID, u, "Remove")
 }
 
 // TestMaintainFinishesDeferredRemoval: Maintain, woken as the removal ends, undoes what
@@ -112,9 +114,7 @@ func TestMaintainFinishesDeferredRemoval(t *testing.T) {
 		_, err := j.Get(rec.ID)
 		return errors.Is(err, ErrNotFound)
 	}))
-	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
-		t.Errorf("undos (-want +got):\n%s", diff)
-	}
+	wantUndoneAndGone(t, j, rec.ID, u, "Maintain")
 }
 
 // TestDeferredRemovalAfterCrash: a crash after Remove answered leaves the record

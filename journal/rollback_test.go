@@ -36,12 +36,7 @@ func TestRollbackRunsUndosLIFOAndFreesName(t *testing.T) {
 	if err := j.Rollback(ctx, rec.ID); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff([]string{"test-c:3", "test-b:2", "test-a:1"}, u.order()); diff != "" {
-		t.Errorf("undo order (-want +got):\n%s", diff)
-	}
-	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
-		t.Errorf("record still there after a clean rollback: %v", err)
-	}
+	wantUndoneAndGone(t, j, rec.ID, &u, "a clean rollback")
 	begin(t, j, "pod", time.Time{}) // the name is free
 }
 

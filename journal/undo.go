@@ -111,9 +111,10 @@ func (j *Journal) Rollback(ctx context.Context, id string) error {
 // RegisterDeferred: walking the steps last first, it stops at the first such step; that
 // step and those made before it are left, in the record (removing, its name released, so
 // that a new record may take it), for Maintain, which undoes them once removals pause
-// (deferredQuiet), in the same order, and deletes the record. Readers no longer see the record as named when Remove
-// returns; a crash before Maintain is done leaves it removing, which the next start
-// finishes. Without Maintain running (at recovery, in tests), Remove undoes every step.
+// (deferredQuiet), in the same order, and deletes the record. Readers no longer see the
+// record as named when Remove returns; a crash before Maintain is done leaves it
+// removing, which the next start finishes. Without Maintain running (at recovery, in
+// tests), Remove undoes every step.
 func (j *Journal) Remove(ctx context.Context, id string) error {
 	return j.runUndo(ctx, id, true, j.maintaining.Load() > 0)
 }

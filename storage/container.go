@@ -33,76 +33,79 @@ type containerMetadata struct {
 // so that a retried creation step finds the first attempt's work. ErrImageNotFound when the
 // image is not in the store.
 func (s *Store) CreateContainer(ctx context.Context, id, name, imageID string, labels map[string]string) (ContainerInfo, error) {
-	info, _, err := s.createContainer(ctx, ContainerRequest{ID: id, Name: name, ImageID: imageID, Labels: labels})
-	return info, err
+	c, _, err := s.createContainer(ctx, ContainerRequest{ID: id, Name: name, ImageID: imageID, Labels: labels})
+	if err != nil {
+		return ContainerInfo{}, err
+	}
+	return infoOf(c), nil
 }
 
 // createContainer is CreateContainer of a request, whose ID mappings, when set, are
 // the user namespace the container runs in: its files are then owned by the IDs
 // that are root (and so on) in that namespace, by idmapped mounts where the driver
 // can (overlay on a kernel with idmapped overlay layers), else by a chowned copy.
-// made is the storage container when this call made it (nil when it existed), which
-// then has never been mounted.
-func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (info ContainerInfo, made *cstorage.Container, err error) {
+// It returns the storage container, and made when this call made it (it then has never
+// been mounted).
+func (s *Store) createContainer(ctx context.Context, req ContainerRequest) (c *cstorage.Container, made bool, err error) {
 	id, name, imageID := req.ID, req.Name, req.ImageID
 	if err := ctx.Err(); err != nil {
-		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: %w", id, err)
+		return nil, false, fmt.Errorf("create storage container %s: %w", id, err)
 	}
 	if len(id) != 64 || !isHex(id) {
-		return ContainerInfo{}, nil, fmt.Errorf("create storage container: id %q is not 64 lowercase hex", id)
+		return nil, false, fmt.Errorf("create storage container: id %q is not 64 lowercase hex", id)
 	}
 	img, err := s.st.Image(imageID)
 	if errors.Is(err, cstorage.ErrImageUnknown) || (err == nil && img.ID != imageID && !isPrefix(imageID, img.ID)) {
-		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, ErrImageNotFound)
+		return nil, false, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, ErrImageNotFound)
 	}
 	if err != nil {
-		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, err)
+		return nil, false, fmt.Errorf("create storage container %s: image %s: %w", id, imageID, err)
 	}
-	if info, ok, err := s.existing(id, img.ID); ok || err != nil {
-		return info, nil, err
+	if c, err := s.existing(id, img.ID); c != nil || err != nil {
+		return c, false, err
 	}
 	meta, err := json.Marshal(containerMetadata{Name: name, Labels: req.Labels})
 	if err != nil {
-		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s: %w", id, err)
+		return nil, false, fmt.Errorf("create storage container %s: %w", id, err)
 	}
 	var opts *cstorage.ContainerOptions
 	if len(req.UIDMap) > 0 || len(req.GIDMap) > 0 {
 		opts = &cstorage.ContainerOptions{IDMappingOptions: types.IDMappingOptions{
 			UIDMap: idtoolsMaps(req.UIDMap), GIDMap: idtoolsMaps(req.GIDMap)}}
 	}
-	c, err := s.st.CreateContainer(id, nil, img.ID, "", string(meta), opts)
+	c, err = s.st.CreateContainer(id, nil, img.ID, "", string(meta), opts)
 	if errors.Is(err, cstorage.ErrDuplicateID) {
 		// Created concurrently by another attempt.
-		if info, ok, err := s.existing(id, img.ID); ok || err != nil {
-			return info, nil, err
+		if c, err := s.existing(id, img.ID); c != nil || err != nil {
+			return c, false, err
 		}
 	}
 	if err != nil {
-		return ContainerInfo{}, nil, fmt.Errorf("create storage container %s from image %s: %w", id, img.ID, err)
+		return nil, false, fmt.Errorf("create storage container %s from image %s: %w", id, img.ID, err)
 	}
 	s.log.Debug("storage container created", "id", id, "name", name, "image", img.ID)
-	return infoOf(c), c, nil
+	return c, true, nil
 }
 
-// existing returns storage container id when it exists and comes from image imageID; ok is
-// false when it does not exist, and err is set when it comes from another image.
-func (s *Store) existing(id, imageID string) (info ContainerInfo, ok bool, err error) {
+// existing returns storage container id when it exists and comes from image imageID; nil
+// when it does not exist, and an error when it comes from another image.
+func (s *Store) existing(id, imageID string) (*cstorage.Container, error) {
 	c, err := s.st.Container(id)
 	if errors.Is(err, cstorage.ErrContainerUnknown) {
-		return ContainerInfo{}, false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return ContainerInfo{}, false, fmt.Errorf("create storage container %s: %w", id, err)
+		return nil, fmt.Errorf("create storage container %s: %w", id, err)
 	}
 	if c.ID != id {
 		// Found by name or by ID prefix: not the container asked for.
-		return ContainerInfo{}, false, nil
+		return nil, nil
 	}
 	if c.ImageID != imageID {
-		return ContainerInfo{}, false, fmt.Errorf("create storage container %s: it exists from image %s, not %s: %w",
+		return nil, fmt.Errorf("create storage container %s: it exists from image %s, not %s: %w",
 			id, c.ImageID, imageID, cstorage.ErrDuplicateID)
 	}
-	return infoOf(c), true, nil
+	return c, nil
 }
 
 func idtoolsMaps(maps []IDMap) []idtools.IDMap {

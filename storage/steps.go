@@ -47,16 +47,11 @@ func ContainerStep(s *Store, req ContainerRequest) journal.Action[string] {
 	return journal.Action[string]{Kind: StepContainerStorage, Stage: StageContainer,
 		Args: map[string]string{ArgID: req.ID},
 		Run: func(ctx context.Context) (string, error) {
-			_, made, err := s.createContainer(ctx, req)
+			c, made, err := s.createContainer(ctx, req)
 			if err != nil {
 				return "", err
 			}
-			var rootfs string
-			if made != nil {
-				rootfs, err = s.mount(made, true)
-			} else {
-				rootfs, err = s.Mount(ctx, req.ID) // a retried step: maybe mounted already
-			}
+			rootfs, err := s.mount(c, made) // a retried step's may be mounted already
 			if err != nil {
 				return "", err
 			}

@@ -94,11 +94,11 @@ func (s *Store) MountImageVolume(ctx context.Context, id, imageID string, labels
 	if err != nil {
 		return "", fmt.Errorf("image volume %s: image %s: %w", id, imageID, err)
 	}
-	_, ok, err := s.existing(id, img.ID)
+	c, err := s.existing(id, img.ID)
 	if err != nil {
 		return "", fmt.Errorf("image volume: %w", err)
 	}
-	if !ok {
+	if c == nil {
 		meta, err := json.Marshal(containerMetadata{Labels: labels})
 		if err != nil {
 			return "", fmt.Errorf("image volume %s: %w", id, err)
@@ -108,8 +108,8 @@ func (s *Store) MountImageVolume(ctx context.Context, id, imageID string, labels
 		// mount is read-only too).
 		_, err = s.st.CreateContainer(id, nil, img.ID, "", string(meta), &cstorage.ContainerOptions{MountOpts: []string{"ro"}})
 		if errors.Is(err, cstorage.ErrDuplicateID) {
-			_, ok, err = s.existing(id, img.ID) // created concurrently by another attempt
-			if err == nil && !ok {
+			c, err = s.existing(id, img.ID) // created concurrently by another attempt
+			if err == nil && c == nil {
 				err = fmt.Errorf("image volume %s: %w", id, cstorage.ErrDuplicateID)
 			}
 		}

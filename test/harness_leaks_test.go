@@ -21,6 +21,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/server"
 )
@@ -214,21 +215,19 @@ func (d *daemon) waitRemovals(t *testing.T) {
 		}
 		return st.GetInfo()[server.StatusInfoPendingRemovals], nil
 	}
-	start := time.Now()
-	for {
+	err := testenv.Poll(removalsFinishWithin, 10*time.Millisecond, func() error {
 		n, err := pending()
 		if err != nil {
 			t.Logf("not waiting for removals under way: Status: %v", err)
-			return
+			return nil
 		}
-		if n == "0" || n == "" {
-			return
+		if n != "0" && n != "" {
+			return fmt.Errorf("%s removals still under way", n)
 		}
-		if time.Since(start) > removalsFinishWithin {
-			t.Errorf("%s removals still under way %v later", n, removalsFinishWithin)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Errorf("%v %v later", err, removalsFinishWithin)
 	}
 }
 

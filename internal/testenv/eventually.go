@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -45,3 +46,21 @@ func Until(what string, ok func() bool) func() error {
 		return errors.New("still waiting for " + what)
 	}
 }
+
+// Within runs f and returns its error, or an error saying f had not returned within
+// within: for a call that must not wait for something (a removal that answers before
+// its deferred undo, say). f then goes on running on a goroutine of its own, whose
+// result nobody reads; the caller fails its test, and may release what f waits for.
+func Within(within time.Duration, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(within):
+		return fmt.Errorf("%w: not returned within %v", ErrTimedOut, within)
+	}
+}
+
+// ErrTimedOut is Within's error for a call that had not returned in time.
+var ErrTimedOut = errors.New("timed out")

@@ -41,6 +41,27 @@ func TestPoll(t *testing.T) {
 	}
 }
 
+func TestWithin(t *testing.T) {
+	broke := errors.New("broke")
+	release := make(chan struct{})
+	defer close(release)
+	for _, tt := range []struct {
+		name string
+		f    func() error
+		want error
+	}{
+		{name: "returns nil", f: func() error { return nil }},
+		{name: "returns its error", f: func() error { return broke }, want: broke},
+		{name: "does not return in time", f: func() error { <-release; return nil }, want: ErrTimedOut},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := Within(50*time.Millisecond, tt.f); !errors.Is(err, tt.want) || (err == nil) != (tt.want == nil) {
+				t.Errorf("Within = %v, want %v", err, tt.want)
+			}
+		})
+	}
+}
+
 func TestUntil(t *testing.T) {
 	if err := Until("x", func() bool { return true })(); err != nil {
 		t.Errorf("Until of a predicate that holds: %v", err)
