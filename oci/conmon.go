@@ -489,7 +489,8 @@ func cgroupsPathOf(m meta) string {
 }
 
 // removeCgroup removes a cgroupfs path (relative to the cgroup root) from every
-// hierarchy, if the runtime left it. A cgroup that still has processes is an error.
+// hierarchy, if the runtime left it, empty child cgroups first. A cgroup that still has
+// processes after about a second (cgroups.RemovePath's retries) is an error.
 func removeCgroup(p string) error {
 	var dirs []string
 	var st unix.Statfs_t
@@ -505,9 +506,11 @@ func removeCgroup(p string) error {
 	}
 	var errs []error
 	for _, d := range dirs {
-		err := unix.Rmdir(filepath.Join(d, p))
+		// cgroups.RemovePath retries a while on EBUSY: a process that has just exited
+		// (conmon, whose pidfd said so) may still count in its cgroup for a moment.
+		err := cgroups.RemovePath(filepath.Join(d, p))
 		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(d, p), err))
+			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
 		}
 	}
 	return errors.Join(errs...)

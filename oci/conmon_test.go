@@ -1,8 +1,16 @@
 package oci
 
 import (
+	"os/exec"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/opencontainers/cgroups"
+	"github.com/opencontainers/cgroups/manager"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 func TestReadSync(t *testing.T) {
@@ -78,4 +86,41 @@ func TestNewRefusesLongStateDir(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "too long") {
 		t.Fatalf("New with a long state dir: %v", err)
 	}
+}
+
+// TestRemoveCgroupWaitsForAnExitingProcess: a cgroup whose last process is on its way
+// out (conmon, whose pidfd has said it exited, may still count in it for a moment) is
+// removed once it is empty, not refused as busy at the first try.
+func TestRemoveCgroupWaitsForAnExitingProcess(t *testing.T) {
+	testenv.RequireRoot(t, "the test makes cgroups")
+	p := "/crijournal-test-" + randomHex(t, 4)
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = sleeper.Process.Kill()
+			_ = sleeper.Wait()
+		})
+	}
+	t.Cleanup(func() { stop(); _ = removeCgroup(p) })
+	m, err := manager.New(&cgroups.Cgroup{Path: p, Resources: &cgroups.Resources{SkipDevices: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Apply(sleeper.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		time.Sleep(20 * time.Millisecond)
+		stop()
+	}()
+	if err := removeCgroup(p); err != nil {
+		t.Errorf("removeCgroup while its process exits: %v", err)
+	}
+	<-exited
 }
