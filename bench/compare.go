@@ -25,6 +25,8 @@ type Comparison struct {
 	// for PodUp and PodDown, each side's p50 over the round's floor.
 	Floors      []*FloorReport       `json:"floors,omitempty"`
 	FloorRatios map[Op][2]RatioStats `json:"floor_ratios,omitempty"`
+	// Targets are the targets the comparison measured (targets.go).
+	Targets []Target `json:"targets,omitempty"`
 }
 
 // RatioStats are the per-round ratios of one operation's p50 and their median.
@@ -109,6 +111,7 @@ func Compare(ctx context.Context, o Options, baseline string, rounds int, floor 
 			cmp.Ratios[op] = rs
 		}
 	}
+	cmp.Targets = cmp.targets()
 	return cmp, nil
 }
 
@@ -154,6 +157,7 @@ func (c *Comparison) WriteTable(w io.Writer) {
 		}
 	}
 	if len(c.Floors) == 0 {
+		writeTargets(w, c.Targets)
 		return
 	}
 	fmt.Fprintln(w, "floor (runc and CNI by themselves), after each round:")
@@ -182,6 +186,7 @@ func (c *Comparison) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%.2f\t\n", op, joinRatios(rs[0].PerRound), rs[0].Median, joinRatios(rs[1].PerRound), rs[1].Median)
 	}
 	tw.Flush()
+	writeTargets(w, c.Targets)
 }
 
 func joinRatios(v []float64) string {

@@ -459,6 +459,8 @@ type WithFloor struct {
 	Floor  *FloorReport `json:"floor"`
 	// FloorRatios are PodUp and PodDown p50 over the floor's.
 	FloorRatios map[Op]float64 `json:"floor_ratios"`
+	// Targets are the targets the run and its floor measured (targets.go).
+	Targets []Target `json:"targets,omitempty"`
 }
 
 // NewWithFloor puts rep and its floor f together and computes the ratios.
@@ -469,6 +471,7 @@ func NewWithFloor(rep *Report, f *FloorReport) *WithFloor {
 			w.FloorRatios[op] = float64(rep.Ops[op].P50) / float64(fl)
 		}
 	}
+	w.Targets = w.targets()
 	return w
 }
 
@@ -481,6 +484,7 @@ func (w *WithFloor) WriteTable(out io.Writer) {
 			fmt.Fprintf(out, "%s / floor: %.1f / %.1f ms = %.2f\n", op, w.Report.Ops[op].P50ms, w.Floor.Ops[op].P50ms, r)
 		}
 	}
+	writeTargets(out, w.Targets)
 }
 
 // lastLine returns the last non-empty line of b.

@@ -64,6 +64,8 @@ type IdleReport struct {
 	FirstErrors map[string]string `json:"first_errors,omitempty"`
 	// Up is the report of bringing the pods up and down.
 	Up *Report `json:"up"`
+	// Targets are the targets the workload measured (targets.go).
+	Targets []Target `json:"targets,omitempty"`
 }
 
 // Idle runs the idle workload and removes everything it made, also when ctx is
@@ -117,6 +119,7 @@ func Idle(ctx context.Context, o IdleOptions) (*IdleReport, error) {
 	if ir.Seconds == 0 {
 		return ir, errors.New("idle workload: the pods never came up")
 	}
+	ir.Targets = ir.targets()
 	return ir, nil
 }
 
@@ -318,4 +321,5 @@ func (r *IdleReport) WriteTable(w io.Writer) {
 	if r.Up != nil {
 		r.Up.WriteTable(w)
 	}
+	writeTargets(w, r.Targets)
 }

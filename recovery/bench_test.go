@@ -22,7 +22,7 @@ import (
 // 10,000 records in mixed states, a sixth each: interrupted creations (rolled back),
 // finished but unanswered (cached), cached (kept), created (reconciled, nothing to do),
 // undoing with an undo still failing (left to the background retries), and removals
-// interrupted by a crash (finished).
+// interrupted by a crash (finished). Target: under 1 s (docs/BENCHMARKS.md, "Targets").
 func BenchmarkRecovery10k(b *testing.B) {
 	ctx := context.Background()
 	log := slog.New(slog.DiscardHandler)

@@ -53,7 +53,9 @@ func BenchmarkContainerStatus(b *testing.B) {
 // one core, from /proc/<pid>/stat: utime+stime of the daemon itself
 // (daemon-%core), and cutime+cstime of the children it reaped meanwhile
 // (children-%core: the runtime processes it forked). One iteration is the
-// whole window; run it with -benchtime 1x.
+// whole window; run it with -benchtime 1x. Target: daemon-%core under 1 with
+// 100 pods (docs/BENCHMARKS.md, "Targets"; the bench's idle workload, which adds
+// the stats and metrics calls, prints its own).
 //
 //	CRIJOURNAL_BENCH_PODS=100 go test -tags containers_image_openpgp,exclude_graphdriver_btrfs \
 //	    -run '^$' -bench IdlePoll -benchtime 1x -timeout 30m ./test/

@@ -71,7 +71,14 @@ Workloads (--workload):
          is followed by the floor, at the same concurrency (all its runs' ups, then
          all their downs, as the pods come up and go down), and PodUp and PodDown are
          divided by it; with --workload scale, the floor (one at a time) is measured at
-         every point too.`,
+         every point too.
+
+When the endpoint is crijournal, a comparison, a run with --floor and the idle
+workload end with the targets the run measured (docs/BENCHMARKS.md, "Targets"):
+pod up and down over the floor and pod up over containerd's, one and four at a
+time; the daemon's peak RSS with 20 pods, conmon's and the pause process's RSS; the
+idle daemon's CPU with 100 pods. Each is one run's figure beside its limit: judge
+a target by the median of several runs.`,
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,

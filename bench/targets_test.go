@@ -1,0 +1,123 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// verdicts renders targets as "name value met|NOT MET" lines, for comparing with a want.
+func verdicts(targets []Target) []string {
+	var out []string
+	for _, t := range targets {
+		v := "met"
+		if !t.Met {
+			v = "NOT MET"
+		}
+		out = append(out, fmt.Sprintf("%s %.2f %s", t.Name, t.Value, v))
+	}
+	return out
+}
+
+func TestComparisonTargets(t *testing.T) {
+	mem := func(peak, conmon float64) *Memory {
+		return &Memory{DaemonPeakRSSMiB: peak, Helpers: 20, HelperRSSPerPodMiB: conmon}
+	}
+	// comparison builds a two-round comparison of crijournal (or endpoint) against
+	// baseline, with the given medians.
+	comparison := func(endpoint, baseline string, pods, concurrency int, upFloor, downFloor, upRatio float64, mems [2]*Memory) *Comparison {
+		c := &Comparison{Ratios: map[Op]RatioStats{OpPodUp: {Median: upRatio}}}
+		for _, m := range mems {
+			c.Runs = append(c.Runs, [2]*Report{
+				{Runtime: endpoint, Pods: pods, Concurrency: concurrency, Memory: m},
+				{Runtime: baseline, Pods: pods, Concurrency: concurrency},
+			})
+		}
+		if upFloor > 0 {
+			c.FloorRatios = map[Op][2]RatioStats{OpPodUp: {{Median: upFloor}, {Median: 3}}, OpPodDown: {{Median: downFloor}, {Median: 6}}}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		c    *Comparison
+		want []string
+	}{
+		{"four at a time against containerd, every target met (at the limit is met)",
+			comparison("crijournal 6d66239", "containerd 1.6.20", 20, 4, 1.31, 1.11, 0.45, [2]*Memory{mem(34.7, 3.95), mem(35.0, 3.97)}),
+			[]string{"pod up / floor, 4 at a time 1.31 met", "pod down / floor, 4 at a time 1.11 met",
+				"pod up / containerd, 4 at a time 0.45 met", "daemon peak RSS, 20 pods 35.00 met", "conmon RSS per pod 3.96 met"}},
+		{"one at a time, misses",
+			comparison("crijournal x", "containerd 1.6.20", 20, 1, 1.31, 1.51, 0.46, [2]*Memory{mem(38.1, 4.01), mem(37.0, 4.03)}),
+			[]string{"pod up / floor, one at a time 1.31 NOT MET", "pod down / floor, one at a time 1.51 NOT MET",
+				"pod up / containerd, one at a time 0.46 NOT MET", "daemon peak RSS, 20 pods 38.10 NOT MET", "conmon RSS per pod 4.02 NOT MET"}},
+		{"two at a time has no speed targets; RSS is judged with 20 pods only",
+			comparison("crijournal x", "containerd 1.6.20", 10, 2, 1.2, 1.0, 0.4, [2]*Memory{mem(30, 3.9), mem(30, 3.9)}),
+			[]string{"conmon RSS per pod 3.90 met"}},
+		{"against another crijournal (a setting's A/B): no containerd target",
+			comparison("crijournal x", "crijournal y", 20, 4, 0, 0, 1.1, [2]*Memory{nil, nil}),
+			nil},
+		{"containerd as the endpoint: its figures are not held to crijournal's targets",
+			comparison("containerd 1.6.20", "crijournal x", 20, 4, 3, 6, 2.2, [2]*Memory{mem(55, 13), mem(55, 13)}),
+			nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := verdicts(tc.c.targets()); !slices.Equal(got, tc.want) {
+				t.Errorf("targets:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIdleTargets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    IdleReport
+		want []string
+	}{
+		{"under 1 % with 100 pods", IdleReport{Runtime: "crijournal x", PodsUp: 100, Seconds: 60, CPUPercent: 0.97},
+			[]string{"idle CPU, 100 pods 0.97 met"}},
+		{"1 % is not under 1 %", IdleReport{Runtime: "crijournal x", PodsUp: 100, Seconds: 60, CPUPercent: 1.0},
+			[]string{"idle CPU, 100 pods 1.00 NOT MET"}},
+		{"another number of pods: no CPU target; the pause processes' memory",
+			IdleReport{Runtime: "crijournal x", PodsUp: 20, Seconds: 10, CPUPercent: 0.2,
+				Memory: &Memory{DaemonPeakRSSMiB: 30, Helpers: 20, HelperRSSPerPodMiB: 3.9, Pauses: 20, PauseRSSMiB: 0.68}},
+			[]string{"daemon peak RSS, 20 pods 30.00 met", "conmon RSS per pod 3.90 met", "pause process RSS 0.68 met"}},
+		{"containerd", IdleReport{Runtime: "containerd 1.6.20", PodsUp: 100, Seconds: 60, CPUPercent: 1.8}, nil},
+		{"never polled", IdleReport{Runtime: "crijournal x", PodsUp: 100}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := verdicts(tc.r.targets()); !slices.Equal(got, tc.want) {
+				t.Errorf("targets:\n got %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWithFloorTargets(t *testing.T) {
+	rep := &Report{Runtime: "crijournal x", Pods: 20, Concurrency: 1, Ops: map[Op]Stats{OpPodUp: {P50: 124}, OpPodDown: {P50: 60}}}
+	floor := &FloorReport{Ops: map[Op]Stats{OpPodUp: {P50: 100}, OpPodDown: {P50: 90}}}
+	got := verdicts(NewWithFloor(rep, floor).Targets)
+	want := []string{"pod up / floor, one at a time 1.24 met", "pod down / floor, one at a time 0.67 met"}
+	if !slices.Equal(got, want) {
+		t.Errorf("targets:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestWriteTargets(t *testing.T) {
+	var b bytes.Buffer
+	writeTargets(&b, nil)
+	if b.Len() != 0 {
+		t.Errorf("no targets printed %q, want nothing", b.String())
+	}
+	writeTargets(&b, []Target{newTarget("idle CPU, 100 pods", 1.32, TargetIdlePercent, "% of a core", true),
+		newTarget("pod up / floor, 4 at a time", 1.31, TargetPodUpFloorFour, "x", false)})
+	out := b.String()
+	for _, want := range []string{"idle CPU, 100 pods  1.32  < 1.00 % of a core  NOT MET", "pod up / floor, 4 at a time  1.31  ≤ 1.60 x  met"} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("printed:\n%s\nwant a line %q", out, want)
+		}
+	}
+}
