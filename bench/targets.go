@@ -174,7 +174,8 @@ func writeTargets(w io.Writer, targets []Target) {
 		if !t.Met {
 			verdict = "NOT MET"
 		}
-		fmt.Fprintf(tw, "%s\t%.2f\t%s %.2f %s\t%s\t\n", t.Name, t.Value, op, t.Limit, t.Unit, verdict)
+		// Three decimals: a value just over its limit must not print as the limit.
+		fmt.Fprintf(tw, "%s\t%.3f\t%s %.2f %s\t%s\t\n", t.Name, t.Value, op, t.Limit, t.Unit, verdict)
 	}
 	tw.Flush()
 }

@@ -113,9 +113,11 @@ func TestWriteTargets(t *testing.T) {
 		t.Errorf("no targets printed %q, want nothing", b.String())
 	}
 	writeTargets(&b, []Target{newTarget("idle CPU, 100 pods", 1.32, TargetIdlePercent, "% of a core", true),
-		newTarget("pod up / floor, 4 at a time", 1.31, TargetPodUpFloorFour, "x", false)})
+		newTarget("pod up / floor, 4 at a time", 1.31, TargetPodUpFloorFour, "x", false),
+		newTarget("pod up / containerd, one at a time", 0.4537, TargetPodUpContainerd, "x", false)})
 	out := b.String()
-	for _, want := range []string{"idle CPU, 100 pods  1.32  < 1.00 % of a core  NOT MET", "pod up / floor, 4 at a time  1.31  ≤ 1.60 x  met"} {
+	for _, want := range []string{"idle CPU, 100 pods  1.320  < 1.00 % of a core  NOT MET", "pod up / floor, 4 at a time  1.310  ≤ 1.60 x  met",
+		"pod up / containerd, one at a time  0.454  ≤ 0.45 x  NOT MET"} {
 		if !strings.Contains(strings.Join(strings.Fields(out), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("printed:\n%s\nwant a line %q", out, want)
 		}
