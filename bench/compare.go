@@ -156,12 +156,18 @@ func (c *Comparison) WriteTable(w io.Writer) {
 			}
 		}
 	}
+	c.writeFloors(w)
+	writeTargets(w, c.Targets)
+}
+
+// writeFloors prints the floor measured after each round and each side's PodUp and
+// PodDown over it, if there is a floor.
+func (c *Comparison) writeFloors(w io.Writer) {
 	if len(c.Floors) == 0 {
-		writeTargets(w, c.Targets)
 		return
 	}
 	fmt.Fprintln(w, "floor (runc and CNI by themselves), after each round:")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "STEP\tP50 ms per round\tMEDIAN\t")
 	for _, op := range FloorSteps {
 		var p50s string
@@ -186,7 +192,6 @@ func (c *Comparison) WriteTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%.2f\t%s\t%.2f\t\n", op, joinRatios(rs[0].PerRound), rs[0].Median, joinRatios(rs[1].PerRound), rs[1].Median)
 	}
 	tw.Flush()
-	writeTargets(w, c.Targets)
 }
 
 func joinRatios(v []float64) string {

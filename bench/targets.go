@@ -65,11 +65,15 @@ func atATime(concurrency int) string {
 	return fmt.Sprintf("%d at a time", concurrency)
 }
 
+// podUpFloorLimits are the limits of pod up over its floor by concurrency: the speed
+// targets are set one and four at a time only.
+var podUpFloorLimits = map[int]float64{1: TargetPodUpFloorOne, 4: TargetPodUpFloorFour}
+
 // floorTargets are the targets of pod up and pod down over their floor (ratios by Op)
-// at concurrency, which has targets one and four at a time only.
+// at concurrency.
 func floorTargets(concurrency int, ratios map[Op]float64) []Target {
-	upLimit := map[int]float64{1: TargetPodUpFloorOne, 4: TargetPodUpFloorFour}[concurrency]
-	if upLimit == 0 {
+	upLimit, ok := podUpFloorLimits[concurrency]
+	if !ok {
 		return nil
 	}
 	var out []Target
@@ -126,8 +130,8 @@ func (c *Comparison) targets() []Target {
 		ratios[op] = rs[0].Median
 	}
 	out = append(out, floorTargets(first.Concurrency, ratios)...)
-	if r, ok := c.Ratios[OpPodUp]; ok && strings.HasPrefix(c.Runs[0][1].Runtime, "containerd") &&
-		(first.Concurrency == 1 || first.Concurrency == 4) {
+	_, speedTargets := podUpFloorLimits[first.Concurrency]
+	if r, ok := c.Ratios[OpPodUp]; ok && speedTargets && strings.HasPrefix(c.Runs[0][1].Runtime, "containerd") {
 		out = append(out, newTarget("pod up / containerd, "+atATime(first.Concurrency), r.Median, TargetPodUpContainerd, "x", false))
 	}
 	var mems []*Memory

@@ -123,3 +123,26 @@ func TestWriteTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestComparisonPrintsTargetsOnce: a comparison's table ends with its targets once, with a
+// floor or without one.
+func TestComparisonPrintsTargetsOnce(t *testing.T) {
+	for _, withFloor := range []bool{false, true} {
+		c := &Comparison{Ratios: map[Op]RatioStats{OpPodUp: {PerRound: []float64{0.4}, Median: 0.4}},
+			Runs: [][2]*Report{{{Runtime: "crijournal x", Pods: 20, Concurrency: 4, Ops: map[Op]Stats{}}, {Runtime: "containerd 1.6.20", Ops: map[Op]Stats{}}}}}
+		if withFloor {
+			c.Floors = []*FloorReport{{Ops: map[Op]Stats{}}}
+			c.FloorRatios = map[Op][2]RatioStats{OpPodUp: {{PerRound: []float64{1.2}, Median: 1.2}, {PerRound: []float64{3}, Median: 3}}}
+		}
+		c.Targets = c.targets()
+		var b bytes.Buffer
+		c.WriteTable(&b)
+		out := b.String()
+		if n := strings.Count(out, "targets ("); n != 1 || !strings.HasSuffix(strings.TrimSpace(out), "met") {
+			t.Errorf("with a floor %v, the targets printed %d times, not last:\n%s", withFloor, n, out)
+		}
+		if got := strings.Contains(out, "floor (runc and CNI"); got != withFloor {
+			t.Errorf("with a floor %v, the floor printed %v:\n%s", withFloor, got, out)
+		}
+	}
+}

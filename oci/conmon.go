@@ -507,9 +507,10 @@ func removeCgroup(p string) error {
 	var errs []error
 	for _, d := range dirs {
 		// cgroups.RemovePath retries a while on EBUSY: a process that has just exited
-		// (conmon, whose pidfd said so) may still count in its cgroup for a moment.
+		// (conmon, whose pidfd said so) may still count in its cgroup for a moment. A
+		// cgroup that is gone is success to it.
 		err := cgroups.RemovePath(filepath.Join(d, p))
-		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
+		if err != nil && !errors.Is(err, unix.ENOTDIR) {
 			errs = append(errs, fmt.Errorf("remove cgroup: %w", err))
 		}
 	}

@@ -51,7 +51,7 @@ func ContainerStep(s *Store, req ContainerRequest) journal.Action[string] {
 			if err != nil {
 				return "", err
 			}
-			rootfs, err := s.mount(c, made) // a retried step's may be mounted already
+			rootfs, err := s.mount(c, made) // a retried step's container may be mounted already
 			if err != nil {
 				return "", err
 			}
