@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -48,13 +49,26 @@ func TestReadMetricsFake(t *testing.T) {
 	t.Cleanup(func() { cgroups.TestMode = false })
 	at := time.Unix(1700000000, 0)
 	// The fake cgroup's process: a child of the test's own, whose open files stay as they
-	// are while it sleeps (PID 1 of the host, read before, opens and closes files of its
-	// own between the test's two counts).
-	child := exec.Command("sleep", "60")
+	// are once it waits on its stdin (PID 1 of the host, read before, opens and closes files
+	// of its own between the test's two counts). It is counted only after it said it is
+	// ready: a `sleep` counted at once was still loading its libraries and locale, and the
+	// two counts could differ by the file it had open.
+	child := exec.Command("sh", "-c", "echo ready; read line")
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := child.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = child.Process.Kill(); _ = child.Wait() })
+	t.Cleanup(func() { _ = child.Process.Kill(); _ = stdin.Close(); _ = child.Wait() })
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); line != "ready\n" {
+		t.Fatalf("the child process said %q (%v), want ready", line, err)
+	}
 	pid := strconv.Itoa(child.Process.Pid)
 	fds, sockets := (&cgroupFiles{}).openFiles("/proc/" + pid + "/fd")
 	io := []DeviceIO{
