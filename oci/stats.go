@@ -34,6 +34,8 @@ type CgroupStats struct {
 	PageFaults, MajorPageFaults uint64
 	// Processes is the number of processes (tasks) in the cgroup.
 	Processes uint64
+	// PSI is the cgroup's pressure stall information (cgroup v2 only).
+	PSI PSI
 }
 
 // ErrNoCgroup is returned by Stats for a container whose cgroup is not known: it was
@@ -73,6 +75,15 @@ func statDirsOf(m cgroups.Manager, v2 bool) statDirs {
 	}
 	paths := m.GetPaths()
 	return statDirs{cpu: paths["cpuacct"], cpuCtl: paths["cpu"], memory: paths["memory"], pids: paths["pids"], blkio: paths["blkio"]}
+}
+
+// psi returns the directory whose pressure files readStats reads: the unified one on
+// cgroup v2, "" (none) on v1.
+func (d statDirs) psi() string {
+	if d.v2 {
+		return d.cpu
+	}
+	return ""
 }
 
 // get returns the cgroup of the container whose cgroupsPath is read by path.
@@ -136,8 +147,8 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 }
 
 // readStats reads the part of the library's Stats that convertStats uses, five files
-// instead of the library's ~25 on cgroup v1 (see docs/BENCHMARKS.md, "Container
-// stats"), through the library's file helpers:
+// (eight on v2, with the pressure files) instead of the library's ~25 on cgroup v1 (see
+// docs/BENCHMARKS.md, "Container stats"), through the library's file helpers:
 //
 //	           v1 (cpuacct, memory, pids dirs)     v2 (one dir)
 //	CPU        cpuacct.usage (ns)                  cpu.stat usage_usec (x 1000)
@@ -145,6 +156,7 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 //	           memory.limit_in_bytes               memory.max
 //	processes  pids.current                        pids.current (or the lines of
 //	                                               cgroup.procs without the pids controller)
+//	pressure   (none)                              cpu.pressure, memory.pressure, io.pressure
 //
 // As in the library, a controller that is not mounted (v1) or whose files are missing
 // gives zero figures; a missing file of a controller that was read in part (its cgroup
@@ -165,7 +177,7 @@ func (f *cgroupFiles) readStats(d statDirs) (*cgroups.Stats, error) {
 	for _, c := range []struct {
 		dir  string
 		read func(f *cgroupFiles, dir string, cs *cgroups.Stats) error
-	}{{d.cpu, cpu}, {d.memory, memory}, {d.pids, pids}} {
+	}{{d.cpu, cpu}, {d.memory, memory}, {d.pids, pids}, {d.psi(), readPSI}} {
 		if c.dir == "" {
 			continue
 		}
@@ -255,6 +267,7 @@ func convertStats(cs *cgroups.Stats, at time.Time, v2 bool) CgroupStats {
 		CPUUsageNanos: cs.CpuStats.CpuUsage.TotalUsage,
 		MemoryUsage:   mem.Usage.Usage,
 		Processes:     cs.PidsStats.Current,
+		PSI:           PSI{CPU: cs.CpuStats.PSI, Memory: cs.MemoryStats.PSI, IO: cs.BlkioStats.PSI},
 	}
 	inactiveFile, rss, faults, major := "total_inactive_file", "total_rss", "total_pgfault", "total_pgmajfault"
 	if v2 {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/opencontainers/cgroups"
 	cgroupfs "github.com/opencontainers/cgroups/fs"
 	"github.com/opencontainers/cgroups/fs2"
@@ -16,8 +18,9 @@ import (
 )
 
 // libraryControllers are the controllers Stats read through the library's full
-// Manager.Stats before readStats, which the tests compare against.
-const libraryControllers = cgroups.CPU | cgroups.Memory | cgroups.Pids
+// Manager.Stats before readStats, which the tests compare against, and IO, whose
+// pressure file (io.pressure, cgroup v2) readStats reads too.
+const libraryControllers = cgroups.CPU | cgroups.Memory | cgroups.Pids | cgroups.IO
 
 // libraryStats is what Stats gave before readStats: the library's full read of the
 // three controllers, converted.
@@ -64,6 +67,22 @@ var fakeV2 = map[string]string{
 	"pids.max":       "max\n",
 	"cgroup.procs":   "1\n2\n",
 }
+
+// Pressure files of a fake cgroup v2 directory, and what they say.
+var (
+	fakePressure = map[string]string{
+		"cpu.pressure":    "some avg10=1.50 avg60=0.25 avg300=0.00 total=4321\nfull avg10=0.50 avg60=0.00 avg300=0.00 total=1234\n",
+		"memory.pressure": "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		"io.pressure":     "some avg10=12.34 avg60=5.00 avg300=1.00 total=987654321\nfull avg10=10.00 avg60=4.00 avg300=0.50 total=87654321\n",
+	}
+	fakePSI = PSI{
+		CPU: &cgroups.PSIStats{Some: cgroups.PSIData{Avg10: 1.5, Avg60: 0.25, Total: 4321},
+			Full: cgroups.PSIData{Avg10: 0.5, Total: 1234}},
+		Memory: &cgroups.PSIStats{},
+		IO: &cgroups.PSIStats{Some: cgroups.PSIData{Avg10: 12.34, Avg60: 5, Avg300: 1, Total: 987654321},
+			Full: cgroups.PSIData{Avg10: 10, Avg60: 4, Avg300: 0.5, Total: 87654321}},
+	}
+)
 
 // with returns files with the changes applied: an empty value removes the file.
 func with(files map[string]string, changes map[string]string) map[string]string {
@@ -123,6 +142,17 @@ func TestReadStatsFake(t *testing.T) {
 			want: CgroupStats{Timestamp: at, CPUUsageNanos: 123456000, Processes: 3}},
 		{name: "v2 gone", v2: true, files: fakeV2, gone: true, want: CgroupStats{Timestamp: at}},
 		{name: "v2 bad cpu.stat", v2: true, files: with(fakeV2, map[string]string{"cpu.stat": "usage_usec 1\nnr_periods\n"}), wantErr: true},
+		{name: "v2 pressure", v2: true, files: with(fakeV2, fakePressure), library: true,
+			want: func() CgroupStats { s := v2base; s.PSI = fakePSI; return s }()},
+		// cpu.pressure before Linux 5.13 has no full line.
+		{name: "v2 cpu pressure without full", v2: true, files: with(fakeV2, with(fakePressure, map[string]string{"cpu.pressure": "some avg10=1.50 avg60=0.25 avg300=0.00 total=4321\n"})),
+			library: true, want: func() CgroupStats {
+				s := v2base
+				s.PSI = fakePSI
+				s.PSI.CPU = &cgroups.PSIStats{Some: cgroups.PSIData{Avg10: 1.5, Avg60: 0.25, Total: 4321}}
+				return s
+			}()},
+		{name: "v2 bad io.pressure", v2: true, files: with(fakeV2, with(fakePressure, map[string]string{"io.pressure": "some avg10=x\n"})), wantErr: true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "cg")
@@ -166,8 +196,8 @@ func TestReadStatsFake(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tt.want {
-				t.Errorf("readStats = %+v, want %+v", got, tt.want)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("readStats (-want +got):\n%s", diff)
 			}
 			if !tt.library {
 				return
@@ -176,8 +206,8 @@ func TestReadStatsFake(t *testing.T) {
 			if err != nil {
 				t.Fatalf("library: %v", err)
 			}
-			if got != lib {
-				t.Errorf("readStats = %+v, the library's full read %+v", got, lib)
+			if diff := cmp.Diff(lib, got); diff != "" {
+				t.Errorf("readStats differs from the library's full read (-library +readStats):\n%s", diff)
 			}
 		})
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/config"
@@ -201,8 +202,12 @@ func (s *Server) readContainerStats(c container) (*runtimeapi.ContainerStats, ui
 			Timestamp:            ts,
 			UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: cg.CPUUsageNanos},
 			UsageNanoCores:       &runtimeapi.UInt64Value{Value: s.stats.nanoCores(c.rec.ID, cg.Timestamp, cg.CPUUsageNanos)},
+			Psi:                  psiStats(cg.PSI.CPU),
 		},
 		Memory: memoryUsage(cg),
+	}
+	if cg.PSI.IO != nil {
+		st.Io = &runtimeapi.IoUsage{Timestamp: ts, Psi: psiStats(cg.PSI.IO)}
 	}
 	if layer, err := s.writableLayer(c.rec.ID); err != nil {
 		s.log.Debug("writable layer not measured", "id", c.rec.ID, "err", err)
@@ -220,6 +225,7 @@ func memoryUsage(cg oci.CgroupStats) *runtimeapi.MemoryUsage {
 		RssBytes:        &runtimeapi.UInt64Value{Value: cg.RSS},
 		PageFaults:      &runtimeapi.UInt64Value{Value: cg.PageFaults},
 		MajorPageFaults: &runtimeapi.UInt64Value{Value: cg.MajorPageFaults},
+		Psi:             psiStats(cg.PSI.Memory),
 	}
 	if cg.MemoryLimit > 0 {
 		avail := uint64(0)
@@ -229,6 +235,19 @@ func memoryUsage(cg oci.CgroupStats) *runtimeapi.MemoryUsage {
 		m.AvailableBytes = &runtimeapi.UInt64Value{Value: avail}
 	}
 	return m
+}
+
+// psiStats is the CRI's form of a cgroup's pressure figures for one resource; nil
+// (left out) where the cgroup has none (cgroup v1). The kernel counts the total stall in
+// microseconds, the CRI in nanoseconds.
+func psiStats(p *cgroups.PSIStats) *runtimeapi.PsiStats {
+	if p == nil {
+		return nil
+	}
+	data := func(d cgroups.PSIData) *runtimeapi.PsiData {
+		return &runtimeapi.PsiData{Total: d.Total * 1000, Avg10: d.Avg10, Avg60: d.Avg60, Avg300: d.Avg300}
+	}
+	return &runtimeapi.PsiStats{Some: data(p.Some), Full: data(p.Full)}
 }
 
 // writableLayer reports what a container has written over its image, as the collector

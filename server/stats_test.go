@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/opencontainers/cgroups"
+	"google.golang.org/protobuf/testing/protocmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
@@ -97,5 +100,30 @@ func TestStatsContainersAsDecoded(t *testing.T) {
 		if n := len(s.containerCache.entries); listed != (n == 3) || !listed && n != 0 {
 			t.Errorf("listed %v: %d entries in the decode cache", listed, n)
 		}
+	}
+}
+
+// TestPSIStats: a cgroup's pressure figures reach the CRI with the total in nanoseconds
+// (the kernel counts microseconds), and a resource without them (cgroup v1) is left out.
+func TestPSIStats(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		in   *cgroups.PSIStats
+		want *runtimeapi.PsiStats
+	}{
+		{name: "none (cgroup v1)"},
+		{name: "some and full",
+			in: &cgroups.PSIStats{Some: cgroups.PSIData{Avg10: 1.5, Avg60: 0.25, Avg300: 0.125, Total: 4321},
+				Full: cgroups.PSIData{Avg10: 0.5, Total: 1234}},
+			want: &runtimeapi.PsiStats{Some: &runtimeapi.PsiData{Avg10: 1.5, Avg60: 0.25, Avg300: 0.125, Total: 4321000},
+				Full: &runtimeapi.PsiData{Avg10: 0.5, Total: 1234000}}},
+		{name: "no stall", in: &cgroups.PSIStats{},
+			want: &runtimeapi.PsiStats{Some: &runtimeapi.PsiData{}, Full: &runtimeapi.PsiData{}}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, psiStats(tt.in), protocmp.Transform()); diff != "" {
+				t.Errorf("psiStats (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
