@@ -90,7 +90,7 @@ FUZZ_TARGETS := ./server:FuzzRunPodSandboxConfig ./server:FuzzCreateContainerCon
 	./server:FuzzDecodeRecordObject ./journal:FuzzDecodeRecord
 FUZZTIME ?= 3s
 
-.PHONY: help deps build kubelet node-e2e node-e2e-build test fuzz run lint bench clean install uninstall
+.PHONY: help deps build kubelet node-e2e node-e2e-build test test-vm fuzz run lint bench clean install uninstall
 
 help:
 	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
@@ -99,6 +99,7 @@ help:
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
 	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed)'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
+	@echo 'make test-vm  opt-in, as root, ~30 min: the cgroup v2 + AppArmor tests in an emulated VM (test/vm, ../shared/vm)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
 	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
@@ -192,6 +193,11 @@ test: deps build kubelet
 	go vet -tags '$(GOTAGS)' ./...
 	go test -race -count=1 -tags '$(GOTAGS)' -p 2 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
+
+# Opt-in, not part of test: the tests of a cgroup v2 + AppArmor node, in an emulated VM
+# (QEMU without KVM, 10-20x slower than the host) booted by ../shared/vm. As root.
+test-vm: deps build
+	test/vm/run.sh
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -145,20 +145,14 @@ func TestContainerLifecycle(t *testing.T) {
 	if !strings.HasPrefix(cg, d.cgroupRoot()+"/") || !strings.Contains(cg, limited) {
 		t.Errorf("memory cgroup of %s is %q, want one under the pod's cgroup parent %s named after it", limited, cg, d.cgroupRoot())
 	}
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", cg, "memory.limit_in_bytes"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.TrimSpace(string(b)); got != fmt.Sprint(limit) {
-		t.Errorf("memory.limit_in_bytes of %s is %s, want %d", cg, got, limit)
+	limitFile := memoryLimitFile(cg)
+	if got := readTrimmed(t, limitFile); got != fmt.Sprint(limit) {
+		t.Errorf("%s is %s, want %d", limitFile, got, limit)
 	}
 	// Resources can be changed while it runs.
 	d.mustCrictl(t, "update", "--memory", fmt.Sprint(2*limit), limited)
-	if b, err = os.ReadFile(filepath.Join("/sys/fs/cgroup/memory", cg, "memory.limit_in_bytes")); err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.TrimSpace(string(b)); got != fmt.Sprint(2*limit) {
-		t.Errorf("after crictl update --memory %d, memory.limit_in_bytes is %s", 2*limit, got)
+	if got := readTrimmed(t, limitFile); got != fmt.Sprint(2*limit) {
+		t.Errorf("after crictl update --memory %d, %s is %s", 2*limit, limitFile, got)
 	}
 	// An exec that outlives its timeout is killed, and says so.
 	start = time.Now()

@@ -21,31 +21,22 @@ import (
 // Helpers of the container tests: configurations, crictl calls on containers,
 // and checks of a container's state, timeouts and traces.
 
-// memoryCgroup returns the memory cgroup of a running container's init
-// process (from runc state and /proc/<pid>/cgroup).
+// memoryCgroup returns the memory cgroup of a running container's init process
+// (from /proc/<pid>/cgroup); on a cgroup v2 node, its one cgroup.
 func (d *daemon) memoryCgroup(t *testing.T, id string) string {
 	t.Helper()
-	out, err := runcCmd("--root", d.runcRoot(), "state", id).CombinedOutput()
-	if err != nil {
-		t.Fatalf("runc state %s: %v\n%s", id, err, out)
-	}
-	var st struct {
-		Pid int `json:"pid"`
-	}
-	if err := json.Unmarshal(out, &st); err != nil || st.Pid <= 0 {
-		t.Fatalf("runc state %s: %v\n%s", id, err, out)
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", st.Pid))
+	pid := d.initPID(t, id)
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for line := range strings.Lines(string(b)) {
 		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
-		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), "memory") {
+		if len(f) == 3 && (slices.Contains(strings.Split(f[1], ","), "memory") || f[0] == "0" && f[1] == "" && cgroupV2Node()) {
 			return f[2]
 		}
 	}
-	t.Fatalf("no memory cgroup in /proc/%d/cgroup:\n%s", st.Pid, b)
+	t.Fatalf("no memory cgroup in /proc/%d/cgroup:\n%s", pid, b)
 	return ""
 }
 

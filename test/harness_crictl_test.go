@@ -18,6 +18,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // Helpers that drive a daemon through crictl and its gRPC API: calls, pod
@@ -37,8 +39,9 @@ func (d *daemon) crictl(t *testing.T, args ...string) (stdout, stderr string, er
 	return stdout, stderr, err
 }
 
-// crictlTimeout runs crictl, killing it after limit.
+// crictlTimeout runs crictl, killing it after limit (scaled, see testenv.Scaled).
 func (d *daemon) crictlTimeout(limit time.Duration, args ...string) (stdout, stderr string, err error) {
+	limit = testenv.Scaled(limit)
 	if crictlPath == "" {
 		return "", "", errors.New("crictl not found")
 	}
@@ -61,7 +64,7 @@ func (d *daemon) crictlArgs(args ...string) []string {
 		"--config", os.DevNull,
 		"--runtime-endpoint", "unix://" + d.socket,
 		"--image-endpoint", "unix://" + d.socket,
-		"--timeout", "30s",
+		"--timeout", testenv.Scaled(30 * time.Second).String(),
 	}, args...)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/oci"
 )
 
@@ -28,11 +29,11 @@ import (
 // tracked, so that none outlives the tests.
 
 // readyTimeout bounds how long a started daemon may take to answer crictl version.
-const readyTimeout = 15 * time.Second
+var readyTimeout = testenv.Scaled(15 * time.Second)
 
 // stopTimeout bounds how long a daemon may take to exit after SIGTERM before it
 // is killed.
-const stopTimeout = 15 * time.Second
+var stopTimeout = testenv.Scaled(15 * time.Second)
 
 var (
 	liveMu      sync.Mutex

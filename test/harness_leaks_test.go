@@ -392,12 +392,22 @@ func unrecordedLayerDirs(storageRoot, runRoot string) ([]string, error) {
 	return out, nil
 }
 
+// cgroupHierarchies lists the mounted cgroup hierarchies: on cgroup v1 each
+// controller's (and name=systemd's, and the unified one beside them); on a cgroup v2
+// node the one unified hierarchy, /sys/fs/cgroup itself.
+func cgroupHierarchies() []string {
+	if cgroupV2Node() {
+		return []string{"/sys/fs/cgroup"}
+	}
+	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
+	return hierarchies
+}
+
 // cgroupDirs lists the cgroups below parent in every hierarchy, deepest
 // first (the parent itself excluded).
 func cgroupDirs(parent string) []string {
 	var out []string
-	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, h := range hierarchies {
+	for _, h := range cgroupHierarchies() {
 		root := filepath.Join(h, parent)
 		_ = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
 			if err == nil && e.IsDir() && p != root {
@@ -555,8 +565,7 @@ func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupP
 	}
 	if strings.HasPrefix(cgroupParent, "/cje2e-") || isNodeSlice(cgroupParent) {
 		dirs := cgroupDirs(cgroupParent)
-		hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
-		for _, h := range hierarchies {
+		for _, h := range cgroupHierarchies() {
 			dirs = append(dirs, filepath.Join(h, cgroupParent))
 		}
 		for _, dir := range dirs {

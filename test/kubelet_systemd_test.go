@@ -59,8 +59,10 @@ func TestKubeletSystemdDriver(t *testing.T) {
 	if left := kubeletScopes(t); len(left) > 0 {
 		t.Errorf("units left in the kubelet's slices after it removed the pod: %v", left)
 	}
-	if dirs, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods.slice/kubepods-besteffort.slice/" + podSlice + "/crijournal-*"); len(dirs) > 0 {
-		t.Errorf("cgroups left: %v", dirs)
+	for _, h := range cgroupHierarchies() {
+		if dirs, _ := filepath.Glob(filepath.Join(h, "kubepods.slice/kubepods-besteffort.slice", podSlice, "crijournal-*")); len(dirs) > 0 {
+			t.Errorf("cgroups left: %v", dirs)
+		}
 	}
 	k.stop(t)
 	d.stopClean(t)
@@ -102,8 +104,7 @@ func unitProperty(t *testing.T, unit, prop string) string {
 // systemd does not manage keep them), deepest first.
 func removeSliceDirs(logf func(string, ...any), slice string) {
 	dirs := cgroupDirs("/" + slice)
-	hierarchies, _ := filepath.Glob("/sys/fs/cgroup/*")
-	for _, h := range hierarchies {
+	for _, h := range cgroupHierarchies() {
 		dirs = append(dirs, filepath.Join(h, slice))
 	}
 	for _, dir := range dirs {

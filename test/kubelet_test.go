@@ -2,6 +2,8 @@ package test
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -82,8 +84,10 @@ func TestKubeletRunsStaticPod(t *testing.T) {
 	d.waitNoPods(t, 90*time.Second)
 	d.requireNoContainerTrace(t, "after the kubelet removed the static pod")
 	for _, id := range []string{sb.ID, ctrID} {
-		if dirs, _ := filepath.Glob("/sys/fs/cgroup/*" + path.Join(oci.DefaultCgroupParent, "crijournal-"+id)); len(dirs) > 0 {
-			t.Errorf("left cgroups %v", dirs)
+		for _, h := range cgroupHierarchies() {
+			if dir := filepath.Join(h, oci.DefaultCgroupParent, "crijournal-"+id); !errors.Is(statErr(dir), os.ErrNotExist) {
+				t.Errorf("left cgroup %s", dir)
+			}
 		}
 	}
 	if links := k.logLinks(); len(links) != 0 {

@@ -3,16 +3,38 @@ package testenv
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
+
+// TimeScaleEnv names the factor by which the tests stretch their bounds on waiting, for
+// a machine many times slower than the one they were written on: the emulated cgroup v2
+// node of `make test-vm` (test/vm) runs them with 10. Unset, or not a number of at
+// least 1, it is 1: on the host of `make test` nothing is stretched.
+const TimeScaleEnv = "CRIJOURNAL_TEST_TIME_SCALE"
+
+var timeScale = sync.OnceValue(func() float64 {
+	f, err := strconv.ParseFloat(os.Getenv(TimeScaleEnv), 64)
+	if err != nil || f < 1 {
+		return 1
+	}
+	return f
+})
+
+// Scaled returns d stretched by TimeScaleEnv's factor. Poll, Eventually and Within
+// scale their bounds themselves; a test that bounds a wait of its own (a context's
+// deadline, a client's timeout) passes it through Scaled.
+func Scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * timeScale()) }
 
 // Poll calls cond, waiting every between calls, until it returns nil, and returns nil
 // then; when that has not happened within within, it returns cond's last error. cond is called at
 // least once, and once more at the end of the time, so a condition that holds just as
 // the time runs out is not reported as failed.
 func Poll(within, every time.Duration, cond func() error) error {
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(Scaled(within))
 	for {
 		err := cond()
 		if err == nil {
@@ -32,7 +54,7 @@ func Poll(within, every time.Duration, cond func() error) error {
 func Eventually(t testing.TB, within, every time.Duration, cond func() error) {
 	t.Helper()
 	if err := Poll(within, every, cond); err != nil {
-		t.Fatalf("%v (waited %v)", err, within)
+		t.Fatalf("%v (waited %v)", err, Scaled(within))
 	}
 }
 
@@ -57,8 +79,8 @@ func Within(within time.Duration, f func() error) error {
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(within):
-		return fmt.Errorf("%w: not returned within %v", ErrTimedOut, within)
+	case <-time.After(Scaled(within)):
+		return fmt.Errorf("%w: not returned within %v", ErrTimedOut, Scaled(within))
 	}
 }
 

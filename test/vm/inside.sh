@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# test/vm/inside.sh BIN OUT: run in the VM by test/vm/run.sh. It runs the test binaries
+# in BIN, each from its package's directory, the oci package's then the end-to-end ones,
+# writes each one's output to OUT/<name>.log, prints it, and exits non-zero if any failed.
+#
+# Which tests: those whose behaviour depends on the kernel's cgroup v2 hierarchy,
+# AppArmor or user namespaces (TESTS_OCI, TESTS_E2E override the -test.run patterns).
+set -uo pipefail
+bin=$1 out=$2
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+echo "inside: kernel $(uname -r); $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup ($(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null));" \
+	"AppArmor $(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)"
+# Debian's apparmor package: the parser the daemon loads its default profile with.
+command -v apparmor_parser >/dev/null || { echo "inside: no apparmor_parser (apt-get install apparmor)"; exit 1; }
+
+# The oci package: the runtime on v2 (Create/Delete leave no cgroup, resources and stats
+# from the v2 files, OOM, AppArmor profiles loaded into the kernel).
+TESTS_OCI=${TESTS_OCI:-'TestCreateStartStateAndLog|TestDeleteIsIdempotentAndLeavesNothing|TestReadStatsRealCgroup|TestRuntimeStats|TestSpecAppArmorDefaultLoad|TestLoadedAppArmor|TestAppArmorProfileParses|TestStatsDuringDeleteKeepsNoCgroup'}
+# End to end: limits, update, stats and OOM on v2; AppArmor's default and Localhost
+# profiles; a user-namespace pod; the container lifecycle; a sample of the crash
+# matrix (the steps that make cgroups) leaving nothing behind, cgroups included.
+TESTS_E2E=${TESTS_E2E:-'^(TestCgroupV2Limits|TestCgroupV2OOMKilled|TestAppArmorConfines|TestUsernsPod|TestContainerLifecycle|TestCrashMatrix)$'}
+export CRIJOURNAL_E2E_CRASH_ROWS=${CRIJOURNAL_E2E_CRASH_ROWS:-'^(container-create/oci-container/after-action|container-create/oci-conmon/after-intent|sandbox-create/pause-process/after-action)$'}
+
+failed=()
+run() { # name dir binary pattern
+	local name=$1 dir=$2 test=$3 pattern=$4
+	echo "inside: $name: -test.run '$pattern'"
+	(cd "$dir" && "$test" -test.v -test.timeout 45m -test.run "$pattern") >"$out/$name.log" 2>&1
+	local rc=$?
+	grep -E '^(=== RUN|--- (PASS|FAIL|SKIP)|PASS|FAIL|ok|panic)' "$out/$name.log" | grep -v '^=== RUN' || true
+	[ $rc -eq 0 ] || { failed+=("$name"); tail -n 80 "$out/$name.log"; }
+}
+run oci "$top/oci" "$bin/oci.test" "$TESTS_OCI"
+run e2e "$top/test" "$bin/e2e.test" "$TESTS_E2E"
+
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "inside: FAILED: ${failed[*]} (logs in $out)"
+	exit 1
+fi
+echo "inside: every test passed (logs in $out)"

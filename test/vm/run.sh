@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# test/vm/run.sh: `make test-vm`. The tests of a cgroup v2 + AppArmor node, in the
+# emulated VM of ../shared/vm (Debian's 6.1 kernel under QEMU/TCG with cgroup_no_v1=all
+# and AppArmor on; the host's / read-only with a tmpfs over it), since this machine
+# boots cgroup v1 without AppArmor.
+#
+# The test binaries are built here, on the host (compiling in the VM is 10-20x slower);
+# test/vm/inside.sh runs them in the VM and writes their output to OUT (default
+# _output/test-vm/<time>), read-write in there. The tests' waits are stretched by
+# CRIJOURNAL_TEST_TIME_SCALE (10; see internal/testenv), and CRIJOURNAL_E2E_VM_NODE makes a
+# missing v2 hierarchy or AppArmor a failure, not a skip.
+#
+# Env: VM_SCRIPTS (../shared/vm beside the checkout), OUT, TESTS_E2E and TESTS_OCI
+# (-test.run patterns; see inside.sh), VM_TIMEOUT (s, default 3000), VM_MEM (MiB, 4096).
+# The binaries must be built (make build) and the Makefile's deps installed.
+set -euo pipefail
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$top"
+vm=${VM_SCRIPTS:-$(cd "$top/.." && pwd)/shared/vm}
+if [ ! -x "$vm/run.sh" ]; then
+	echo "test-vm: no VM scripts at $vm (set VM_SCRIPTS to the shared/vm directory)" >&2
+	exit 2
+fi
+out=${OUT:-$top/_output/test-vm/$(date -u +%Y%m%dT%H%M%SZ)}
+mkdir -p "$out"
+bin=$out/bin
+mkdir -p "$bin"
+tags=${GOTAGS:-containers_image_openpgp,exclude_graphdriver_btrfs,nri_no_wasm}
+
+"$vm/build.sh" >"$out/vm-build.log" 2>&1 || { cat "$out/vm-build.log" >&2; exit 1; }
+echo "test-vm: building the test binaries into $bin"
+go test -c -tags "$tags" -o "$bin/e2e.test" ./test
+go test -c -tags "$tags" -o "$bin/oci.test" ./oci
+
+export CRIJOURNAL_TEST_TIME_SCALE=${CRIJOURNAL_TEST_TIME_SCALE:-10}
+export CRIJOURNAL_E2E_VM_NODE=1
+export CRIJOURNAL_BIN=${CRIJOURNAL_BIN:-$top/bin/crijournal}
+echo "test-vm: booting the VM (results in $out)"
+VM_RW="$out" VM_MEM=${VM_MEM:-4096} VM_TIMEOUT=${VM_TIMEOUT:-3000} \
+	"$vm/run.sh" "$top/test/vm/inside.sh" "$bin" "$out"
