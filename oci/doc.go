@@ -16,7 +16,9 @@
 //   - User: run_as_user, else run_as_username, else the image's User ("uid",
 //     "uid:gid", "name", "name:group"); run_as_group replaces the group. Names and
 //     the user's groups come from the root filesystem's /etc/passwd and /etc/group,
-//     read with openat2(RESOLVE_IN_ROOT) so that links cannot leave it.
+//     looked up as openat2(RESOLVE_IN_ROOT) does, so that links cannot leave it, and
+//     read only if they are regular files (a named pipe or device node there is
+//     refused, see openRootFile).
 //     supplemental_groups are added (and the /etc/group memberships unless the
 //     policy is Strict).
 //   - Mounts (mounts.go): /proc, /dev (tmpfs), /dev/pts, /dev/mqueue, /dev/shm (tmpfs of 64 MiB,

@@ -2,17 +2,14 @@ package oci
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -163,31 +160,11 @@ func resolveUser(rootfs string, sc *runtimeapi.LinuxContainerSecurityContext, im
 // maxDBSize bounds how much of an image's passwd or group file is read.
 const maxDBSize = 4 << 20
 
-// openInRoot opens name inside root as if root were "/": absolute links and ".."
-// cannot leave it. A missing file gives (nil, nil).
-func openInRoot(root, name string) (*os.File, error) {
-	dirfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("open root filesystem %s: %w", root, err)
-	}
-	defer unix.Close(dirfd)
-	fd, err := unix.Openat2(dirfd, name, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if errors.Is(err, unix.ENOENT) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open %s in %s: %w", name, root, err)
-	}
-	return os.NewFile(uintptr(fd), root+"/"+name), nil
-}
-
 // readDB returns the colon-separated fields of each line of a root filesystem's
-// passwd or group file, skipping comments and NIS lines.
+// passwd or group file, skipping comments and NIS lines. The file is opened with
+// openRootFile: inside the root filesystem, and only if it is a regular file.
 func readDB(root, name string) ([][]string, error) {
-	f, err := openInRoot(root, name)
+	f, err := openRootFile(root, name)
 	if err != nil || f == nil {
 		return nil, err
 	}
