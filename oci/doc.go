@@ -23,7 +23,9 @@
 //     policy is Strict).
 //   - Mounts (mounts.go): /proc, /dev (tmpfs), /dev/pts, /dev/mqueue, /dev/shm (tmpfs of 64 MiB,
 //     or a bind of SpecInput.ShmPath), /sys and /sys/fs/cgroup (read-only unless
-//     privileged), then binds of ResolvConf, Hosts and HostnameFile, then the CRI mounts, which
+//     privileged), then binds of ResolvConf, Hosts and HostnameFile (read-only when
+//     the root filesystem is, or when the source is the node's own file, as the host's
+//     /etc/hosts given to a pod on the host's network), then the CRI mounts, which
 //     replace a standard mount at the same place and are ordered parents first. A
 //     CRI mount is a recursive bind with its propagation (PRIVATE rprivate,
 //     HOST_TO_CONTAINER rslave, BIDIRECTIONAL rshared, which also sets the root

@@ -210,16 +210,16 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 		mounts = append(mounts, specs.Mount{Destination: "/dev/shm", Type: "tmpfs", Source: "shm",
 			Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}})
 	}
-	fileOpt := "rw"
-	if readonlyRootfs {
-		fileOpt = "ro"
-	}
 	for _, f := range []struct{ dst, src string }{{"/etc/resolv.conf", in.ResolvConf}, {"/etc/hosts", in.Hosts}, {"/etc/hostname", in.HostnameFile}} {
 		if f.src == "" {
 			continue
 		}
 		if !filepath.IsAbs(f.src) {
 			return nil, "", invalid("%s source %q is not absolute", f.dst, f.src)
+		}
+		fileOpt := "rw"
+		if readonlyRootfs || isHostFile(f.src, f.dst) {
+			fileOpt = "ro"
 		}
 		mounts = append(mounts, specs.Mount{Destination: f.dst, Type: "bind", Source: f.src,
 			Options: []string{"rbind", "rprivate", fileOpt}})
@@ -249,6 +249,23 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 		return slices.ContainsFunc(own, func(o specs.Mount) bool { return o.Destination == x.Destination })
 	})
 	return append(mounts, own...), propagation, nil
+}
+
+// isHostFile reports whether src, a sandbox file's bind source, is the node's own file at
+// the container path dst (the same file, links followed), as the host's /etc/hosts is for
+// a pod on the host's network. Such a file is mounted read-only: a container must not
+// rewrite the node's /etc/hosts. A pod's own copy (in its sandbox directory) is not the
+// node's file and stays writable unless the root filesystem is read-only.
+func isHostFile(src, dst string) bool {
+	if src == dst {
+		return true
+	}
+	s, err := os.Stat(src)
+	if err != nil {
+		return false
+	}
+	d, err := os.Stat(dst)
+	return err == nil && os.SameFile(s, d)
 }
 
 // criMount checks one requested mount and turns it into a bind mount: of its host path,

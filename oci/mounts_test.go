@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -32,6 +33,46 @@ func specRefused(t *testing.T, in SpecInput, want string) {
 	t.Helper()
 	_, err := buildSpec(t.Context(), in, testHost())
 	requireInvalidSpec(t, err, want)
+}
+
+// TestSpecSandboxFiles is issue 40's: containers of a pod on the host's network got the
+// node's /etc/hosts read-write. The node's own files are mounted read-only; a pod's own
+// copy is writable unless the root filesystem is read-only.
+func TestSpecSandboxFiles(t *testing.T) {
+	if _, err := os.Stat("/etc/hosts"); err != nil {
+		t.Fatalf("this test needs the host's /etc/hosts: %v", err)
+	}
+	podDir := t.TempDir()
+	writeFile(t, filepath.Join(podDir, "hosts"), "127.0.0.1 localhost\n")
+	writeFile(t, filepath.Join(podDir, "resolv.conf"), "nameserver 10.0.0.10\n")
+	linked := filepath.Join(podDir, "linked-hosts")
+	if err := os.Symlink("/etc/hosts", linked); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		edit       func(*SpecInput)
+		dst, want  string // the mount at dst and its source's option, "ro" or "rw"
+		readonlyFS bool
+	}{
+		{name: "the host's /etc/hosts", edit: func(in *SpecInput) { in.Hosts = "/etc/hosts" }, dst: "/etc/hosts", want: "ro"},
+		{name: "a link to the host's /etc/hosts", edit: func(in *SpecInput) { in.Hosts = linked }, dst: "/etc/hosts", want: "ro"},
+		{name: "the pod's own hosts", edit: func(in *SpecInput) { in.Hosts = filepath.Join(podDir, "hosts") }, dst: "/etc/hosts", want: "rw"},
+		{name: "the pod's own hosts, read-only rootfs", edit: func(in *SpecInput) { in.Hosts = filepath.Join(podDir, "hosts") },
+			readonlyFS: true, dst: "/etc/hosts", want: "ro"},
+		{name: "the host's /etc/resolv.conf", edit: func(in *SpecInput) { in.ResolvConf = "/etc/resolv.conf" }, dst: "/etc/resolv.conf", want: "ro"},
+		{name: "the pod's own resolv.conf", edit: func(in *SpecInput) { in.ResolvConf = filepath.Join(podDir, "resolv.conf") }, dst: "/etc/resolv.conf", want: "rw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			tc.edit(&in)
+			sc(&in).ReadonlyRootfs = tc.readonlyFS
+			m := mountAt(t, mustSpec(t, in, testHost()), tc.dst)
+			if want := []string{"rbind", "rprivate", tc.want}; !slices.Equal(m.Options, want) {
+				t.Fatalf("%s options = %q, want %q", tc.dst, m.Options, want)
+			}
+		})
+	}
 }
 
 func TestSpecRecursiveReadOnly(t *testing.T) {

@@ -77,7 +77,10 @@ type SpecInput struct {
 	// ResolvConf, Hosts and ShmPath are optional bind sources for /etc/resolv.conf,
 	// /etc/hosts and /dev/shm.
 	ResolvConf, Hosts, ShmPath string
-	// HostnameFile is an optional bind source for /etc/hostname.
+	// HostnameFile is an optional bind source for /etc/hostname. It, ResolvConf and
+	// Hosts are mounted read-only when they are the node's own file at their container
+	// path (the host's /etc/hosts for a pod on the host's network) or the root
+	// filesystem is read-only, read-write otherwise.
 	HostnameFile string
 	// NoSeccomp says the node has no seccomp support (the configuration's
 	// seccomp_unavailable): a container that asks for a seccomp profile is refused.

@@ -15,9 +15,10 @@ import (
 // gives it: /etc/resolv.conf (the pod's DNS configuration, or a copy of the host's; also for
 // pods on the host's network, whose containers would otherwise see their image's file),
 // /etc/hostname, /dev/shm (the pod's own tmpfs, or the host's for ipc NODE) and, for pods
-// on the host's network only, the host's /etc/hosts (the kubelet mounts its own /etc/hosts
-// into the containers of other pods). The files live in <run_root>/sandboxes/<id>/: they
-// outlive a restart of the daemon, not a reboot (see sandbox.lost).
+// on the host's network only, the host's /etc/hosts, which oci mounts read-only as it is
+// the node's (the kubelet mounts its own /etc/hosts into the containers of other pods).
+// The files live in <run_root>/sandboxes/<id>/: they outlive a restart of the daemon, not
+// a reboot (see sandbox.lost).
 
 // hostEtcHosts is the /etc/hosts of containers of pods on the host's network.
 const hostEtcHosts = "/etc/hosts"
@@ -81,7 +82,7 @@ func (sb sandbox) podFilesLost() string {
 }
 
 // sandboxHosts is the /etc/hosts a container of the sandbox gets: the host's for a pod on
-// the host's network (a CRI mount at /etc/hosts replaces it), none otherwise.
+// the host's network (read-only; a CRI mount at /etc/hosts replaces it), none otherwise.
 func sandboxHosts(sb sandbox) string {
 	if sb.obj.HostNetwork {
 		return hostEtcHosts

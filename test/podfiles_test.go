@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,8 +17,8 @@ import (
 // A pod's files: the daemon writes each pod's resolv.conf (from its dns_config, or a
 // copy of the host's) and hostname file and mounts its own /dev/shm (a tmpfs of 64
 // MiB) under <run_root>/sandboxes/<id>/, and every container of the pod bind-mounts
-// them. Pods on the host's network also get the host's /etc/hosts; pods with ipc NODE
-// the host's /dev/shm. Removal leaves nothing.
+// them. Pods on the host's network also get the host's /etc/hosts, read-only; pods
+// with ipc NODE the host's /dev/shm. Removal leaves nothing.
 
 // TestPodFiles: a pod with a DNS configuration and a hostname; its two containers see
 // the resolv.conf rendered from it and the hostname, and share one /dev/shm, a tmpfs of
@@ -90,7 +91,8 @@ func TestPodFiles(t *testing.T) {
 
 // TestPodFilesHost: a pod on the host's network with ipc NODE and no DNS
 // configuration gets a copy of the host's resolv.conf, the host's hostname (it names
-// none), the host's /etc/hosts and the host's /dev/shm; no tmpfs is mounted for it.
+// none), the host's /etc/hosts, read-only, and the host's /dev/shm; no tmpfs is mounted
+// for it.
 func TestPodFilesHost(t *testing.T) {
 	t.Parallel()
 	d, _ := startContainerDaemon(t, daemonOptions{})
@@ -110,6 +112,15 @@ func TestPodFilesHost(t *testing.T) {
 		if got := d.execSync(t, id, "cat", file); got != want {
 			t.Errorf("%s of a host-network container:\n%s\nwant the host's:\n%s", file, got, want)
 		}
+	}
+	// The host's /etc/hosts is the node's, read-only in the container (issue 40): opening
+	// it for writing fails. (": >>" opens it to append and writes nothing, so that a
+	// daemon without the fix does not change the node's file.)
+	if m := mountLine(d.execSync(t, id, "cat", "/proc/mounts"), "/etc/hosts"); !slices.Contains(strings.Split(fieldOf(m, 3), ","), "ro") {
+		t.Errorf("/etc/hosts of a host-network container is mounted %q, want read-only", m)
+	}
+	if _, stderr, err := d.crictl(t, "exec", "--sync", id, "sh", "-c", ": >> /etc/hosts"); err == nil || !strings.Contains(stderr, "Read-only file system") {
+		t.Errorf("a host-network container opened the host's /etc/hosts for writing: err %v, stderr %q; want a read-only file system", err, stderr)
 	}
 	host, err := os.Hostname()
 	if err != nil {
@@ -145,6 +156,14 @@ func hostFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// fieldOf returns the i-th white-space separated field of line ("" when it has fewer).
+func fieldOf(line string, i int) string {
+	if f := strings.Fields(line); i < len(f) {
+		return f[i]
+	}
+	return ""
 }
 
 // mountLine returns the line of a /proc/mounts text whose mount point is dir.
