@@ -62,8 +62,10 @@
 //     caps", so one named explicitly is refused instead.
 //   - Privileged also means: no masked or read-only paths, every device allowed and
 //     the host's devices created in /dev, /sys rw. Otherwise the standard masked and
-//     read-only paths (or the CRI's own lists) and a device cgroup that denies all
-//     but runc's defaults and the CRI devices.
+//     read-only paths, moby's and containerd's (the masked ones with each CPU's
+//     thermal_throttle directory in sysfs, where the host has one), or the CRI's own
+//     lists, and a device cgroup that denies all but runc's defaults and the CRI
+//     devices.
 //   - CDI devices (CDI_devices and cdi.k8s.io/ annotations, see [CDIDevices]) are
 //     applied after Spec by [CDI.Inject] from the CDI spec files of the node;
 //     an unknown device is refused naming it.

@@ -13,7 +13,7 @@ import (
 
 // readHost gathers the facts about the daemon and the machine that a spec depends on.
 func readHost() (host, error) {
-	h := host{devices: hostDevices, seccomp: kernelSeccomp(), apparmor: readAppArmor()}
+	h := host{devices: hostDevices, seccomp: kernelSeccomp(), apparmor: readAppArmor(), thermalThrottle: thermalThrottlePaths()}
 	caps, err := ownCapabilities("CapBnd", "CapEff")
 	if err != nil {
 		return host{}, err

@@ -7,11 +7,14 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 
 	securejoin "github.com/cyphar/filepath-securejoin"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/utils/cpuset"
 )
 
 // Mounts of the spec, all in this file: the standard mounts, the sandbox's files and
@@ -168,10 +171,46 @@ func CreateHostPaths(c *runtimeapi.ContainerConfig) ([]string, error) {
 	return created, nil
 }
 
+// defaultMaskedPaths are the paths masked in a container whose request names none, as
+// moby and containerd 2.x mask them (with the host's thermalThrottlePaths after them).
+// /proc/interrupts and the CPUs' thermal_throttle directories tell a container the
+// host's thermal events, a side channel (GHSA-6fw5-f8r9-fgfm); powercap's energy counters
+// another (GHSA-jq35-85cj-fj4p).
 var defaultMaskedPaths = []string{
-	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-	"/sys/firmware", "/sys/devices/virtual/powercap",
+	"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+	"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+	"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+// sysCPU is the sysfs directory of the host's CPUs.
+const sysCPU = "/sys/devices/system/cpu"
+
+// thermalThrottlePaths are this host's CPU thermal_throttle directories, read once: the
+// daemon's CPUs, like moby's and containerd's, do not change while it runs.
+var thermalThrottlePaths = sync.OnceValue(func() []string { return cpuThermalThrottle(sysCPU) })
+
+// cpuThermalThrottle returns the thermal_throttle directory of each possible CPU (the
+// list in dir/possible) that has one below dir, a sysfs CPU directory, as the container
+// sees it: /sys/devices/system/cpu/cpu<N>/thermal_throttle. Only the x86 thermal driver
+// makes them (a virtual machine often has none). A possible list that cannot be read
+// gives none, as moby and containerd do.
+func cpuThermalThrottle(dir string) []string {
+	b, err := os.ReadFile(filepath.Join(dir, "possible"))
+	if err != nil {
+		return nil
+	}
+	cpus, err := cpuset.Parse(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, cpu := range cpus.List() {
+		name := "cpu" + strconv.Itoa(cpu) + "/thermal_throttle"
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			out = append(out, path.Join(sysCPU, name))
+		}
+	}
+	return out
 }
 
 var defaultReadonlyPaths = []string{

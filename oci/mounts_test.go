@@ -283,3 +283,97 @@ func TestCreateHostPaths(t *testing.T) {
 		t.Errorf("an existing host path changed mode: %v", st.Mode())
 	}
 }
+
+// TestSpecMaskedPaths is issue 40's: the default masked paths lacked /proc/interrupts
+// and the CPUs' thermal_throttle directories that moby and containerd 2.x mask (a
+// thermal side channel). A request's own list replaces the default one.
+func TestSpecMaskedPaths(t *testing.T) {
+	throttle := []string{"/sys/devices/system/cpu/cpu0/thermal_throttle", "/sys/devices/system/cpu/cpu1/thermal_throttle"}
+	h := testHost()
+	h.thermalThrottle = throttle
+	for _, tc := range []struct {
+		name string
+		own  []string // the request's masked_paths
+		want []string // paths that must be masked
+		not  []string // paths that must not be
+	}{
+		{name: "default", want: append([]string{
+			"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+			"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+			"/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+		}, throttle...)},
+		{name: "the request's own", own: []string{"/proc/kcore"}, want: []string{"/proc/kcore"}, not: append([]string{"/proc/interrupts"}, throttle...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			sc(&in).MaskedPaths = tc.own
+			got := mustSpec(t, in, h).Linux.MaskedPaths
+			for _, p := range tc.want {
+				if !slices.Contains(got, p) {
+					t.Errorf("%s is not masked: %q", p, got)
+				}
+			}
+			for _, p := range tc.not {
+				if slices.Contains(got, p) {
+					t.Errorf("%s is masked: %q", p, got)
+				}
+			}
+		})
+	}
+}
+
+// TestCPUThermalThrottle: each possible CPU's thermal_throttle directory that exists, as
+// the container sees it; none when the possible list cannot be read.
+func TestCPUThermalThrottle(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		possible string // "" for no possible file
+		dirs     []string
+		want     []string
+	}{
+		{name: "some CPUs have one", possible: "0-3\n", dirs: []string{"cpu0/thermal_throttle", "cpu2/thermal_throttle", "cpu1/cpufreq"},
+			want: []string{"/sys/devices/system/cpu/cpu0/thermal_throttle", "/sys/devices/system/cpu/cpu2/thermal_throttle"}},
+		{name: "only possible CPUs", possible: "0,4-5\n", dirs: []string{"cpu4/thermal_throttle", "cpu7/thermal_throttle"},
+			want: []string{"/sys/devices/system/cpu/cpu4/thermal_throttle"}},
+		{name: "none has one (a virtual machine)", possible: "0-1\n", dirs: []string{"cpu0", "cpu1"}},
+		{name: "no possible list", dirs: []string{"cpu0/thermal_throttle"}},
+		{name: "a possible list that is not one", possible: "zero\n", dirs: []string{"cpu0/thermal_throttle"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.possible != "" {
+				writeFile(t, filepath.Join(dir, "possible"), tc.possible)
+			}
+			for _, d := range tc.dirs {
+				if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := cpuThermalThrottle(dir); !slices.Equal(got, tc.want) {
+				t.Fatalf("cpuThermalThrottle = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestThermalThrottlePathsOfThisHost: the daemon's list is this host's thermal_throttle
+// directories, every one of them.
+func TestThermalThrottlePathsOfThisHost(t *testing.T) {
+	present, err := filepath.Glob("/sys/devices/system/cpu/cpu[0-9]*/thermal_throttle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Clone(thermalThrottlePaths())
+	slices.Sort(got)
+	slices.Sort(present)
+	if !slices.Equal(got, present) {
+		t.Fatalf("thermalThrottlePaths = %q, want this host's %q", got, present)
+	}
+	h, err := readHost()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(h.thermalThrottle, thermalThrottlePaths()) {
+		t.Fatalf("readHost's thermal_throttle paths %q, want %q", h.thermalThrottle, thermalThrottlePaths())
+	}
+}

@@ -97,7 +97,8 @@ type SpecInput struct {
 // Spec builds the OCI runtime spec of a CRI container. See the package documentation
 // for the rules; every refusal of the configuration wraps ErrInvalidSpec. It reads
 // the daemon's own capability bounding set and oom_score_adj from /proc/self, the
-// cgroup layout from /sys/fs/cgroup, the user and group databases from the
+// cgroup layout from /sys/fs/cgroup, the CPUs' thermal_throttle directories from
+// /sys/devices/system/cpu (once), the user and group databases from the
 // container's root filesystem and, for a privileged container, the host's /dev. Where AppArmor is enabled and the
 // container needs the default AppArmor profile, it loads that profile if it is not
 // loaded (see [DefaultAppArmorProfile]); ctx bounds that, and a failure is
@@ -123,6 +124,9 @@ type host struct {
 	swap        bool // swap limits are available
 	// devices lists the host's devices for privileged containers; nil means none.
 	devices func() ([]specs.LinuxDevice, error)
+	// thermalThrottle: the CPUs' thermal_throttle directories, masked after
+	// defaultMaskedPaths (see thermalThrottlePaths).
+	thermalThrottle []string
 
 	// seccomp: the kernel filters system calls (see seccomp.go).
 	seccomp bool
@@ -238,7 +242,7 @@ func buildSpec(ctx context.Context, in SpecInput, h host) (*specs.Spec, error) {
 		}
 	} else {
 		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
-		s.Linux.MaskedPaths = slices.Clone(defaultMaskedPaths)
+		s.Linux.MaskedPaths = slices.Concat(defaultMaskedPaths, h.thermalThrottle)
 		if p := sc.GetMaskedPaths(); len(p) > 0 {
 			s.Linux.MaskedPaths = slices.Clone(p)
 		}
