@@ -96,6 +96,36 @@ func PushBusyboxStopSignal(t testing.TB, host, repo, tag, signal string) (digest
 	return push(t, img, host, repo, tag)
 }
 
+// PushBusyboxWith pushes, as repo:tag, the busybox image with one more layer that holds
+// entries (tar headers of entries without content: named pipes, device nodes, directories,
+// links) over the image's files, and returns the digest of its manifest: an image whose
+// files are not what a runtime expects, as in an /etc/passwd that is a named pipe.
+func PushBusyboxWith(t testing.TB, host, repo, tag string, entries ...tar.Header) (digest string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range entries {
+		h.ModTime, h.Uname, h.Gname, h.Format = time.Unix(0, 0), "root", "root", tar.FormatPAX
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatalf("tar %s: %v", h.Name, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		t.Fatalf("layer of %s:%s: %v", repo, tag, err)
+	}
+	img, err := mutate.AppendLayers(BusyboxImage(t), layer)
+	if err != nil {
+		t.Fatalf("image %s:%s: %v", repo, tag, err)
+	}
+	return push(t, img, host, repo, tag)
+}
+
 func push(t testing.TB, img v1.Image, host, repo, tag string) string {
 	t.Helper()
 	ref, err := name.NewTag(host+"/"+repo+":"+tag, name.Insecure)
