@@ -33,6 +33,9 @@ type committer struct {
 	observe           func(time.Duration, int)
 	// publish is called with each committed batch before its waiters are released.
 	publish func([]write)
+	// space, when not nil, is topped up after each commit that grew the file, before
+	// the commit's waiters return.
+	space *space
 
 	// txMu is held during each write transaction; Check holds it to keep writers out,
 	// since bbolt's check is not safe alongside a writer.
@@ -76,8 +79,8 @@ type pending struct {
 // lazyFlushDelay bounds how long a lazy write waits for a durable one to ride on.
 const lazyFlushDelay = 50 * time.Millisecond
 
-func newCommitter(db *bolt.DB, observe func(time.Duration, int), publish func([]write)) *committer {
-	c := &committer{db: db, done: make(chan struct{}), observe: observe, publish: publish, failed: make(chan struct{})}
+func newCommitter(db *bolt.DB, observe func(time.Duration, int), publish func([]write), space *space) *committer {
+	c := &committer{db: db, done: make(chan struct{}), observe: observe, publish: publish, space: space, failed: make(chan struct{})}
 	c.cond = sync.NewCond(&c.mu)
 	go c.loop()
 	return c
@@ -159,6 +162,11 @@ func (c *committer) loop() {
 			c.txMu.Unlock()
 			if err == nil && c.observe != nil {
 				c.observe(time.Since(start), len(batch))
+			}
+			if err == nil && c.space != nil {
+				// Before the waiters return, so that a change once durable has its
+				// reserve back, or the journal is low on space.
+				c.space.committed(c.db)
 			}
 		}
 		c.mu.Lock()

@@ -26,7 +26,8 @@ type BeginRequest struct {
 // answered) of the same kind has req.Identity under another name, it returns a
 // *HeldError (errors.Is ErrNameHeld) carrying that record, so the caller can wait on it,
 // claim it (Claim with As), roll it back, or refuse. Of an identity there is therefore at
-// most one hidden record.
+// most one hidden record. Otherwise, while the journal is low on disk space (LowSpace),
+// it refuses the creation with ErrLowSpace, having recorded nothing.
 func (j *Journal) Begin(req BeginRequest) (Record, error) {
 	if req.Kind != KindSandbox && req.Kind != KindContainer {
 		return Record{}, fmt.Errorf("begin: unknown kind %q: %w", req.Kind, ErrInvalid)
@@ -39,6 +40,9 @@ func (j *Journal) Begin(req BeginRequest) (Record, error) {
 	} else if !ValidID(req.ID) {
 		return Record{}, fmt.Errorf("begin %s %q: id %q is not 64 lowercase hex: %w", req.Kind, req.Name, req.ID, ErrInvalid)
 	}
+	// Looked at before the lock (it may allocate disk), and only refused below: a
+	// request whose name is held is answered from the holder, low space or not.
+	lowSpace := j.LowSpace()
 	j.mu.Lock()
 	if err := j.writable(); err != nil {
 		j.mu.Unlock()
@@ -55,6 +59,10 @@ func (j *Journal) Begin(req BeginRequest) (Record, error) {
 		err := &HeldError{Holder: holder.shown.Clone()}
 		j.mu.Unlock()
 		return Record{}, err
+	}
+	if lowSpace != nil {
+		j.mu.Unlock()
+		return Record{}, fmt.Errorf("begin %s %q: %w", req.Kind, req.Name, lowSpace)
 	}
 	if j.byID[req.ID] != nil || j.shown[req.ID] != nil {
 		j.mu.Unlock()

@@ -72,6 +72,16 @@
 // published change, both taken under the index lock, so a change can never slip between
 // a caller's look and its wait.
 //
+// # Disk space
+//
+// With Options.SpaceReserve, the file keeps that much disk allocated ahead of its growth
+// (preallocated past its end; see space.go), so that a full disk does not fail the next commit that grows the file: the
+// kubelet frees a full disk by stopping and removing pods, and those commits must go
+// through. While the reserve cannot be kept whole, or the disk has less room than it,
+// the journal is low on space: Begin refuses new creations (ErrLowSpace) before it
+// records anything, and every other change commits into the reserve. A commit that needs
+// more than the reserve has left fails stop, as above.
+//
 // # Undo
 //
 // A step's undo is data: its StepKind and Args. Packages that own resources register an

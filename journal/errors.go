@@ -29,6 +29,10 @@ var (
 	// error): from then on the file, not memory, is the truth, and only a restart, which
 	// recovers from the file, makes the journal writable again.
 	ErrFailed = errors.New("journal commit failed, the journal takes no more changes")
+	// ErrLowSpace is returned by Begin (and LowSpace) while the disk of the journal has
+	// too little room for its space reserve: new creations are refused before they
+	// commit anything, and every other change still commits, into the reserve.
+	ErrLowSpace = errors.New("low on disk space")
 )
 
 // HeldError tells Begin's caller which record holds the name.

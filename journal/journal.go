@@ -50,6 +50,16 @@ type Options struct {
 	Now func() time.Time
 	// Hooks receive the journal's events, for metrics. Each may be nil.
 	Hooks Hooks
+	// SpaceReserve is how many bytes of disk are kept allocated to the file ahead of its
+	// growth, so that stops, removals and undos still commit on a full disk (see space):
+	// while the reserve cannot be kept whole, or the disk has less room than it, the
+	// journal is low on space (LowSpace) and Begin refuses new creations. Default 0: no
+	// reserve, and a full disk fails the journal at the next commit that grows the file.
+	// Ignored by a read-only journal.
+	SpaceReserve int64
+
+	// fallocate, when set (by tests), replaces the preallocation of the space reserve.
+	fallocate func(fd int, off, n int64) error
 }
 
 // Hooks are called on the journal's events. They must be quick and must not call back
@@ -123,6 +133,8 @@ type Journal struct {
 	wake, runEnded chan struct{}
 
 	commits *committer
+	// space keeps the space reserve; nil when there is none.
+	space *space
 	// maintainPasses counts Maintain's looks for due work (Stats).
 	maintainPasses atomic.Int64
 	// maintaining counts the Maintain loops running: while one runs, a removal leaves
@@ -179,7 +191,13 @@ func Open(path string, opts Options) (*Journal, error) {
 		return nil, err
 	}
 	if !opts.ReadOnly {
-		j.commits = newCommitter(db, opts.Hooks.Committed, j.published)
+		var hw int64
+		db.View(func(tx *bolt.Tx) error { hw = tx.Size(); return nil })
+		if j.space, err = newSpace(path, opts.SpaceReserve, hw, opts); err != nil {
+			db.Close()
+			return nil, err
+		}
+		j.commits = newCommitter(db, opts.Hooks.Committed, j.published, j.space)
 	}
 	return j, nil
 }
@@ -298,6 +316,9 @@ func (j *Journal) Close() error {
 	j.mu.Unlock()
 	if j.commits != nil {
 		j.commits.close()
+	}
+	if j.space != nil {
+		j.space.close()
 	}
 	return j.db.Close()
 }
@@ -452,6 +473,18 @@ func (j *Journal) Err() error {
 	j.commits.mu.Lock()
 	defer j.commits.mu.Unlock()
 	return j.commits.broken
+}
+
+// LowSpace returns nil while the journal has room for new creations, and otherwise an
+// error (errors.Is ErrLowSpace) that names the file, says why and what to do: the space
+// reserve (Options.SpaceReserve) is short and the disk cannot give it back, or the disk
+// has less room than the reserve. Each call tops a short reserve up and looks at the disk
+// again. Without a reserve it is always nil.
+func (j *Journal) LowSpace() error {
+	if j.space == nil {
+		return nil
+	}
+	return j.space.check()
 }
 
 // newID returns a fresh record ID: 64 lowercase hex digits, the first 32 random, then the
