@@ -142,6 +142,16 @@ type Config struct {
 	// before it fails. Default: 1s.
 	JournalLockTimeout time.Duration `toml:"journal_lock_timeout" help:"how long opening the journal waits for its file lock"`
 
+	// JournalReserveMiB is the disk space, in MiB, kept allocated to the journal file
+	// ahead of its growth (preallocated past its end), so that the stops and removals
+	// that free a full disk still commit: without it, the daemon stops at the first
+	// commit that must grow the file on a full disk (fail-stop). While the reserve
+	// cannot be kept whole, or the journal's disk has less room than the reserve, new
+	// pods and containers are refused (ResourceExhausted; Status condition
+	// JournalHasSpace false) and everything else goes on. 0 turns the reserve off.
+	// Default: 16.
+	JournalReserveMiB int `toml:"journal_reserve_mib" help:"disk space in MiB kept allocated for the journal's growth, so that removals commit on a full disk (0: off)"`
+
 	// JournalNoSync turns off the fsync of every journal commit.
 	// THIS IS UNSAFE: a crash or power loss can lose or corrupt the journal
 	// and leak what it recorded. For benchmarks only. Default: false.
@@ -389,6 +399,7 @@ func Default() Config {
 		UndoTimeout:        2 * time.Minute,
 		ExecDrainTimeout:   2 * time.Second,
 		JournalLockTimeout: time.Second,
+		JournalReserveMiB:  DefaultJournalReserveMiB,
 		LogLevel:           "info",
 		LogFormat:          "text",
 		DefaultRuntime:     "runc",
@@ -412,6 +423,16 @@ func Default() Config {
 		NRIPluginRequestTimeout:      5 * time.Second,
 	}
 }
+
+// DefaultJournalReserveMiB is the default of journal_reserve_mib: room for thousands of
+// removals' commits, a trifle of a node's disk.
+const DefaultJournalReserveMiB = 16
+
+// MaxJournalReserveMiB is the largest journal_reserve_mib Validate takes.
+const MaxJournalReserveMiB = 1024
+
+// JournalReserve returns journal_reserve_mib in bytes.
+func (c Config) JournalReserve() int64 { return int64(c.JournalReserveMiB) << 20 }
 
 // JournalFile returns the path of the journal database: JournalPath, or
 // <root>/journal.db when it is empty.

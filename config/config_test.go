@@ -140,6 +140,7 @@ cache_ttl = "3m"
 log_level = "debug"
 cni_plugin_dirs = ["/a"]
 journal_no_sync = true
+journal_reserve_mib = 8
 
 [runtimes.runc]
 path = "/usr/sbin/runc"
@@ -161,6 +162,7 @@ path = "/usr/bin/crun"
 				c.LogLevel = "debug"
 				c.CNIPluginDirs = []string{"/a"}
 				c.JournalNoSync = true
+				c.JournalReserveMiB = 8
 				c.Runtimes = map[string]Runtime{
 					"runc": {Path: "/usr/sbin/runc", Root: "/run/crijournal/runc"},
 					"crun": {Path: "/usr/bin/crun"},
@@ -170,17 +172,19 @@ path = "/usr/bin/crun"
 		{
 			name: "env overrides file",
 			src: source{file: file, env: map[string]string{
-				"CRIJOURNAL_CACHE_TTL":          "4m",
-				"CRIJOURNAL_CNI_PLUGIN_DIRS":    "/b, /c",
-				"CRIJOURNAL_JOURNAL_NO_SYNC":    "false",
-				"CRIJOURNAL_RUNTIMES_CRUN_ROOT": "/run/crun",
-				"CRIJOURNAL_RUNTIMES_RUNC_PATH": "/opt/runc",
+				"CRIJOURNAL_CACHE_TTL":           "4m",
+				"CRIJOURNAL_CNI_PLUGIN_DIRS":     "/b, /c",
+				"CRIJOURNAL_JOURNAL_NO_SYNC":     "false",
+				"CRIJOURNAL_JOURNAL_RESERVE_MIB": "0",
+				"CRIJOURNAL_RUNTIMES_CRUN_ROOT":  "/run/crun",
+				"CRIJOURNAL_RUNTIMES_RUNC_PATH":  "/opt/runc",
 			}},
 			want: func(c *Config) {
 				c.Root = "/srv/cj"
 				c.CacheTTL = 4 * time.Minute
 				c.LogLevel = "debug"
 				c.CNIPluginDirs = []string{"/b", "/c"}
+				c.JournalReserveMiB = 0
 				c.Runtimes = map[string]Runtime{
 					"runc": {Path: "/opt/runc", Root: "/run/crijournal/runc"},
 					"crun": {Path: "/usr/bin/crun", Root: "/run/crun"},
@@ -191,14 +195,15 @@ path = "/usr/bin/crun"
 			name: "flag overrides env",
 			src: source{
 				file:  file,
-				env:   map[string]string{"CRIJOURNAL_CACHE_TTL": "4m", "CRIJOURNAL_LOG_LEVEL": "warn"},
-				flags: []string{"--cache-ttl=5m", "--cni-plugin-dirs=/d,/e", "--journal-no-sync=false", "--socket", "/tmp/cj.sock"},
+				env:   map[string]string{"CRIJOURNAL_CACHE_TTL": "4m", "CRIJOURNAL_LOG_LEVEL": "warn", "CRIJOURNAL_JOURNAL_RESERVE_MIB": "4"},
+				flags: []string{"--cache-ttl=5m", "--cni-plugin-dirs=/d,/e", "--journal-no-sync=false", "--journal-reserve-mib=2", "--socket", "/tmp/cj.sock"},
 			},
 			want: func(c *Config) {
 				c.Root = "/srv/cj"
 				c.CacheTTL = 5 * time.Minute
 				c.LogLevel = "warn"
 				c.CNIPluginDirs = []string{"/d", "/e"}
+				c.JournalReserveMiB = 2
 				c.Socket = "/tmp/cj.sock"
 				c.Runtimes = map[string]Runtime{
 					"runc": {Path: "/usr/sbin/runc", Root: "/run/crijournal/runc"},
@@ -319,6 +324,10 @@ func TestLoadInvalid(t *testing.T) {
 		{"relative stream key", source{file: "stream_tls_cert = \"/etc/cj/s.crt\"\nstream_tls_key = \"s.key\""}, "stream_tls_key", "absolute"},
 		{"unknown cgroup manager", source{file: `cgroup_manager = "cgroupv2"`}, "cgroup_manager", `must be "cgroupfs" or "systemd"`},
 		{"bad bool env", source{env: map[string]string{"CRIJOURNAL_JOURNAL_NO_SYNC": "maybe"}}, "journal_no_sync", "true or false"},
+		{"negative journal reserve", source{file: `journal_reserve_mib = -1`}, "journal_reserve_mib", "between 0 (off) and 1024"},
+		{"huge journal reserve", source{flags: []string{"--journal-reserve-mib=4096"}}, "journal_reserve_mib", "got 4096"},
+		{"journal reserve with a unit", source{env: map[string]string{"CRIJOURNAL_JOURNAL_RESERVE_MIB": "16MiB"}}, "journal_reserve_mib", "want an integer"},
+		{"fractional journal reserve", source{file: `journal_reserve_mib = 1.5`}, "journal_reserve_mib", "float 1.5"},
 		{"unknown default runtime", source{file: `default_runtime = "kata"`}, "default_runtime", `"runc"`},
 		{"bad handler name", source{file: "[runtimes.Kata_QEMU]\npath = \"/usr/bin/kata\""}, "runtimes.Kata_QEMU", "DNS label"},
 		{"runtime not a table", source{file: "[runtimes]\nrunc = \"/usr/sbin/runc\""}, "runtimes.runc", "table"},
@@ -385,6 +394,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		UndoTimeout:        30 * time.Second,
 		ExecDrainTimeout:   5 * time.Second,
 		JournalLockTimeout: 3 * time.Second,
+		JournalReserveMiB:  64,
 		JournalNoSync:      true,
 		LogLevel:           "debug",
 		LogFormat:          "json",

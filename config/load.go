@@ -47,6 +47,8 @@ func BindFlags(fs *pflag.FlagSet) {
 			fs.String(f.flag, d, usage)
 		case bool:
 			fs.Bool(f.flag, d, usage)
+		case int:
+			fs.Int(f.flag, d, usage)
 		case time.Duration:
 			fs.Duration(f.flag, d, usage)
 		case []string:
@@ -318,6 +320,24 @@ func decode(raw any, dst any) error {
 			*p = b
 		default:
 			return fmt.Errorf("want true or false, got %s", describe(raw))
+		}
+	case *int:
+		switch r := raw.(type) {
+		case int:
+			*p = r
+		case int64:
+			*p = int(r)
+			if int64(*p) != r {
+				return fmt.Errorf("integer %d is out of range", r)
+			}
+		case string:
+			n, err := strconv.Atoi(strings.TrimSpace(r))
+			if err != nil {
+				return fmt.Errorf("want an integer, got %q", r)
+			}
+			*p = n
+		default:
+			return fmt.Errorf("want an integer, got %s", describe(raw))
 		}
 	case *time.Duration:
 		switch r := raw.(type) {

@@ -106,6 +106,9 @@ func (c Config) Validate() error {
 		bad("undo_retry_max", "must not be below undo_retry_min (%v), got %v", c.UndoRetryMin, c.UndoRetryMax)
 	}
 	positive("journal_lock_timeout", c.JournalLockTimeout)
+	if c.JournalReserveMiB < 0 || c.JournalReserveMiB > MaxJournalReserveMiB {
+		bad("journal_reserve_mib", "must be between 0 (off) and %d, got %d", MaxJournalReserveMiB, c.JournalReserveMiB)
+	}
 
 	oneOf("log_level", c.LogLevel, logLevels)
 	oneOf("log_format", c.LogFormat, logFormats)
