@@ -57,6 +57,7 @@ var classes = []struct {
 	{journal.ErrNameHeld, codes.AlreadyExists},
 	{journal.ErrClosed, codes.Unavailable},
 	{journal.ErrFailed, codes.Unavailable},
+	{journal.ErrLowSpace, codes.ResourceExhausted},
 	{netns.ErrInvalid, codes.InvalidArgument},
 	{netns.ErrNoNetwork, codes.FailedPrecondition},
 	{oci.ErrInvalidSpec, codes.InvalidArgument},

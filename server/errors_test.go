@@ -49,6 +49,7 @@ func TestToStatus(t *testing.T) {
 		{storage.ErrRejectedByPolicy, fmt.Errorf("pull: %w", storage.ErrRejectedByPolicy), codes.PermissionDenied},
 		{journal.ErrClosed, fmt.Errorf("intent: %w", journal.ErrClosed), codes.Unavailable},
 		{journal.ErrFailed, fmt.Errorf("intent: %w", journal.ErrFailed), codes.Unavailable},
+		{journal.ErrLowSpace, fmt.Errorf("begin: %w", journal.ErrLowSpace), codes.ResourceExhausted},
 		{oci.ErrExecTimeout, fmt.Errorf("exec: %w", oci.ErrExecTimeout), codes.DeadlineExceeded},
 		{oci.ErrNoDefaultAppArmor, fmt.Errorf("spec: %w: loading it failed", oci.ErrNoDefaultAppArmor), codes.FailedPrecondition},
 		{context.DeadlineExceeded, fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},

@@ -114,3 +114,63 @@ func TestFullDiskStopsTheRuntime(t *testing.T) {
 		t.Errorf("the file holds %d records, want the %d whose commit succeeded", len(onDisk), len(committed))
 	}
 }
+
+// TestLowSpaceRefusesCreations: with the journal's disk full (a small tmpfs) and a space
+// reserve, the runtime stays ready and says why it takes no new pods (JournalHasSpace
+// false, naming the file), and a creation is refused with ResourceExhausted before the
+// journal records anything; once space is freed, both change back.
+func TestLowSpaceRefusesCreations(t *testing.T) {
+	testenv.RequireRoot(t, "the server's low-space test mounts a tmpfs")
+	dir := testenv.SmallFS(t, "", 4<<20)
+	path := filepath.Join(dir, "journal.db")
+	log := slog.New(slog.DiscardHandler)
+	j, err := journal.Open(path, journal.Options{Logger: log, SpaceReserve: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.Close()
+	s := &Server{journal: j, log: log, networks: networkSource{}}
+	ctx := context.Background()
+	conditions := func() map[string]*runtimeapi.RuntimeCondition {
+		t.Helper()
+		resp, err := s.Status(ctx, &runtimeapi.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conds := map[string]*runtimeapi.RuntimeCondition{}
+		for _, c := range resp.GetStatus().GetConditions() {
+			conds[c.GetType()] = c
+		}
+		return conds
+	}
+	if c := conditions()[ConditionJournalHasSpace]; !c.GetStatus() {
+		t.Fatalf("%s = %+v before the disk is full, want true", ConditionJournalHasSpace, c)
+	}
+
+	filler := testenv.FillFS(t, dir, "filler")
+	conds := conditions()
+	if c := conds[ConditionJournalHasSpace]; c.GetStatus() || c.GetReason() != ReasonJournalLowSpace || !strings.Contains(c.GetMessage(), path) {
+		t.Errorf("%s = %+v on a full disk, want false, reason %s, a message naming %s", ConditionJournalHasSpace, c, ReasonJournalLowSpace, path)
+	}
+	if !conds[runtimeapi.RuntimeReady].GetStatus() {
+		t.Errorf("RuntimeReady = %+v on a full disk, want true: the kubelet must go on stopping pods", conds[runtimeapi.RuntimeReady])
+	}
+	_, err = s.reserve(ctx, beginReq("pod", "f"), sameRequest{})
+	st := status.Convert(toStatus(err))
+	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), path) || !strings.Contains(st.Message(), "space is freed") {
+		t.Errorf("a creation on a full disk: %v, want ResourceExhausted naming %s and what to do", st, path)
+	}
+	if recs := j.List(nil); len(recs) != 0 {
+		t.Errorf("the refused creation left %d records", len(recs))
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if c := conditions()[ConditionJournalHasSpace]; !c.GetStatus() {
+		t.Errorf("%s = %+v once space is freed, want true", ConditionJournalHasSpace, c)
+	}
+	if _, err := s.reserve(ctx, beginReq("pod", "f"), sameRequest{}); err != nil {
+		t.Errorf("a creation once space is freed: %v", err)
+	}
+}

@@ -27,8 +27,9 @@ func (s *Server) Version(ctx context.Context, req *runtimeapi.VersionRequest) (*
 
 // Status reports RuntimeReady (false with a reason once the journal has failed: the
 // daemon is stopping), NetworkReady (false with a reason while no CNI network is
-// configured), the runtime handlers and features, and with verbose the effective
-// configuration.
+// configured), JournalHasSpace (false with a reason while the journal's disk is too full
+// for its space reserve: new pods and containers are refused), the runtime handlers and
+// features, and with verbose the effective configuration.
 func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	runtime := &runtimeapi.RuntimeCondition{Type: runtimeapi.RuntimeReady, Status: true}
 	if err := s.journal.Err(); err != nil {
@@ -42,9 +43,20 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 		network.Reason = "NetworkPluginNotReady"
 		network.Message = fmt.Sprintf("Network plugin returns error: %v", err)
 	}
+	// Not RuntimeReady: the kubelet stops syncing pods while the runtime is not
+	// ready, and the pods it must stop and remove to free the disk are what the
+	// journal's reserve is for. An optional condition is shown (crictl info), not
+	// acted on.
+	space := &runtimeapi.RuntimeCondition{Type: ConditionJournalHasSpace, Status: true}
+	if err := s.journal.LowSpace(); err != nil {
+		space.Status = false
+		space.Reason = ReasonJournalLowSpace
+		space.Message = err.Error()
+	}
 	resp := &runtimeapi.StatusResponse{Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
 		runtime,
 		network,
+		space,
 	}}}
 	s.describeRuntime(ctx, req.GetVerbose(), resp)
 	return resp, nil
@@ -52,6 +64,14 @@ func (s *Server) Status(ctx context.Context, req *runtimeapi.StatusRequest) (*ru
 
 // ReasonJournalFailed is the reason of RuntimeReady false once a journal commit failed.
 const ReasonJournalFailed = "JournalFailed"
+
+// ConditionJournalHasSpace is the type of Status's optional condition that is false
+// while the journal is low on disk space (journal.ErrLowSpace), with the reason
+// ReasonJournalLowSpace.
+const (
+	ConditionJournalHasSpace = "JournalHasSpace"
+	ReasonJournalLowSpace    = "JournalLowSpace"
+)
 
 // featuresTimeout bounds `runc features`, run once per handler.
 const featuresTimeout = 10 * time.Second

@@ -137,6 +137,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		UndoRetryMin: cfg.UndoRetryMin,
 		UndoRetryMax: cfg.UndoRetryMax,
 		UndoTimeout:  cfg.UndoTimeout,
+		SpaceReserve: cfg.JournalReserve(),
 		Registry:     registry,
 		Logger:       log,
 		Hooks:        m.JournalHooks(),
