@@ -508,6 +508,50 @@ func TestTransientStoreAfterReboot(t *testing.T) {
 	})
 }
 
+// TestMountsNodev: on overlay, a root filesystem and an image volume are mounted nodev
+// (issue 40, item 1b), so that a device node in them (an image may bring one) cannot be
+// opened through them. vfs has no mount to carry the flag (see Open).
+func TestMountsNodev(t *testing.T) {
+	s := openTestStore(t, "")
+	if s.Driver() != DriverOverlay {
+		testenv.Need(t, "overlay mounts: the store under %s fell back to %s (no overlay in the kernel, or on that file system)", s.dir, s.Driver())
+	}
+	ctx := context.Background()
+	img, id := createTestContainer(t, s)
+	rootfs, err := s.Mount(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	volume, err := s.MountImageVolume(ctx, ImageVolumeID(id, 0), img.ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range []string{id, ImageVolumeID(id, 0)} {
+			if err := s.DeleteContainer(ctx, c); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	for _, m := range []struct{ what, path string }{{"root filesystem", rootfs}, {"image volume", volume}} {
+		if opts := mountOptions(t, m.path); !slices.Contains(strings.Split(opts, ","), "nodev") {
+			t.Errorf("the %s at %s is mounted %q, without nodev", m.what, m.path, opts)
+		}
+	}
+	// A device node made in the root filesystem: /dev/null's numbers, which anyone
+	// could open where device nodes work.
+	dev := filepath.Join(rootfs, "null")
+	if err := unix.Mknod(dev, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := os.OpenFile(dev, os.O_RDWR, 0); !errors.Is(err, unix.EACCES) {
+		if err == nil {
+			f.Close()
+		}
+		t.Errorf("open of a device node in the root filesystem: %v, want EACCES", err)
+	}
+}
+
 // mountOptions returns the options (the mount's and the super block's) of the mount at
 // path, from /proc/self/mountinfo.
 func mountOptions(t *testing.T, path string) string {

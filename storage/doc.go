@@ -62,6 +62,14 @@
 // idempotent too (a second Mount does not stack), and Unmount and DeleteContainer treat "not
 // mounted" and "not found" as success, as every journal undo must.
 //
+// On overlay, root filesystems and image volumes are mounted nodev (the driver's mountopt,
+// as containers-storage.conf(5) has it by default for CRI-O and Podman): a device node an
+// image brings cannot be opened through them; a container's /dev is a tmpfs of the
+// runtime's, where devices work. vfs root filesystems are plain directories under the
+// graph root, with no mount of their own to carry nodev (vfs refuses mount options): there
+// the options of the graph root's file system apply, and in an unprivileged container the
+// devices cgroup denies every device its spec does not list.
+//
 // # Journal steps
 //
 // StepContainerStorage (see steps.go) records the creation of a storage container (and,

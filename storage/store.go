@@ -163,6 +163,13 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		RunRoot:         opts.RunRoot,
 		GraphDriverName: opts.Driver,
 		TransientStore:  opts.TransientStore,
+		// Root filesystems are mounted nodev, as containers-storage.conf(5)'s default
+		// mountopt has it for CRI-O and Podman: a device node an image brings cannot be
+		// opened through them (a container's /dev is a tmpfs of the runtime's). It is
+		// the overlay driver's option for every mount that names none of its own; an
+		// image volume names "ro", so it names nodev too (see imageVolumeMountOpts).
+		// vfs has no mount to carry it, and refuses mount options.
+		GraphDriverOptions: []string{DriverOverlay + ".mountopt=nodev"},
 	}
 	if opts.Driver == "" {
 		// With an explicit priority list containers/storage reuses the driver whose

@@ -103,10 +103,7 @@ func (s *Store) MountImageVolume(ctx context.Context, id, imageID string, labels
 		if err != nil {
 			return "", fmt.Errorf("image volume %s: %w", id, err)
 		}
-		// "ro": the overlay driver mounts the layers without an upper directory, so the
-		// files cannot be changed through this mount at all (the container's bind
-		// mount is read-only too).
-		_, err = s.st.CreateContainer(id, nil, img.ID, "", string(meta), &cstorage.ContainerOptions{MountOpts: []string{"ro"}})
+		_, err = s.st.CreateContainer(id, nil, img.ID, "", string(meta), &cstorage.ContainerOptions{MountOpts: s.imageVolumeMountOpts()})
 		if errors.Is(err, cstorage.ErrDuplicateID) {
 			c, err = s.existing(id, img.ID) // created concurrently by another attempt
 			if err == nil && c == nil {
@@ -123,4 +120,16 @@ func (s *Store) MountImageVolume(ctx context.Context, id, imageID string, labels
 		return "", fmt.Errorf("image volume: %w", err)
 	}
 	return root, nil
+}
+
+// imageVolumeMountOpts returns the mount options of an image volume's storage container.
+// "ro": the overlay driver mounts the layers without an upper directory, so the files
+// cannot be changed through this mount at all (the container's bind mount is read-only
+// too). "nodev" on overlay: a container's own options replace the driver's mountopt,
+// which has it for root filesystems (see Open); vfs refuses every option but "ro".
+func (s *Store) imageVolumeMountOpts() []string {
+	if s.Driver() == DriverOverlay {
+		return []string{"ro", "nodev"}
+	}
+	return []string{"ro"}
 }
