@@ -381,8 +381,8 @@ func TestContainerStepArgsAreStable(t *testing.T) {
 // TestMappedContainer creates a container with the ID mappings of a user namespace:
 // its mounted root filesystem (and what the image put in it) is owned by the host IDs
 // that map to the container's, so that the container's root may write it. The runtime
-// is given a bind mount of it under the store's RootfsDir, and no directory above the
-// store's own mount changes mode (issue 20, item 4: they used to be opened up to /).
+// is given a bind mount of it under the store's RootfsDir, nodev, and no directory above
+// the store's own mount changes mode (issue 20, item 4: they used to be opened up to /).
 func TestMappedContainer(t *testing.T) {
 	onEachDriver(t, func(t *testing.T, _ string, s *testStore) {
 		ctx := context.Background()
@@ -395,9 +395,14 @@ func TestMappedContainer(t *testing.T) {
 			t.Fatalf("driver %s: %v", s.Driver(), err)
 		}
 		t.Cleanup(func() { _ = s.DeleteContainer(ctx, id) })
-		if want := filepath.Join(s.dir, "run", "rootfs", id); rootfs != want || !testenv.IsMountPoint(t, rootfs) {
-			t.Errorf("driver %s: root filesystem for the runtime %s (mounted %v), want the bind mount %s",
+		if want := filepath.Join(s.dir, "run", "rootfs", id, "rootfs"); rootfs != want || !testenv.IsMountPoint(t, rootfs) {
+			t.Fatalf("driver %s: root filesystem for the runtime %s (mounted %v), want the bind mount %s",
 				s.Driver(), rootfs, testenv.IsMountPoint(t, rootfs), want)
+		}
+		// Nodev on either driver: inherited from an overlay mount, set on a vfs
+		// directory's bind.
+		if opts := mountOptions(t, rootfs); !slices.Contains(strings.Split(opts, ","), "nodev") {
+			t.Errorf("driver %s: the bind mount %s has options %q, without nodev", s.Driver(), rootfs, opts)
 		}
 		mounted, err := s.Mount(ctx, id) // the store's own path, mounted already
 		if err != nil {

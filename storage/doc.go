@@ -19,8 +19,9 @@
 //	Options.RunRoot        run root: mount counts and per-container run dirs; lost on reboot
 //	                       (config.Config.StorageRunRootDir, default /run/crijournal/storage)
 //	Options.RootfsDir      bind mounts of the root filesystems of containers in a user
-//	                       namespace, <dir>/<container ID> (see rootfs.go); made 0711
-//	                       (default <run root>/rootfs)
+//	                       namespace, <dir>/<container ID>/rootfs, nodev, in a 0700
+//	                       directory of the container's mapped root (see rootfs.go);
+//	                       made 0711 (default <run root>/rootfs)
 //	Options.ImageCacheDir  (config.Config.ImageCacheDir, default <root>/image-cache)
 //	  blob-info-cache-v1.sqlite   containers/image's blob info cache (BlobInfoCacheDir)
 //	  auth.json                   registry credentials when Options.AuthFile is empty
@@ -74,11 +75,13 @@
 //
 // StepContainerStorage (see steps.go) records the creation of a storage container (and,
 // for a container in a user namespace, the bind mount of its root filesystem under
-// Options.RootfsDir); its undo, registered by RegisterUndos, unmounts that bind mount and
-// deletes the container. StepImageVolume (see volume.go) records
-// the creation of one image volume of a CRI container: a storage container of its own
-// (ImageVolumeID, "<container ID>-imagevolume-<n>") from the volume's image, mounted
-// read-only; its undo deletes it the same way. volume.go says why it is not MountImage.
+// Options.RootfsDir); its undo, registered by RegisterUndos, unmounts that bind mount
+// (or one an older daemon journaled, of the earlier layout: <dir>/<container ID>),
+// removes its directories and deletes the container. StepImageVolume (see volume.go)
+// records the creation of one image volume of a CRI container: a storage container of
+// its own (ImageVolumeID, "<container ID>-imagevolume-<n>") from the volume's image,
+// mounted read-only; its undo deletes it the same way. volume.go says why it is not
+// MountImage.
 //
 // # Caveats
 //

@@ -56,9 +56,14 @@ func ContainerStep(s *Store, req ContainerRequest) journal.Action[string] {
 				return "", err
 			}
 			if len(req.UIDMap) > 0 || len(req.GIDMap) > 0 {
-				// Reached through a directory of the store's own, not the store's
-				// 0700 directories (see rootfs.go).
-				if rootfs, err = s.bindUserRootfs(req.ID, rootfs); err != nil {
+				// Reached through a directory of the store's own that only the
+				// namespace's root may search, not the store's 0700 directories
+				// (see rootfs.go).
+				owner, err := mappedRoot(req)
+				if err != nil {
+					return "", fmt.Errorf("storage container %s: %w", req.ID, err)
+				}
+				if rootfs, err = s.bindUserRootfs(req.ID, rootfs, owner); err != nil {
 					return "", fmt.Errorf("storage container %s: %w", req.ID, err)
 				}
 			}

@@ -81,10 +81,10 @@ type Options struct {
 	// <ImageCacheDir>/auth.json.
 	AuthFile string
 	// RootfsDir is where the root filesystems of containers in a user namespace are
-	// bind-mounted, one directory per container, for their runtime to reach (see
-	// rootfs.go). Open creates it 0711; the directories above it must let every user
-	// search them (o+x), and are never changed. Default: <RunRoot>/rootfs. Absolute
-	// when set.
+	// bind-mounted, one directory per container that only its mapped root may search,
+	// for their runtime to reach (see rootfs.go). Open creates it 0711; the directories
+	// above it must let every user search them (o+x), and are never changed. Default:
+	// <RunRoot>/rootfs. Absolute when set.
 	RootfsDir string
 	// ImageCacheDir holds containers/image's caches and the configuration generated for it
 	// (see the package comment). Default: <Root>/image-cache. Absolute when set.

@@ -118,8 +118,9 @@ echo ready; sleep 3600`
 // the mapping in /proc/self/uid_map, writes its root filesystem as its root (owned by
 // 0:0 inside), has /proc and sysfs mounted, and the pod gets an IP. The handler reports
 // user namespaces in Status. The runtime gets the root filesystem through a bind mount
-// under the daemon's run root, and no directory of the store or above it changes mode
-// (issue 20, item 4). Removal leaves no pin, no pause process and no bind mount.
+// under the daemon's run root, in a directory only the pod's mapped root may search, and
+// no directory of the store or above it changes mode (issue 20, item 4). Removal leaves
+// no pin, no pause process and no bind mount.
 func TestUsernsPod(t *testing.T) {
 	t.Parallel()
 	reaper := newPauseReaper(t)
@@ -155,9 +156,16 @@ func TestUsernsPod(t *testing.T) {
 					t.Errorf("%s has mode %04o after a user namespace container ran, was %04o", dir, st.Mode().Perm(), mode)
 				}
 			}
-			bound := filepath.Join(d.usernsRootfsDir(), ctr)
+			dir := filepath.Join(d.usernsRootfsDir(), ctr)
+			bound := filepath.Join(dir, "rootfs")
 			if !slices.Contains(mountsBelow(d.usernsRootfsDir()), bound) {
 				t.Errorf("the container's root filesystem is not bind-mounted at %s", bound)
+			}
+			// Only the pod's mapped root can reach it (issue 40, item 3).
+			if st, err := os.Stat(dir); err != nil {
+				t.Error(err)
+			} else if sys := st.Sys().(*syscall.Stat_t); st.Mode().Perm() != 0o700 || sys.Uid != usernsHostID || sys.Gid != usernsHostID {
+				t.Errorf("%s has mode %04o and owner %d:%d, want 0700 and %d:%d", dir, st.Mode().Perm(), sys.Uid, sys.Gid, usernsHostID, usernsHostID)
 			}
 			logs := d.mustCrictl(t, "logs", ctr)
 			pid1 := tc.pid1
@@ -173,8 +181,8 @@ func TestUsernsPod(t *testing.T) {
 				}
 			}
 			d.removeCtr(t, ctr)
-			if _, err := os.Stat(bound); !errors.Is(err, fs.ErrNotExist) || slices.Contains(mountsBelow(d.usernsRootfsDir()), bound) {
-				t.Errorf("the bind mount %s is left after crictl rm (%v)", bound, err)
+			if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) || slices.Contains(mountsBelow(d.usernsRootfsDir()), bound) {
+				t.Errorf("the bind mount %s or its directory is left after crictl rm (%v)", bound, err)
 			}
 			d.mustCrictl(t, "stopp", podID)
 			d.mustCrictl(t, "rmp", podID)
