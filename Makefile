@@ -196,7 +196,7 @@ test: deps build kubelet
 
 # Opt-in, not part of test: the tests of a cgroup v2 + AppArmor node, in an emulated VM
 # (QEMU without KVM, 10-20x slower than the host) booted by ../shared/vm. As root.
-test-vm: deps build
+test-vm: deps build kubelet
 	test/vm/run.sh
 
 fuzz:

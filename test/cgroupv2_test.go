@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -93,11 +94,11 @@ func TestCgroupV2Limits(t *testing.T) {
 	})), pod)
 	d.waitLog(t, id, "started", 30*time.Second)
 	cg := filepath.Join("/sys/fs/cgroup", d.memoryCgroup(t, id))
-	// cpu.weight is the shares converted as runc (and the kubelet) do:
-	// 1 + ((512 - 2) * 9999) / 262142 = 20.
+	// cpu.weight is the shares converted by the runtime: the project's runc (1.3.7) maps
+	// them with opencontainers/cgroups' quadratic fit (1024 -> 100; 512 -> 59).
 	for file, want := range map[string]string{
 		"cpu.max":     "50000 100000",
-		"cpu.weight":  "20",
+		"cpu.weight":  fmt.Sprint(cgroups.ConvertCPUSharesToCgroupV2Value(512)),
 		"memory.max":  fmt.Sprint(64 << 20),
 		"memory.high": fmt.Sprint(48 << 20),
 		"pids.max":    "64",
@@ -119,7 +120,7 @@ func TestCgroupV2Limits(t *testing.T) {
 	}
 	for file, want := range map[string]string{
 		"cpu.max":    "20000 100000",
-		"cpu.weight": "39",
+		"cpu.weight": fmt.Sprint(cgroups.ConvertCPUSharesToCgroupV2Value(1024)),
 		"memory.max": fmt.Sprint(96 << 20),
 		"pids.max":   "32",
 	} {

@@ -238,8 +238,9 @@ func freeLoopbackPort(t *testing.T) int {
 //     defaults ask an API server);
 //   - cgroupfs, no QoS cgroups and no node allocatable enforcement, so the kubelet makes
 //     no cgroup hierarchy (and sends no cgroup_parent);
-//   - failCgroupV1 false (the machine has hybrid cgroups, and v1.35+ refuses cgroup v1 by
-//     default), failSwapOn false;
+//   - failCgroupV1 false where the machine has cgroup v1 (hybrid cgroups here; v1.35+
+//     refuses cgroup v1 by default), left at its default on a cgroup v2 node (make
+//     test-vm); failSwapOn false;
 //   - no image garbage collection (the high threshold at 100%), no hard eviction, no
 //     iptables chains on the host, no OOM score for itself (the machine lacks
 //     CAP_SYS_RESOURCE), the flexvolume directory in its own dir.
@@ -266,7 +267,6 @@ func (k *kubelet) writeConfig(t *testing.T) {
 		"cgroupDriver":                "cgroupfs",
 		"cgroupsPerQOS":               false,
 		"enforceNodeAllocatable":      []string{},
-		"failCgroupV1":                false,
 		"failSwapOn":                  false,
 		"imageGCHighThresholdPercent": 100,
 		"imageGCLowThresholdPercent":  99,
@@ -276,6 +276,9 @@ func (k *kubelet) writeConfig(t *testing.T) {
 		"volumePluginDir":             filepath.Join(k.dir, "volume-plugins"),
 		"serializeImagePulls":         false,
 		"registerNode":                false,
+	}
+	if !cgroupV2Node() {
+		cfg["failCgroupV1"] = false
 	}
 	for key, v := range k.opts.config {
 		cfg[key] = v

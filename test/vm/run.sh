@@ -10,9 +10,13 @@
 # CRIJOURNAL_TEST_TIME_SCALE (10; see internal/testenv), and CRIJOURNAL_E2E_VM_NODE makes a
 # missing v2 hierarchy or AppArmor a failure, not a skip.
 #
-# Env: VM_SCRIPTS (../shared/vm beside the checkout), OUT, TESTS_E2E and TESTS_OCI
-# (-test.run patterns; see inside.sh), VM_TIMEOUT (s, default 3000), VM_MEM (MiB, 4096).
-# The binaries must be built (make build) and the Makefile's deps installed.
+# Two boots: one with a plain init and the cgroupfs driver, one with systemd as PID 1 and
+# the systemd driver (VM_DRIVERS, default "cgroupfs systemd").
+#
+# Env: VM_SCRIPTS (../shared/vm beside the checkout), OUT, VM_DRIVERS, TESTS_E2E and
+# TESTS_OCI (-test.run patterns; see inside.sh), VM_TIMEOUT (s, per boot, default 3000),
+# VM_MEM (MiB, 4096). The binaries must be built (make build, make kubelet) and the
+# Makefile's deps installed.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$top"
@@ -35,19 +39,37 @@ go test -c -tags "$tags" -o "$bin/oci.test" ./oci
 export CRIJOURNAL_TEST_TIME_SCALE=${CRIJOURNAL_TEST_TIME_SCALE:-10}
 export CRIJOURNAL_E2E_VM_NODE=1
 export CRIJOURNAL_BIN=${CRIJOURNAL_BIN:-$top/bin/crijournal}
-# On a loaded host the emulated kernel sometimes panics at boot before it runs anything
-# ("IO-APIC + timer doesn't work": its timer check lost the race with a slow vCPU): that
-# boot is tried again, up to three times; a run that got as far as the tests is not.
-for try in 1 2 3; do
-	echo "test-vm: booting the VM (results in $out)"
-	rc=0
-	VM_RW="$out" VM_MEM=${VM_MEM:-4096} VM_TIMEOUT=${VM_TIMEOUT:-3000} \
-		"$vm/run.sh" "$top/test/vm/inside.sh" "$bin" "$out" 2> >(tee "$out/vm-stderr.log" >&2) || rc=$?
-	wait # for tee
-	if [ $rc -eq 124 ] && grep -q 'Kernel panic' "$out/vm-stderr.log" && [ ! -e "$out/e2e.log" ] && [ ! -e "$out/oci.log" ]; then
-		echo "test-vm: the VM's kernel panicked at boot (try $try); booting it again" >&2
-		continue
-	fi
-	exit $rc
+export CRIJOURNAL_KUBELET=${CRIJOURNAL_KUBELET:-$top/bin/kubelet}
+
+# boot DRIVER: one boot of the VM running inside.sh with DRIVER. On a loaded host the
+# emulated kernel sometimes panics at boot before it runs anything ("IO-APIC + timer
+# doesn't work": its timer check lost the race with a slow vCPU): such a boot is tried
+# again, up to three times; one that got as far as the tests is not.
+boot() {
+	local driver=$1 init= rc
+	[ "$driver" = systemd ] && init=systemd
+	for try in 1 2 3; do
+		echo "test-vm: booting the VM for the $driver driver (results in $out)"
+		rc=0
+		VM_INIT=$init VM_RW="$out" VM_MEM=${VM_MEM:-4096} VM_TIMEOUT=${VM_TIMEOUT:-3000} \
+			"$vm/run.sh" "$top/test/vm/inside.sh" "$bin" "$out" "$driver" 2> >(tee "$out/$driver-vm.log" >&2) || rc=$?
+		wait # for tee
+		if [ $rc -eq 124 ] && grep -q 'Kernel panic' "$out/$driver-vm.log" &&
+			[ -z "$(find "$out" -maxdepth 1 -name "$driver-*.log" ! -name "$driver-vm.log")" ]; then
+			echo "test-vm: the VM's kernel panicked at boot (try $try); booting it again" >&2
+			continue
+		fi
+		return $rc
+	done
+	return 1
+}
+
+failed=()
+for driver in ${VM_DRIVERS:-cgroupfs systemd}; do
+	boot "$driver" || failed+=("$driver")
 done
-exit 1
+if [ ${#failed[@]} -gt 0 ]; then
+	echo "test-vm: FAILED with the driver(s): ${failed[*]} (logs in $out)" >&2
+	exit 1
+fi
+echo "test-vm: passed with every driver (logs in $out)"
