@@ -62,7 +62,10 @@
 // A PID namespace cannot be pinned empty: it dies with its init. For pods that
 // share one (pid POD), [StartPause] starts the pause program
 // (cmd/crijournal-pause, see [PauseProgram]) as PID 1 of a new PID namespace, in
-// a mount namespace and a cgroup of its own, waits until it has confined itself
+// the pod's pinned network, IPC and UTS namespaces (those it does not share with
+// the node: a container sees the pause process as PID 1, and its network in
+// /proc/1/net), in a mount namespace, a cgroup and a cgroup namespace of its
+// own, waits until it has confined itself
 // (package internal/pause) and pins the namespace at <dir>/pidns/<sandboxID>;
 // [StopPause] kills only a process it has identified as that pause (through a
 // pidfd, so a recycled PID is never hit) and unpins it. See pause.go and

@@ -9,6 +9,13 @@ package netns
 // process as the namespace's init ([StartPause]), and the namespace is pinned
 // at <dir>/pidns/<sandboxID> so that containers join it by path.
 //
+// The pause process is PID 1 of the pod's containers that share its pid
+// namespace: whatever they read of /proc/1 (its network in /proc/1/net, its
+// namespaces in /proc/1/ns) must be the pod's, not the node's. So it is
+// started in the pod's pinned network, IPC and UTS namespaces, those the pod
+// does not share with the node, and takes a cgroup namespace of its own once
+// it is in its cgroup (see pauseproc.go).
+//
 // The pause process is `<program> pause <sandboxID>` (the pause program, see
 // pauseproc.go), forked from a disposable
 // thread that unshared its pid namespace for children, then the namespace is
@@ -44,8 +51,11 @@ const pauseStopWait = 10 * time.Second
 
 // StartPause creates a new pid namespace with a pause process as its init and
 // pins it at PinPath(dir, PID, sandboxID). The process runs the pause program
-// prog (see newPauseStart) in a mount namespace of its own, in prog's cgroup,
-// and StartPause returns once it reports that it is confined. It has no
+// prog (see newPauseStart) in a mount namespace of its own, in the sandbox's
+// namespaces of the kinds join (net, ipc, uts: pinned by Pin at PinPath(dir,
+// kind, sandboxID) before; the caller's for the kinds not listed), in prog's
+// cgroup and a cgroup namespace of its own rooted there, and StartPause
+// returns once it reports that it is confined. It has no
 // parent-death signal: like a container, it outlives a restart of the daemon.
 // The caller's process reaps it if it dies while the caller runs.
 //
@@ -54,7 +64,7 @@ const pauseStopWait = 10 * time.Second
 // is left alone. If StartPause fails part way it removes what it made itself
 // (the process, the pin and the cgroup), so a failed StartPause leaves nothing
 // behind. ctx bounds the wait for the process to confine itself.
-func StartPause(ctx context.Context, dir, sandboxID string, prog PauseProgram) (path string, pid int, err error) {
+func StartPause(ctx context.Context, dir, sandboxID string, join []Kind, prog PauseProgram) (path string, pid int, err error) {
 	if err := validateID(sandboxID); err != nil {
 		return "", 0, fmt.Errorf("start pause process: %w", err)
 	}
@@ -63,6 +73,16 @@ func StartPause(ctx context.Context, dir, sandboxID string, prog PauseProgram) (
 	}
 	if err := prog.validate(); err != nil {
 		return "", 0, fmt.Errorf("start pause process of %s: %w", sandboxID, err)
+	}
+	joined := make(Paths, len(join))
+	for _, k := range join {
+		if k != Net && k != IPC && k != UTS {
+			return "", 0, fmt.Errorf("start pause process of %s: kind %q: %w: only net, ipc and uts are joined", sandboxID, k, ErrInvalid)
+		}
+		if _, ok := joined[k]; ok {
+			return "", 0, fmt.Errorf("start pause process of %s: kind %q: %w: listed twice", sandboxID, k, ErrInvalid)
+		}
+		joined[k] = PinPath(dir, k, sandboxID)
 	}
 	if err := ctx.Err(); err != nil {
 		return "", 0, fmt.Errorf("start pause process of %s: %w", sandboxID, err)
@@ -86,7 +106,7 @@ func StartPause(ctx context.Context, dir, sandboxID string, prog PauseProgram) (
 		err     error
 	}
 	onDisposableThread(func() {
-		res.created, res.err = startPauseOnThisThread(path, cmd)
+		res.created, res.err = startPauseOnThisThread(path, cmd, joined)
 	})
 	if cmd.Process != nil {
 		// The process is the caller's child until the caller dies: reap it.
@@ -97,6 +117,7 @@ func StartPause(ctx context.Context, dir, sandboxID string, prog PauseProgram) (
 		res.err = joinCgroup(prog.Cgroup, pid)
 	}
 	if res.err == nil {
+		start.place()
 		res.err = start.waitReady(ctx)
 	}
 	if res.err == nil {
@@ -171,11 +192,19 @@ func pidfdExited(fd int) bool {
 
 // startPauseOnThisThread does the work of StartPause on a locked thread that
 // will die afterwards: a new pid namespace for the thread's children, the
-// process forked from this thread into it (as its PID 1), then the pin. It
-// reports whether it created the pin file (the undo is then the caller's).
-func startPauseOnThisThread(path string, cmd *exec.Cmd) (bool, error) {
+// pinned namespaces join entered, the process forked from this thread into
+// them (as PID 1 of the new pid namespace), then the pin. It reports whether
+// it created the pin file (the undo is then the caller's).
+func startPauseOnThisThread(path string, cmd *exec.Cmd, join Paths) (bool, error) {
 	if err := unix.Unshare(unix.CLONE_NEWPID); err != nil {
 		return false, fmt.Errorf("unshare: %w", err)
+	}
+	for _, k := range []Kind{Net, IPC, UTS} {
+		if p, ok := join[k]; ok {
+			if err := enter(p, k); err != nil {
+				return false, err
+			}
+		}
 	}
 	f, err := os.OpenFile(path, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
 	if err != nil {
@@ -185,7 +214,8 @@ func startPauseOnThisThread(path string, cmd *exec.Cmd) (bool, error) {
 		return true, fmt.Errorf("create pin file: %w", err)
 	}
 	// exec.Cmd.Start forks on the calling thread, which is locked to this
-	// goroutine: the child lands in the new namespace, as its PID 1. Only then
+	// goroutine: the child lands in the thread's namespaces, and in the new pid
+	// namespace as its PID 1. Only then
 	// can the namespace be pinned (the kernel hides a pid namespace that has
 	// no init yet).
 	if err := cmd.Start(); err != nil {

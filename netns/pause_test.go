@@ -117,7 +117,7 @@ func startTestPause(t *testing.T) (dir, id, path string, pid int) {
 	t.Helper()
 	dir, id = t.TempDir(), newSandboxID(t)
 	prog := testPauseCgroup(t, id)
-	path, pid, err := StartPause(context.Background(), dir, id, prog)
+	path, pid, err := StartPause(context.Background(), dir, id, nil, prog)
 	if err != nil {
 		t.Fatalf("StartPause: %v", err)
 	}
@@ -263,11 +263,103 @@ func TestStartPause(t *testing.T) {
 
 	// A second pause process for the same sandbox is refused, and the first
 	// stays.
-	if _, _, err := StartPause(context.Background(), dir, id, testPause(t)); !errors.Is(err, fs.ErrExist) {
+	if _, _, err := StartPause(context.Background(), dir, id, nil, testPause(t)); !errors.Is(err, fs.ErrExist) {
 		t.Fatalf("StartPause of an existing pin: %v, want fs.ErrExist", err)
 	}
 	if !testenv.Alive(pid) || !IsPinned(path) {
 		t.Fatal("a refused StartPause touched the existing pause process or pin")
+	}
+}
+
+// TestStartPauseNamespaces starts pause processes that join a sandbox's pinned
+// namespaces of some kinds, as a pod that shares its network, or its IPC, with the
+// node does not: each is in the pinned namespaces of those kinds, in the caller's of
+// the others, and in a cgroup namespace of its own rooted at its cgroup.
+func TestStartPauseNamespaces(t *testing.T) {
+	requireNsenter(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		join []Kind
+	}{
+		{"pod network and ipc", []Kind{Net, IPC, UTS}},
+		{"node network", []Kind{IPC}},
+		{"node network and ipc", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, id := t.TempDir(), newSandboxID(t)
+			var pins Paths
+			if len(tc.join) > 0 {
+				var err error
+				if pins, err = Pin(ctx, dir, id, tc.join, "pod"); err != nil {
+					t.Fatalf("Pin: %v", err)
+				}
+				t.Cleanup(func() {
+					for _, p := range pins {
+						if err := Unpin(ctx, p); err != nil {
+							t.Errorf("cleanup: %v", err)
+						}
+					}
+				})
+			}
+			prog := testPauseCgroup(t, id)
+			path, pid, err := StartPause(ctx, dir, id, tc.join, prog)
+			if err != nil {
+				t.Fatalf("StartPause: %v", err)
+			}
+			t.Cleanup(func() {
+				if err := StopPause(ctx, path, 0); err != nil {
+					t.Errorf("cleanup: %v", err)
+				}
+			})
+			ns := "/proc/" + strconv.Itoa(pid) + "/ns/"
+			for _, k := range []Kind{Net, IPC, UTS} {
+				want, of := inode(t, "/proc/self/ns/"+string(k)), "the caller's"
+				if p, ok := pins[k]; ok {
+					want, of = inode(t, p), "the pinned "+p
+				}
+				if got := inode(t, ns+string(k)); got != want {
+					t.Errorf("pause process %d is in %s namespace %d, want %s (%d)", pid, k, got, of, want)
+				}
+			}
+			if inode(t, ns+"cgroup") == inode(t, "/proc/self/ns/cgroup") {
+				t.Fatalf("pause process %d is in the caller's cgroup namespace", pid)
+			}
+			// Seen from its own cgroup namespace, the pause process is at the root of
+			// every hierarchy: the namespace was made once it was in its cgroup.
+			requireInCgroup(t, pid, prog.Cgroup)
+			own := run(t, "nsenter", "--cgroup="+ns+"cgroup", "cat", "/proc/"+strconv.Itoa(pid)+"/cgroup")
+			for line := range strings.Lines(own) {
+				if !strings.HasSuffix(strings.TrimSpace(line), ":/") {
+					t.Errorf("pause process %d in its own cgroup namespace: %q, want the root (/) of every hierarchy", pid, own)
+					break
+				}
+			}
+		})
+	}
+}
+
+// TestStartPauseJoinUnpinned checks that a pause process is not started in the
+// caller's namespace of a kind it was to join when the sandbox has no pin of that
+// kind, and that the failed start leaves nothing.
+func TestStartPauseJoinUnpinned(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	dir, id := t.TempDir(), newSandboxID(t)
+	paths, err := Pin(ctx, dir, id, []Kind{IPC}, "")
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	t.Cleanup(func() { _ = Unpin(ctx, paths[IPC]) })
+	if path, pid, err := StartPause(ctx, dir, id, []Kind{IPC, Net}, testPause(t)); err == nil {
+		_ = StopPause(ctx, path, pid)
+		t.Fatal("StartPause joining a network namespace that is not pinned succeeded")
+	}
+	if _, err := os.Lstat(PinPath(dir, PID, id)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a failed StartPause left its pin: %v", err)
+	}
+	if pids := (pauseMatcher{sandboxID: id}).find(0); pids != 0 {
+		t.Errorf("a failed StartPause left pause process %d", pids)
 	}
 }
 
@@ -383,7 +475,7 @@ func TestStopPauseEmptyOrGone(t *testing.T) {
 	}
 
 	// A failed start leaves nothing.
-	if _, _, err := StartPause(ctx, dir, id, PauseProgram{Path: "/nonexistent/pause"}); err == nil {
+	if _, _, err := StartPause(ctx, dir, id, nil, PauseProgram{Path: "/nonexistent/pause"}); err == nil {
 		t.Fatal("StartPause of a missing program succeeded")
 	}
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
@@ -450,8 +542,13 @@ func TestStartPauseInvalid(t *testing.T) {
 		"no program":       {dir, id, ""},
 		"relative program": {dir, id, "true"},
 	} {
-		if _, _, err := StartPause(ctx, tc.dir, tc.id, PauseProgram{Path: tc.binary}); !errors.Is(err, ErrInvalid) {
+		if _, _, err := StartPause(ctx, tc.dir, tc.id, nil, PauseProgram{Path: tc.binary}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	for _, join := range [][]Kind{{PID}, {User}, {Net, Net}, {"mnt"}} {
+		if _, _, err := StartPause(ctx, dir, id, join, PauseProgram{Path: "/bin/true"}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("StartPause joining %v: %v, want ErrInvalid", join, err)
 		}
 	}
 	for _, p := range []string{"", "rel/pidns/" + id, filepath.Join(dir, "netns", id), filepath.Join(dir, "pidns", "..")} {

@@ -33,6 +33,10 @@ import (
 // process that is not confined yet. It is put in a cgroup of its own under the pod's
 // cgroup parent, as runc puts a pause container.
 //
+// The process waits until its starter has placed it in its cgroup (and says so on a
+// pipe, see [pause.EnvPlacedFD]) before it confines itself: it then unshares a cgroup
+// namespace of its own, rooted there.
+//
 // Once confined, the process executes the pause program's sleeper
 // (cmd/crijournal-pause-sleep, which keeps a few hundred KiB of memory where the Go
 // program keeps a few MiB) when there is one beside the program ([pause.SleeperPath]):
@@ -68,25 +72,28 @@ func (p PauseProgram) validate() error {
 	return nil
 }
 
-// pauseStart is a pause process being started: the command, and the read end of the
-// pipe on which the process reports that it is confined.
+// pauseStart is a pause process being started: the command, the read end of the pipe
+// on which the process reports that it is confined, and the write end of the one on
+// which it is told that it is placed.
 type pauseStart struct {
-	cmd   *exec.Cmd
-	ready *os.File
+	cmd    *exec.Cmd
+	ready  *os.File
+	placed *os.File // nil once told (or closed)
 	// closeAfterStart are the parent's copies of what the child inherits.
 	closeAfterStart []*os.File
 }
 
 // newPauseStart prepares the command of a pause process for sandboxID: "<program> pause
-// <sandboxID>", with an environment that names its user and the caller's mount
-// namespace only (and the sleeper's fd, when there is one), / as its working
-// directory, /dev/null as stdin, stdout and stderr, the ready pipe as fd 3, the
-// program itself as fd 4 and its sleeper, if any, as fd 5. It is run through
+// <sandboxID>", with an environment that names its user, the caller's mount namespace
+// and the fds of the placed pipe and of the sleeper, / as its working directory,
+// /dev/null as stdin, stdout and stderr, the ready pipe as fd 3, the program itself as
+// fd 4, the placed pipe as fd 5 and its sleeper, if any, as fd 6. It is run through
 // /proc/self/fd/4, so that a process that runs as the root of a user namespace (a host
 // ID that may not search the directories on the way to the program) still runs it; the
-// sleeper is passed open for the same reason. attr is the process's SysProcAttr (which makes or
-// finds its new pid namespace), to which CLONE_NEWNS and a new session are added. Call
-// close once it started (or failed to).
+// sleeper is passed open for the same reason. attr is the process's SysProcAttr (which
+// makes or finds its new pid namespace), to which CLONE_NEWNS and a new session are
+// added. Once it started, call place when it is placed (see pause.EnvPlacedFD), and
+// close once it is confined (or failed to start).
 func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) (*pauseStart, error) {
 	program, err := os.OpenFile(p.Path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -122,6 +129,15 @@ func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) 
 		devNull.Close()
 		return nil, err
 	}
+	placedR, placedW, err := os.Pipe()
+	if err != nil {
+		program.Close()
+		closeIfOpen(sleeper)
+		devNull.Close()
+		r.Close()
+		w.Close()
+		return nil, err
+	}
 	attr.Cloneflags |= unix.CLONE_NEWNS
 	attr.Setsid = true
 	cmd := &exec.Cmd{
@@ -130,21 +146,22 @@ func newPauseStart(p PauseProgram, sandboxID string, attr *syscall.SysProcAttr) 
 		Env: []string{
 			pause.EnvUser + "=" + strconv.FormatUint(uint64(p.UID), 10) + ":" + strconv.FormatUint(uint64(p.GID), 10),
 			pause.EnvStarterMountNS + "=" + starterNS,
+			pause.EnvPlacedFD + "=" + strconv.Itoa(pause.ReadyFD+2),
 		},
 		Dir:         "/",
 		Stdin:       devNull,
 		Stdout:      devNull,
 		Stderr:      devNull,
-		ExtraFiles:  []*os.File{w, program}, // fds 3 and 4
+		ExtraFiles:  []*os.File{w, program, placedR}, // fds 3, 4 and 5
 		SysProcAttr: attr,
 	}
-	closeAfterStart := []*os.File{w, program, devNull}
+	closeAfterStart := []*os.File{w, program, placedR, devNull}
 	if sleeper != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, sleeper) // fd 5
-		cmd.Env = append(cmd.Env, pause.EnvSleeperFD+"="+strconv.Itoa(pause.ReadyFD+2))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, sleeper) // fd 6
+		cmd.Env = append(cmd.Env, pause.EnvSleeperFD+"="+strconv.Itoa(pause.ReadyFD+3))
 		closeAfterStart = append(closeAfterStart, sleeper)
 	}
-	return &pauseStart{cmd: cmd, ready: r, closeAfterStart: closeAfterStart}, nil
+	return &pauseStart{cmd: cmd, ready: r, placed: placedW, closeAfterStart: closeAfterStart}, nil
 }
 
 // closeIfOpen closes f unless it is nil.
@@ -163,10 +180,21 @@ func (s *pauseStart) started() {
 	s.closeAfterStart = nil
 }
 
-// close releases what the start holds.
+// place tells the started process that it is placed (see pause.EnvPlacedFD): it then
+// takes its cgroup namespace and confines itself. A write that fails (the process is
+// gone, or reads a pipe cut short) is not an error here: waitReady reads why.
+func (s *pauseStart) place() {
+	_, _ = s.placed.WriteString(pause.Placed)
+	s.placed.Close()
+	s.placed = nil
+}
+
+// close releases what the start holds. A process not yet told that it is placed reads
+// the end of the placed pipe, and exits.
 func (s *pauseStart) close() {
 	s.started()
 	s.ready.Close()
+	closeIfOpen(s.placed)
 }
 
 // waitReady waits until the started process reports that it is confined (see package

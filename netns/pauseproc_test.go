@@ -26,7 +26,7 @@ func BenchmarkStartStopPause(b *testing.B) {
 	for b.Loop() {
 		id := testenv.RandomHex(b, 32)
 		prog.Cgroup = testCgroupParent + "/" + id
-		path, pid, err := StartPause(ctx, dir, id, prog)
+		path, pid, err := StartPause(ctx, dir, id, nil, prog)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -74,8 +74,9 @@ func TestWaitReadyHonoursCancel(t *testing.T) {
 	}
 }
 
-// TestNewPauseStartSleeper checks how a pause process is told of its sleeper: the file
-// beside the program, as fd 5, named in its environment; without one, neither.
+// TestNewPauseStartSleeper checks how a pause process is told of its placed pipe, as fd
+// 5, and of its sleeper: the file beside the program, as fd 6, named in its
+// environment; without one, neither.
 func TestNewPauseStartSleeper(t *testing.T) {
 	dir := t.TempDir()
 	program := filepath.Join(dir, "crijournal-pause")
@@ -97,14 +98,17 @@ func TestNewPauseStartSleeper(t *testing.T) {
 			k, _, _ := strings.Cut(kv, "=")
 			keys = append(keys, k)
 		}
-		wantKeys, wantFiles := []string{pause.EnvUser, pause.EnvStarterMountNS}, 2
+		wantKeys, wantFiles := []string{pause.EnvUser, pause.EnvStarterMountNS, pause.EnvPlacedFD}, 3
+		if !slices.Contains(s.cmd.Env, pause.EnvPlacedFD+"=5") {
+			t.Errorf("environment %q, want %s=5", s.cmd.Env, pause.EnvPlacedFD)
+		}
 		if withSleeper {
-			wantKeys, wantFiles = append(wantKeys, pause.EnvSleeperFD), 3
-			if !slices.Contains(s.cmd.Env, pause.EnvSleeperFD+"=5") {
-				t.Errorf("environment %q, want %s=5", s.cmd.Env, pause.EnvSleeperFD)
+			wantKeys, wantFiles = append(wantKeys, pause.EnvSleeperFD), 4
+			if !slices.Contains(s.cmd.Env, pause.EnvSleeperFD+"=6") {
+				t.Errorf("environment %q, want %s=6", s.cmd.Env, pause.EnvSleeperFD)
 			}
-			if got := s.cmd.ExtraFiles[2].Name(); got != pause.SleeperPath(program) {
-				t.Errorf("fd 5 is %s, want the sleeper %s", got, pause.SleeperPath(program))
+			if got := s.cmd.ExtraFiles[3].Name(); got != pause.SleeperPath(program) {
+				t.Errorf("fd 6 is %s, want the sleeper %s", got, pause.SleeperPath(program))
 			}
 		}
 		if !slices.Equal(keys, wantKeys) || len(s.cmd.ExtraFiles) != wantFiles {

@@ -191,6 +191,20 @@ func onDisposableThread(fn func()) {
 	<-done
 }
 
+// enter moves the calling thread into the namespace of kind k pinned at path
+// (setns(2)); a path that is not a namespace of that kind is an error.
+func enter(path string, k Kind) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, k.cloneFlag()); err != nil {
+		return fmt.Errorf("join %s: %w", path, err)
+	}
+	return nil
+}
+
 // pinOnThisThread does the work of Pin on a locked thread that will die
 // afterwards. It returns the pin files it created, mounted or
 // not, so the caller can remove them on error.

@@ -117,15 +117,17 @@ type PauseProcess struct {
 }
 
 // PauseStep returns the step that starts a sandbox's pause process, running prog, in a
-// new pid namespace pinned in dir (see StartPause).
-func PauseStep(dir, sandboxID string, prog PauseProgram) journal.Action[PauseProcess] {
+// new pid namespace pinned in dir and in the sandbox's namespaces of the kinds join,
+// pinned before by a PinStep (see StartPause). The undo needs no more than before: the
+// pause process holds the joined namespaces, it does not own them.
+func PauseStep(dir, sandboxID string, join []Kind, prog PauseProgram) journal.Action[PauseProcess] {
 	args := map[string]string{ArgPath: PinPath(dir, PID, sandboxID)}
 	if prog.Cgroup != "" {
 		args[ArgCgroup] = prog.Cgroup
 	}
 	return journal.Action[PauseProcess]{Kind: StepPause, Stage: StagePause, Args: args,
 		Run: func(ctx context.Context) (PauseProcess, error) {
-			path, pid, err := StartPause(ctx, dir, sandboxID, prog)
+			path, pid, err := StartPause(ctx, dir, sandboxID, join, prog)
 			return PauseProcess{Path: path, PID: pid}, err
 		}}
 }

@@ -26,7 +26,7 @@ func TestStepArgsAreStable(t *testing.T) {
 	}{
 		{"pin", PinStep(dir, id, []Kind{IPC, Net, UTS}, "web").Args, map[string]string{
 			"ipc": PinPath(dir, IPC, id), "net": PinPath(dir, Net, id), "uts": PinPath(dir, UTS, id)}},
-		{"pause", PauseStep(dir, id, PauseProgram{Path: "/usr/bin/crijournal-pause"}).Args, map[string]string{"path": PinPath(dir, PID, id)}},
+		{"pause", PauseStep(dir, id, []Kind{IPC, Net, UTS}, PauseProgram{Path: "/usr/bin/crijournal-pause"}).Args, map[string]string{"path": PinPath(dir, PID, id)}},
 		{"userns-pin", UserPinStep(dir, id, []Kind{IPC, Net, UTS}, "web", nil, nil, PauseProgram{Path: "/x"}).Args, map[string]string{
 			"user": PinPath(dir, User, id), "pid": PinPath(dir, PID, id),
 			"ipc": PinPath(dir, IPC, id), "net": PinPath(dir, Net, id), "uts": PinPath(dir, UTS, id)}},
@@ -65,7 +65,7 @@ func TestStepArgsAreStable(t *testing.T) {
 		t.Errorf("CNI args %v", got)
 	}
 	for kind, step := range map[string]string{"pin": string(PinStep(dir, id, []Kind{Net}, "").Kind),
-		"pause": string(PauseStep(dir, id, PauseProgram{Path: "/x"}).Kind), "attach": string(attach.Kind),
+		"pause": string(PauseStep(dir, id, nil, PauseProgram{Path: "/x"}).Kind), "attach": string(attach.Kind),
 		"resolv": string(ResolvConfStep(podFiles, id, DNS{}, "").Kind), "hostname": string(HostnameStep(podFiles, id, "h").Kind),
 		"shm": string(ShmStep(podFiles, id).Kind), "userns-pin": string(UserPinStep(dir, id, nil, "", nil, nil, PauseProgram{Path: "/x"}).Kind)} {
 		if want := map[string]string{"pin": "netns-pin", "pause": "pause-process", "attach": "cni-attach",

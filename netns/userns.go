@@ -34,7 +34,8 @@ type IDMap = specs.LinuxIDMapping
 // of them at once and always into new pid and mount namespaces, as the pid
 // namespace's init. It is pinned once it reports that it is confined. With PID
 // among kinds the child stays, as the pause process of the pod's shared pid
-// namespace (as StartPause's does), in prog's cgroup, and its PID is returned;
+// namespace (as StartPause's does), in prog's cgroup and a cgroup namespace of
+// its own rooted there, and its PID is returned;
 // otherwise it is killed once the namespaces are pinned and the PID returned
 // is 0. Either way
 // a child left by a crash is found by StopPause (PID 1 of another pid
@@ -161,6 +162,7 @@ func pinUser(ctx context.Context, flags int, kinds []Kind, paths Paths, hostname
 			return nil, 0, err
 		}
 	}
+	start.place()
 	if err := start.waitReady(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -179,24 +181,17 @@ func pinUser(ctx context.Context, flags int, kinds []Kind, paths Paths, hostname
 func setupPinned(paths Paths, hostname string) error {
 	for _, s := range []struct {
 		kind Kind
-		flag int
 		do   func() error
 	}{
-		{UTS, unix.CLONE_NEWUTS, func() error { return unix.Sethostname([]byte(hostname)) }},
-		{Net, unix.CLONE_NEWNET, loopbackUp},
+		{UTS, func() error { return unix.Sethostname([]byte(hostname)) }},
+		{Net, loopbackUp},
 	} {
 		p, ok := paths[s.kind]
 		if !ok || (s.kind == UTS && hostname == "") {
 			continue
 		}
-		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open %s: %w", p, err)
-		}
-		err = unix.Setns(fd, s.flag)
-		unix.Close(fd)
-		if err != nil {
-			return fmt.Errorf("join %s: %w", p, err)
+		if err := enter(p, s.kind); err != nil {
+			return err
 		}
 		if err := s.do(); err != nil {
 			return fmt.Errorf("in %s: %w", p, err)

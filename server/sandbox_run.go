@@ -185,10 +185,14 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 // pinHostUserNamespaces adds to p the steps that pin the namespaces of a pod in the
 // node's user namespace: those it does not share with the node, and a shared pid
 // namespace held by a pause process as its init, which stays until the sandbox is
-// removed, as CRI-O's infra container does. Their results go into obj. It says whether it
-// added a pause process's step, which it adds last.
+// removed, as CRI-O's infra container does. The pause process runs in the pod's pinned
+// namespaces, as an infra container would (a container sees it as PID 1, and its
+// network in /proc/1/net): its step comes after theirs, and its undo before. Their
+// results go into obj. It says whether it added a pause process's step, which it adds
+// last.
 func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) (pausing bool, err error) {
-	if kinds := podNamespaces(namespaces); len(kinds) > 0 {
+	kinds := podNamespaces(namespaces)
+	if len(kinds) > 0 {
 		addStep(p, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)), func(paths netns.Paths) {
 			for k, p := range paths {
 				obj.Namespaces[string(k)] = p
@@ -200,7 +204,7 @@ func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSa
 		if err != nil {
 			return false, err
 		}
-		addStep(p, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, prog), func(pause netns.PauseProcess) {
+		addStep(p, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, kinds, prog), func(pause netns.PauseProcess) {
 			obj.Namespaces[string(netns.PID)] = pause.Path
 			s.log.Debug("pause process started", "id", id, "name", p.c.rec.Name, "pid", pause.PID, "pidns", pause.Path)
 		})

@@ -1,11 +1,14 @@
 // Package pause is the pause process: PID 1 of a pod's shared pid namespace, the
 // program cmd/crijournal-pause. The daemon starts it (see netns.StartPause and
-// netns.PinUser) in new pid and mount namespaces and, for a pod with its own user
-// namespace, in that user namespace; it owns nothing else.
+// netns.PinUser) in new pid and mount namespaces, in the pod's network, IPC and UTS
+// namespaces (those the pod does not share with the node) and, for a pod with its own
+// user namespace, in that user namespace. Once the daemon has placed it in its cgroup
+// (see [EnvPlacedFD]) it unshares a cgroup namespace of its own, rooted there, as runc
+// gives a pause container one. It owns nothing else.
 //
 // A container of the pod sees the pause process as its PID 1, and anything it can
-// reach through /proc/1 (root, cwd, fds) is the pause process's. So before it does
-// anything else the pause process confines itself ([Main]):
+// reach through /proc/1 (root, cwd, fds, the network of /proc/1/net) is the pause
+// process's. So before it does anything else the pause process confines itself ([Main]):
 //
 //   - its mount namespace holds one mount, an empty read-only tmpfs, as its root and
 //     working directory: every mount it inherited from the node is detached;
@@ -41,9 +44,11 @@ package pause
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -73,6 +78,16 @@ const (
 	// (above ReadyFD) of the sleeper, which the pause process executes once confined.
 	// Missing, the Go program stays and waits for signals itself.
 	EnvSleeperFD = "CRIJOURNAL_PAUSE_SLEEPER_FD"
+	// EnvPlacedFD names the environment variable that carries the file descriptor
+	// (above ReadyFD) of the pipe on which the starter writes [Placed], and closes it,
+	// once the process is placed in its cgroup. The process waits for it before it
+	// confines itself, then unshares its cgroup namespace, rooted at that cgroup.
+	// Anything else (EOF: the starter gave up) is an error. Missing, the process does not
+	// wait and keeps its starter's cgroup namespace.
+	EnvPlacedFD = "CRIJOURNAL_PAUSE_PLACED_FD"
+	// Placed is what the starter writes on the EnvPlacedFD pipe once the process is
+	// placed.
+	Placed = "placed\n"
 	// SleeperName is the sleeper's file name (cmd/crijournal-pause-sleep), beside the
 	// pause program (see SleeperPath).
 	SleeperName = "crijournal-pause-sleep"
@@ -114,9 +129,13 @@ func Main() int {
 	signal.Ignore(unix.SIGQUIT, unix.SIGABRT, unix.SIGHUP)
 
 	ready := os.NewFile(ReadyFD, "ready")
-	sleeper, err := parseSleeperFD(os.Getenv(EnvSleeperFD))
+	sleeper, err := parseFD(EnvSleeperFD, os.Getenv(EnvSleeperFD))
+	placed := -1
 	if err == nil {
-		err = confine(os.Getenv(EnvUser), os.Getenv(EnvStarterMountNS), sleeper)
+		placed, err = parseFD(EnvPlacedFD, os.Getenv(EnvPlacedFD))
+	}
+	if err == nil {
+		err = confine(os.Getenv(EnvUser), os.Getenv(EnvStarterMountNS), placed, sleeper)
 	}
 	// The sleeper would not see a SIGTERM or SIGINT the handler took meanwhile: the Go
 	// program stays to act on it. (One that comes between this look and the exec is
@@ -180,16 +199,26 @@ func reapChildren() {
 }
 
 // confine does what the package's doc lists, in an order where each step still has the
-// privilege it needs: the root first (mounts), then the user and capabilities, then
-// no-new-privileges and the seccomp filter. sleeper, if not -1, is the sleeper's file
+// privilege it needs: the cgroup namespace (once placed) and the root first (mounts),
+// then the user and capabilities, then no-new-privileges and the seccomp filter.
+// placed, if not -1, is the file descriptor of the pipe on which the starter says the
+// process is placed (see EnvPlacedFD). sleeper, if not -1, is the sleeper's file
 // descriptor, which it keeps open (close-on-exec).
-func confine(user, starterMountNS string, sleeper int) error {
+func confine(user, starterMountNS string, placed, sleeper int) error {
 	uid, gid, err := parseUser(user)
 	if err != nil {
 		return err
 	}
 	if err := checkOwnNamespaces(starterMountNS); err != nil {
 		return err
+	}
+	if placed >= 0 {
+		if err := waitPlaced(placed); err != nil {
+			return err
+		}
+		if err := unshareCgroupNamespace(); err != nil {
+			return err
+		}
 	}
 	if err := closeInheritedFiles(sleeper); err != nil {
 		return fmt.Errorf("close inherited files: %w", err)
@@ -222,17 +251,53 @@ func closeInheritedFiles(sleeper int) error {
 	return err
 }
 
-// parseSleeperFD parses EnvSleeperFD's value: a file descriptor above ReadyFD, or -1
-// for "" (no sleeper).
-func parseSleeperFD(s string) (int, error) {
+// parseFD parses the value s of the environment variable name (EnvSleeperFD or
+// EnvPlacedFD): a file descriptor above ReadyFD, or -1 for "" (none).
+func parseFD(name, s string) (int, error) {
 	if s == "" {
 		return -1, nil
 	}
 	fd, err := strconv.Atoi(s)
 	if err != nil || fd <= ReadyFD {
-		return -1, fmt.Errorf("%s=%q: want a file descriptor above %d", EnvSleeperFD, s, ReadyFD)
+		return -1, fmt.Errorf("%s=%q: want a file descriptor above %d", name, s, ReadyFD)
 	}
 	return fd, nil
+}
+
+// waitPlaced reads the pipe at fd until the starter closes it, and closes it: the
+// starter writes Placed once the process is placed (see EnvPlacedFD).
+func waitPlaced(fd int) error {
+	f := os.NewFile(uintptr(fd), "placed")
+	defer f.Close()
+	msg, err := io.ReadAll(io.LimitReader(f, 64))
+	if err != nil {
+		return fmt.Errorf("wait to be placed: %w", err)
+	}
+	if string(msg) != Placed {
+		return fmt.Errorf("wait to be placed: the starter wrote %q and closed the pipe, want %q", msg, Placed)
+	}
+	return nil
+}
+
+// unshareCgroupNamespace moves every thread of the process into one new cgroup
+// namespace, rooted at the process's cgroups. A namespace belongs to a thread: the
+// calling thread makes it, and every thread (the Go runtime's, and so the one that may
+// execute the sleeper) joins it.
+func unshareCgroupNamespace() error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+		return fmt.Errorf("unshare the cgroup namespace: %w", err)
+	}
+	fd, err := unix.Open("/proc/thread-self/ns/cgroup", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the new cgroup namespace: %w", err)
+	}
+	defer unix.Close(fd)
+	if err := allThreads(unix.SYS_SETNS, uintptr(fd), unix.CLONE_NEWCGROUP, 0); err != nil {
+		return fmt.Errorf("join the new cgroup namespace on every thread: %w", err)
+	}
+	return nil
 }
 
 // execSleeper replaces the program with the sleeper open at fd, with the same

@@ -108,8 +108,9 @@ func TestMain(m *testing.M) {
 
 // startPause starts the pause program with the given clone flags and environment,
 // and returns it with the read end of its ready pipe. It is killed when the test ends.
-// sleeper, if not "", is a file passed to it as its sleeper, as fd 4.
-func startPause(t *testing.T, cloneflags uintptr, env []string, sleeper string) (*exec.Cmd, *os.File) {
+// sleeper, if not "", is a file passed to it as its sleeper, as fd 4; extra are passed
+// after it (from fd 4 without a sleeper).
+func startPause(t *testing.T, cloneflags uintptr, env []string, sleeper string, extra ...*os.File) (*exec.Cmd, *os.File) {
 	t.Helper()
 	testenv.RequireRoot(t, "pause tests start the pause program in namespaces of its own")
 	program := testenv.PauseProgram(t)
@@ -130,6 +131,7 @@ func startPause(t *testing.T, cloneflags uintptr, env []string, sleeper string) 
 		cmd.ExtraFiles = append(cmd.ExtraFiles, f)
 		cmd.Env = append(cmd.Env, EnvSleeperFD+"="+strconv.Itoa(ReadyFD+1))
 	}
+	cmd.ExtraFiles = append(cmd.ExtraFiles, extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: cloneflags, Setsid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -388,6 +390,77 @@ func TestSleeperFails(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPlaced checks the wait to be placed (EnvPlacedFD): a pause process told that it
+// is placed confines itself in a cgroup namespace of its own, which every one of its
+// threads is in; one whose starter closes the pipe without saying so, or says something
+// else, reports why and exits with status 1.
+func TestPlaced(t *testing.T) {
+	ownNS, err := MountNamespace("/proc/self/ns/mnt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		write string
+		want  string // on the ready pipe: Ready, or part of the error
+	}{
+		{"placed", Placed, Ready},
+		{"starter gave up", "", `the starter wrote "" and closed the pipe`},
+		{"something else", "ready\n", `the starter wrote "ready\n"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			env := []string{EnvStarterMountNS + "=" + ownNS, EnvPlacedFD + "=" + strconv.Itoa(ReadyFD+1)}
+			cmd, ready := startPause(t, unix.CLONE_NEWPID|unix.CLONE_NEWNS, env, "", r)
+			if _, err := w.WriteString(tc.write); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			got := readReady(t, ready)
+			if tc.want != Ready {
+				if !strings.Contains(got, tc.want) {
+					t.Fatalf("ready pipe: %q, want an error that says %q", got, tc.want)
+				}
+				if err := cmd.Wait(); err == nil {
+					t.Error("the pause program exited with status 0, want 1")
+				}
+				return
+			}
+			if got != Ready {
+				t.Fatalf("ready pipe: %q, want %q", got, Ready)
+			}
+			pid := strconv.Itoa(cmd.Process.Pid)
+			own := nsInode(t, "/proc/"+pid+"/ns/cgroup")
+			if own == nsInode(t, "/proc/self/ns/cgroup") {
+				t.Fatal("the pause process is in its starter's cgroup namespace")
+			}
+			tasks, err := os.ReadDir("/proc/" + pid + "/task")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, task := range tasks {
+				if got := nsInode(t, "/proc/"+pid+"/task/"+task.Name()+"/ns/cgroup"); got != own {
+					t.Errorf("thread %s of the pause process is in cgroup namespace %d, want the process's %d", task.Name(), got, own)
+				}
+			}
+		})
+	}
+}
+
+// nsInode returns the inode of the namespace at path (a /proc/.../ns link).
+func nsInode(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }
 
 func TestSleeperName(t *testing.T) {
