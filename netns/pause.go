@@ -54,8 +54,8 @@ const pauseStopWait = 10 * time.Second
 // prog (see newPauseStart) in a mount namespace of its own, in the sandbox's
 // namespaces of the kinds join (net, ipc, uts: pinned by Pin at PinPath(dir,
 // kind, sandboxID) before; the caller's for the kinds not listed), in prog's
-// cgroup and a cgroup namespace of its own rooted there, and StartPause
-// returns once it reports that it is confined. It has no
+// cgroup and a cgroup namespace of its own rooted there, with prog's
+// oom_score_adj, and StartPause returns once it reports that it is confined. It has no
 // parent-death signal: like a container, it outlives a restart of the daemon.
 // The caller's process reaps it if it dies while the caller runs.
 //
@@ -113,8 +113,8 @@ func StartPause(ctx context.Context, dir, sandboxID string, join []Kind, prog Pa
 		pid = cmd.Process.Pid
 		reapWhenExited(cmd)
 	}
-	if res.err == nil && prog.Cgroup != "" {
-		res.err = joinCgroup(prog.Cgroup, pid)
+	if res.err == nil {
+		res.err = prog.place(pid)
 	}
 	if res.err == nil {
 		start.place()

@@ -363,6 +363,79 @@ func TestStartPauseJoinUnpinned(t *testing.T) {
 	}
 }
 
+// TestPauseOOMScoreAdj starts pause processes, by StartPause and by PinUser (a pod with
+// its own user namespace), with and without an oom_score_adj of their own: each has the
+// one it was given, or else the caller's, which it inherits. The one given is above the
+// caller's, which the kernel lets any caller set.
+func TestPauseOOMScoreAdj(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	own, err := strconv.Atoi(strings.TrimSpace(readFile(t, "/proc/self/oom_score_adj")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raised := min(own+500, 1000)
+	if raised == own {
+		t.Fatalf("the test process runs at oom_score_adj %d: no higher one to give a pause process", own)
+	}
+	maps := []IDMap{{ContainerID: 0, HostID: 200000, Size: 65536}}
+	for _, tc := range []struct {
+		name   string
+		userns bool
+		adj    *int
+		want   int
+	}{
+		{"StartPause, inherited", false, nil, own},
+		{"StartPause, raised", false, &raised, raised},
+		{"PinUser, inherited", true, nil, own},
+		{"PinUser, raised", true, &raised, raised},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, id := t.TempDir(), newSandboxID(t)
+			prog := testPauseCgroup(t, id)
+			prog.OOMScoreAdj = tc.adj
+			var pid int
+			if tc.userns {
+				step := UserPinStep(dir, id, []Kind{Net, PID}, "", maps, maps, prog)
+				pins, err := step.Run(ctx)
+				if err != nil {
+					t.Fatalf("PinUser: %v", err)
+				}
+				t.Cleanup(func() {
+					if err := undoUserPin(ctx, step.Args); err != nil {
+						t.Errorf("cleanup: %v", err)
+					}
+				})
+				pid = pins.PID
+			} else {
+				var path string
+				if path, pid, err = StartPause(ctx, dir, id, nil, prog); err != nil {
+					t.Fatalf("StartPause: %v", err)
+				}
+				t.Cleanup(func() {
+					if err := StopPause(ctx, path, 0); err != nil {
+						t.Errorf("cleanup: %v", err)
+					}
+				})
+			}
+			got := strings.TrimSpace(readFile(t, "/proc/"+strconv.Itoa(pid)+"/oom_score_adj"))
+			if got != strconv.Itoa(tc.want) {
+				t.Errorf("pause process %d: oom_score_adj %s, want %d", pid, got, tc.want)
+			}
+		})
+	}
+}
+
+// readFile returns the content of the file at path.
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func TestStopPause(t *testing.T) {
 	requireNsenter(t)
 	_, _, path, pid := startTestPause(t)
@@ -544,6 +617,11 @@ func TestStartPauseInvalid(t *testing.T) {
 	} {
 		if _, _, err := StartPause(ctx, tc.dir, tc.id, nil, PauseProgram{Path: tc.binary}); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+	for _, adj := range []int{-1001, 1001} {
+		if _, _, err := StartPause(ctx, dir, id, nil, PauseProgram{Path: "/bin/true", OOMScoreAdj: &adj}); !errors.Is(err, ErrInvalid) {
+			t.Errorf("StartPause with oom_score_adj %d: %v, want ErrInvalid", adj, err)
 		}
 	}
 	for _, join := range [][]Kind{{PID}, {User}, {Net, Net}, {"mnt"}} {

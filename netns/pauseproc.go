@@ -33,9 +33,9 @@ import (
 // process that is not confined yet. It is put in a cgroup of its own under the pod's
 // cgroup parent, as runc puts a pause container.
 //
-// The process waits until its starter has placed it in its cgroup (and says so on a
-// pipe, see [pause.EnvPlacedFD]) before it confines itself: it then unshares a cgroup
-// namespace of its own, rooted there.
+// The process waits until its starter has placed it in its cgroup, with its
+// oom_score_adj (and says so on a pipe, see [pause.EnvPlacedFD]), before it confines
+// itself: it then unshares a cgroup namespace of its own, rooted there.
 //
 // Once confined, the process executes the pause program's sleeper
 // (cmd/crijournal-pause-sleep, which keeps a few hundred KiB of memory where the Go
@@ -43,7 +43,8 @@ import (
 // the starter passes it open, since the process cannot reach it by path any more. Without
 // one, the Go program stays, as it did before the sleeper existed.
 
-// PauseProgram says what a pause process runs, as whom and where.
+// PauseProgram says what a pause process runs, as whom, where, and how readily the
+// kernel's OOM killer picks it.
 type PauseProgram struct {
 	// Path is the pause program, an absolute path.
 	Path string
@@ -55,6 +56,11 @@ type PauseProgram struct {
 	// ("slice:prefix:name"), started as a transient unit with the process in it; ""
 	// leaves it in the daemon's.
 	Cgroup string
+	// OOMScoreAdj, if not nil, is the process's oom_score_adj, set before it is told
+	// that it is placed; nil leaves the caller's, which it inherits. The kernel refuses
+	// one below the caller's oom_score_adj_min unless the caller has CAP_SYS_RESOURCE:
+	// see oci.OOMScoreAdj for one it accepts.
+	OOMScoreAdj *int
 }
 
 // pauseReadyWait bounds how long a starter waits for a pause process to report that it
@@ -66,8 +72,29 @@ func (p PauseProgram) validate() error {
 	if !filepath.IsAbs(p.Path) {
 		return fmt.Errorf("pause program %q: %w: not an absolute path", p.Path, ErrInvalid)
 	}
+	if a := p.OOMScoreAdj; a != nil && (*a < -1000 || *a > 1000) {
+		return fmt.Errorf("pause program's oom_score_adj %d: %w: not within [-1000, 1000]", *a, ErrInvalid)
+	}
 	if p.Cgroup != "" {
 		return checkCgroupPath(p.Cgroup)
+	}
+	return nil
+}
+
+// place puts the started process pid where p says: in its cgroup (see joinCgroup) and,
+// with an oom_score_adj of its own, at that. The caller then tells the process (see
+// pauseStart.place).
+func (p PauseProgram) place(pid int) error {
+	if p.Cgroup != "" {
+		if err := joinCgroup(p.Cgroup, pid); err != nil {
+			return err
+		}
+	}
+	if p.OOMScoreAdj != nil {
+		path := "/proc/" + strconv.Itoa(pid) + "/oom_score_adj"
+		if err := os.WriteFile(path, []byte(strconv.Itoa(*p.OOMScoreAdj)), 0); err != nil {
+			return fmt.Errorf("set the oom_score_adj of process %d: %w", pid, err)
+		}
 	}
 	return nil
 }

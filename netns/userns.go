@@ -35,7 +35,7 @@ type IDMap = specs.LinuxIDMapping
 // namespace's init. It is pinned once it reports that it is confined. With PID
 // among kinds the child stays, as the pause process of the pod's shared pid
 // namespace (as StartPause's does), in prog's cgroup and a cgroup namespace of
-// its own rooted there, and its PID is returned;
+// its own rooted there, with prog's oom_score_adj, and its PID is returned;
 // otherwise it is killed once the namespaces are pinned and the PID returned
 // is 0. Either way
 // a child left by a crash is found by StopPause (PID 1 of another pid
@@ -118,8 +118,8 @@ func sysProcIDMap(maps []IDMap) []syscall.SysProcIDMap {
 // pinUser starts the child that makes the namespaces, a pause process (see
 // newPauseStart), waits until it is confined, pins the namespaces from its
 // /proc/<pid>/ns and sets the host name and lo. It kills the child unless keep is set
-// and all went well; a kept child is put in prog's cgroup and reaped when it exits (see
-// reapWhenExited). It returns the pin files it created and the kept child's PID.
+// and all went well; a kept child is put in prog's cgroup, with prog's oom_score_adj,
+// and reaped when it exits (see reapWhenExited). It returns the pin files it created and the kept child's PID.
 func pinUser(ctx context.Context, flags int, kinds []Kind, paths Paths, hostname string, uids, gids []IDMap, prog PauseProgram, sandboxID string, keep bool) (created []string, pid int, err error) {
 	start, err := newPauseStart(prog, sandboxID, &syscall.SysProcAttr{
 		Cloneflags:                 uintptr(flags),
@@ -156,9 +156,9 @@ func pinUser(ctx context.Context, flags int, kinds []Kind, paths Paths, hostname
 			}
 		}
 	}()
-	if keep && prog.Cgroup != "" {
-		joined = true // Apply may create the cgroup and then fail
-		if err := joinCgroup(prog.Cgroup, cmd.Process.Pid); err != nil {
+	if keep {
+		joined = prog.Cgroup != "" // Apply may create the cgroup and then fail
+		if err := prog.place(cmd.Process.Pid); err != nil {
 			return nil, 0, err
 		}
 	}

@@ -56,6 +56,8 @@
 //     CAP_SYS_RESOURCE in its effective set (CapEff), clamped to be at least the
 //     daemon's own (/proc/self/oom_score_adj): without it the runtime cannot lower
 //     it, and runc fails outright if asked to. With it, the request is kept.
+//     [OOMScoreAdj] applies the same rule to a process the daemon starts itself: a
+//     pod's pause process, which asks for [SandboxOOMScoreAdj].
 //   - Capabilities (spec_caps.go): [DefaultCapabilities] with the CRI add and drop ("ALL" first),
 //     or, privileged, every capability in the daemon's own bounding set (CapBnd):
 //     asking runc for a capability the daemon lacks fails with "unable to apply

@@ -24,12 +24,8 @@ func readHost() (host, error) {
 		}
 	}
 	h.sysResource = caps[1]&(1<<unix.CAP_SYS_RESOURCE) != 0
-	b, err := os.ReadFile("/proc/self/oom_score_adj")
-	if err != nil {
-		return host{}, fmt.Errorf("read own oom_score_adj: %w", err)
-	}
-	if h.oomScoreAdj, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
-		return host{}, fmt.Errorf("parse own oom_score_adj %q: %w", b, err)
+	if h.oomScoreAdj, err = ownOOMScoreAdj(); err != nil {
+		return host{}, err
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/cgroup", &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
@@ -46,6 +42,19 @@ func readHost() (host, error) {
 		h.swap = exists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 	}
 	return h, nil
+}
+
+// ownOOMScoreAdj returns the daemon's own oom_score_adj.
+func ownOOMScoreAdj() (int, error) {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0, fmt.Errorf("read own oom_score_adj: %w", err)
+	}
+	adj, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, fmt.Errorf("parse own oom_score_adj %q: %w", b, err)
+	}
+	return adj, nil
 }
 
 // ownCapabilities returns the daemon's capability sets named by fields of

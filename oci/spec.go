@@ -328,6 +328,29 @@ func hasDotDot(p string) bool {
 	return slices.Contains(strings.Split(p, "/"), "..")
 }
 
+// SandboxOOMScoreAdj is the oom_score_adj a pod's pause process asks for: the one
+// containerd (defaultSandboxOOMAdj) and CRI-O (PodInfraOOMAdj) give a pause container,
+// below every container of a pod (the kubelet gives a Guaranteed pod's -997) and above
+// the kubelet and the runtime themselves (-999 in their systemd units).
+const SandboxOOMScoreAdj = -998
+
+// OOMScoreAdj returns the oom_score_adj the daemon gives a process of its own (a pause
+// process) that asks for requested, by the rule a container's follows (see the package
+// documentation): within [-1000, 1000], and not below the daemon's own unless the daemon
+// has CAP_SYS_RESOURCE. It reads the daemon's oom_score_adj and capabilities from
+// /proc/self.
+func OOMScoreAdj(requested int64) (int, error) {
+	caps, err := ownCapabilities("CapEff")
+	if err != nil {
+		return 0, err
+	}
+	h := host{sysResource: caps[0]&(1<<unix.CAP_SYS_RESOURCE) != 0}
+	if h.oomScoreAdj, err = ownOOMScoreAdj(); err != nil {
+		return 0, err
+	}
+	return oomScoreAdj(requested, h), nil
+}
+
 // oomScoreAdj is the container's oom_score_adj: the requested one within the
 // kernel's range [-1000, 1000], and not below the daemon's own when the daemon lacks
 // CAP_SYS_RESOURCE (the kernel would refuse runc a lower one, as containerd knows).

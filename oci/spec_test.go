@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -459,6 +460,9 @@ func TestSpecOOMScoreAdj(t *testing.T) {
 		{"unset request not raised with CAP_SYS_RESOURCE", 0, 100, true, 0},
 		{"below the minimum with CAP_SYS_RESOURCE", -5000, 0, true, -1000},
 		{"above the maximum with CAP_SYS_RESOURCE", 5000, 0, true, 1000},
+		{"a pause's under the systemd unit's daemon", SandboxOOMScoreAdj, -999, false, -998},
+		{"a pause's under a raised daemon", SandboxOOMScoreAdj, 500, false, 500},
+		{"a pause's under a raised daemon with CAP_SYS_RESOURCE", SandboxOOMScoreAdj, 500, true, -998},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := baseInput(t)
@@ -470,6 +474,27 @@ func TestSpecOOMScoreAdj(t *testing.T) {
 				t.Fatalf("oom_score_adj = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestOOMScoreAdj checks OOMScoreAdj, which a pause process's oom_score_adj comes from,
+// against the test process's own oom_score_adj and capabilities: a request is kept
+// within [-1000, 1000], and raised to the process's own unless it has CAP_SYS_RESOURCE.
+func TestOOMScoreAdj(t *testing.T) {
+	own, err := strconv.Atoi(readCgroupFile(t, "/proc/self/oom_score_adj"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sysResource := capLine(t, os.Getpid(), "CapEff")&(1<<unix.CAP_SYS_RESOURCE) != 0
+	t.Logf("test process: oom_score_adj %d, CAP_SYS_RESOURCE %v", own, sysResource)
+	for _, requested := range []int64{SandboxOOMScoreAdj, -5000, -1, 0, 500, 5000} {
+		want := int(min(max(requested, -1000), 1000))
+		if !sysResource {
+			want = max(want, own)
+		}
+		if got, err := OOMScoreAdj(requested); err != nil || got != want {
+			t.Errorf("OOMScoreAdj(%d) = %d, %v; want %d", requested, got, err, want)
+		}
 	}
 }
 

@@ -216,7 +216,11 @@ func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSa
 // pauseFor says how the pause process of sandbox id runs (see netns.PauseProgram): as the
 // pod's run_as_user and run_as_group, else 65535 as the Kubernetes pause image does; in a
 // pod's own user namespace (uids and gids its maps, nil for none), as the namespace's
-// root when that user is not mapped; in a cgroup of its own under the pod's cgroup_parent.
+// root when that user is not mapped; in a cgroup of its own under the pod's cgroup_parent;
+// with the oom_score_adj containerd and CRI-O give a pause container
+// (oci.SandboxOOMScoreAdj), raised to the daemon's own as a container's is when the
+// daemon may not go below it (oci.OOMScoreAdj), not the daemon's (-999 under its
+// systemd unit), which it would otherwise inherit.
 func (s *Server) pauseFor(id string, cfg *runtimeapi.PodSandboxConfig, uids, gids []netns.IDMap) (netns.PauseProgram, error) {
 	sc := cfg.GetLinux().GetSecurityContext()
 	uid, gid := int64(pause.DefaultUser), int64(pause.DefaultUser)
@@ -236,7 +240,11 @@ func (s *Server) pauseFor(id string, cfg *runtimeapi.PodSandboxConfig, uids, gid
 	if err != nil {
 		return netns.PauseProgram{}, err
 	}
-	return netns.PauseProgram{Path: s.pauseProgram, UID: uint32(uid), GID: uint32(gid), Cgroup: cgroup}, nil
+	adj, err := oci.OOMScoreAdj(oci.SandboxOOMScoreAdj)
+	if err != nil {
+		return netns.PauseProgram{}, err
+	}
+	return netns.PauseProgram{Path: s.pauseProgram, UID: uint32(uid), GID: uint32(gid), Cgroup: cgroup, OOMScoreAdj: &adj}, nil
 }
 
 // systemdCgroup reports whether the cgroup driver is systemd.

@@ -77,6 +77,10 @@ type daemonOptions struct {
 	// cdiSpecDirs is cdi_spec_dirs; default <base>/cdi, so that no test reads the
 	// machine's /etc/cdi.
 	cdiSpecDirs []string
+	// oomScoreAdj, if not nil, is the daemon's oom_score_adj, set by a shell that then
+	// executes it (as its systemd unit sets -999); default the test process's, which it
+	// inherits. Below the test process's it needs CAP_SYS_RESOURCE.
+	oomScoreAdj *int
 }
 
 // registryMirror is one [[registries]] entry of the daemon's configuration.
@@ -397,6 +401,11 @@ func (d *daemon) start(t *testing.T, bin string) {
 	d.starts++
 	fmt.Fprintf(logf, "=== e2e: start %d at %s ===\n", d.starts, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(bin, "serve", "--config", d.configPath)
+	if adj := d.opts.oomScoreAdj; adj != nil {
+		// The shell's exec keeps its PID: the process is the daemon's.
+		cmd = exec.Command("/bin/sh", "-c", `echo "$0" > /proc/self/oom_score_adj && exec "$@"`,
+			strconv.Itoa(*adj), bin, "serve", "--config", d.configPath)
+	}
 	cmd.Env = daemonEnv(d.opts.env)
 	cmd.Dir = d.base
 	cmd.Stdout = logf

@@ -2,9 +2,10 @@
 // program cmd/crijournal-pause. The daemon starts it (see netns.StartPause and
 // netns.PinUser) in new pid and mount namespaces, in the pod's network, IPC and UTS
 // namespaces (those the pod does not share with the node) and, for a pod with its own
-// user namespace, in that user namespace. Once the daemon has placed it in its cgroup
-// (see [EnvPlacedFD]) it unshares a cgroup namespace of its own, rooted there, as runc
-// gives a pause container one. It owns nothing else.
+// user namespace, in that user namespace. Once the daemon has placed it in its cgroup,
+// with the oom_score_adj of a pause container (see [EnvPlacedFD]), it unshares a cgroup
+// namespace of its own, rooted there, as runc gives a pause container one. It owns
+// nothing else.
 //
 // A container of the pod sees the pause process as its PID 1, and anything it can
 // reach through /proc/1 (root, cwd, fds, the network of /proc/1/net) is the pause
@@ -80,10 +81,10 @@ const (
 	EnvSleeperFD = "CRIJOURNAL_PAUSE_SLEEPER_FD"
 	// EnvPlacedFD names the environment variable that carries the file descriptor
 	// (above ReadyFD) of the pipe on which the starter writes [Placed], and closes it,
-	// once the process is placed in its cgroup. The process waits for it before it
-	// confines itself, then unshares its cgroup namespace, rooted at that cgroup.
-	// Anything else (EOF: the starter gave up) is an error. Missing, the process does not
-	// wait and keeps its starter's cgroup namespace.
+	// once the process is placed: in its cgroup, with its oom_score_adj. The process
+	// waits for it before it confines itself, then unshares its cgroup namespace,
+	// rooted at that cgroup. Anything else (EOF: the starter gave up) is an error.
+	// Missing, the process does not wait and keeps its starter's cgroup namespace.
 	EnvPlacedFD = "CRIJOURNAL_PAUSE_PLACED_FD"
 	// Placed is what the starter writes on the EnvPlacedFD pipe once the process is
 	// placed.
