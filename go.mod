@@ -30,6 +30,7 @@ require (
 	go.etcd.io/bbolt v1.5.0
 	go.podman.io/image/v5 v5.42.1
 	go.podman.io/storage v1.65.1
+	golang.org/x/mod v0.41.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.47.0
 	gonum.org/v1/plot v0.17.0
@@ -126,7 +127,6 @@ require (
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
-	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

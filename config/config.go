@@ -216,6 +216,17 @@ type Config struct {
 	// "/run/crijournal/runc"}}.
 	Runtimes map[string]Runtime `toml:"runtimes"`
 
+	// RefuseVulnerableRuntime stops the daemon at start when the runtime of a handler
+	// is a runc release without the fixes of runc's container breakouts CVE-2025-31133,
+	// CVE-2025-52565 and CVE-2025-52881 (any runc before 1.2.8, 1.3.0 to 1.3.2,
+	// 1.4.0-rc.1 and rc.2), or a runc that does not say its release. Whether or not it
+	// is set, the daemon warns of such a runtime at start, and a verbose Status (crictl
+	// info) shows every handler's version and verdict under runtimeVersions. Runtimes
+	// other than runc (crun) are not judged by runc's release numbers. Off, a node whose
+	// only runc is its distribution's (Debian 12's is 1.1.5) still starts, warned; and a
+	// distribution's build may carry the fixes under an older number. Default: false.
+	RefuseVulnerableRuntime bool `toml:"refuse_vulnerable_runtime" help:"refuse to start when a handler's runc lacks the fixes of known container breakouts"`
+
 	// ConmonPath is the conmon binary. Default: "", meaning "conmon" looked
 	// up in PATH.
 	ConmonPath string `toml:"conmon_path" help:"conmon binary (empty: look up in PATH)"`

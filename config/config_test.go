@@ -428,6 +428,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		CgroupManager:     CgroupManagerSystemd,
 	}
 	custom.SeccompUnavailable = true
+	custom.RefuseVulnerableRuntime = true
 	custom.EnableNRI, custom.NRIListen, custom.NRIPluginDir, custom.NRIPluginConfigDir = false, "/run/cj/nri.sock", "/srv/nri/plugins", "/srv/nri/conf.d"
 	custom.NRIPluginRegistrationTimeout, custom.NRIPluginRequestTimeout, custom.NRIDisableConnections = 9*time.Second, 4*time.Second, true
 	// custom must set every field to a non-default value, or the test

@@ -176,6 +176,11 @@
 // reaped by [ReapOrphans], which the daemon runs for its whole life; a container's init
 // whose conmon was killed by someone else is conmon's child, not the daemon's.
 //
+// [Runtime.Version] runs `<runtime> --version` and judges the release a runc gives
+// against runc's container breakouts of November 2025 (CVE-2025-31133, CVE-2025-52565,
+// CVE-2025-52881; see [Verdict]); a runtime that is not runc is not judged. The daemon
+// asks at start, and a verbose Status asks again.
+//
 // # Streams
 //
 // [Runtime.Exec] runs a command for a client's streams (stdin, stdout, stderr, a

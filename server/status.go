@@ -135,6 +135,7 @@ func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtim
 	resp.Info["podCIDR"] = infoJSON(s.node.podCIDR)
 	s.node.mu.Unlock()
 	resp.Info["runtimeFeatures"] = infoJSON(supported)
+	resp.Info[StatusInfoRuntimeVersions] = infoJSON(s.handlerVersions(ctx, names))
 	resp.Info["confinement"] = infoJSON(oci.NodeConfinement(s.cfg.SeccompUnavailable))
 	resp.Info[StatusInfoPendingRemovals] = strconv.Itoa(s.journal.PendingRemovals())
 }
@@ -143,6 +144,41 @@ func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtim
 // removals that answered with work left (a root filesystem's deletion; see
 // journal.Remove): tests and benchmarks wait for none before they look at the node.
 const StatusInfoPendingRemovals = "pendingRemovals"
+
+// StatusInfoRuntimeVersions is the key of a verbose Status's info (crictl info) that
+// holds each handler's runtime version and what it says about runc's known container
+// breakouts (oci.RuntimeVersion), by handler name.
+const StatusInfoRuntimeVersions = "runtimeVersions"
+
+// handlerVersion is a handler's entry under StatusInfoRuntimeVersions.
+type handlerVersion struct {
+	oci.RuntimeVersion
+	// Error says why the runtime could not be asked (Verdict is then unknown).
+	Error string `json:"error,omitempty"`
+}
+
+// handlerVersions asks the runtime of each handler its version. It forks every runtime
+// once per call: only a verbose Status, which the kubelet does not poll, calls it.
+func (s *Server) handlerVersions(ctx context.Context, names []string) map[string]handlerVersion {
+	out := map[string]handlerVersion{}
+	if s.runtimes == nil {
+		return out
+	}
+	for _, name := range names {
+		rt, err := s.runtimes.Runtime(name)
+		if err != nil {
+			out[name] = handlerVersion{RuntimeVersion: oci.RuntimeVersion{Verdict: oci.VerdictUnknown}, Error: err.Error()}
+			continue
+		}
+		v, err := rt.Version(ctx)
+		hv := handlerVersion{RuntimeVersion: v}
+		if err != nil {
+			hv.Error = err.Error()
+		}
+		out[name] = hv
+	}
+	return out
+}
 
 // handlerFeatures asks a handler's runtime what it supports; a handler that cannot say
 // supports nothing.

@@ -2,7 +2,9 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -112,5 +114,52 @@ func TestContainerUserListsPrimaryGroup(t *testing.T) {
 	}
 	if (container{}).user() != nil {
 		t.Error("a container without a recorded user reports one")
+	}
+}
+
+// TestVerboseStatusReportsRuntimeVersions: crictl info shows, under runtimeVersions, each
+// handler's runtime version and whether it has the fixes of runc's known breakouts, with
+// the CVEs and the fix when it lacks them.
+func TestVerboseStatusReportsRuntimeVersions(t *testing.T) {
+	s := testServer(t)
+	s.networks = networkSource{}
+	s.cfg = config.Default()
+	s.cfg.Runtimes = map[string]config.Runtime{"debian": {}, "project": {}, "crun": {}, "missing": {}}
+	s.cfg.DefaultRuntime = "project"
+	s.runtimes = fakeRuntimes{
+		"debian":  featuresRuntime(t, "debian", "runc version 1.1.5+ds1\ncommit: 1.1.5+ds1-1+deb12u1"),
+		"project": featuresRuntime(t, "project", "runc version 1.3.7\ncommit: v1.3.7"),
+		"crun":    featuresRuntime(t, "crun", "crun version 1.8.1"),
+	}
+	resp, err := s.Status(context.Background(), &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]struct {
+		Version string   `json:"version"`
+		Verdict string   `json:"verdict"`
+		CVEs    []string `json:"cves"`
+		Fix     string   `json:"fix"`
+		Error   string   `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(resp.GetInfo()[StatusInfoRuntimeVersions]), &got); err != nil {
+		t.Fatalf("info %s: %v", StatusInfoRuntimeVersions, err)
+	}
+	for handler, want := range map[string]struct{ version, verdict string }{
+		"debian":  {"1.1.5+ds1", "vulnerable"},
+		"project": {"1.3.7", "fixed"},
+		"crun":    {"1.8.1", "not-runc"},
+		"missing": {"", "unknown"},
+	} {
+		v := got[handler]
+		if v.Version != want.version || v.Verdict != want.verdict {
+			t.Errorf("handler %s: %+v, want version %q, verdict %s", handler, v, want.version, want.verdict)
+		}
+		if lacks := want.verdict == "vulnerable"; lacks != (slices.Contains(v.CVEs, "CVE-2025-52881") && strings.Contains(v.Fix, "1.2.8")) {
+			t.Errorf("handler %s: CVEs %q, fix %q; want them named exactly when vulnerable", handler, v.CVEs, v.Fix)
+		}
+	}
+	if got["missing"].Error == "" {
+		t.Error("a handler without a runtime reports no error")
 	}
 }

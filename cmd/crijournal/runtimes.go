@@ -1,7 +1,13 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/crijournal/crijournal/config"
@@ -58,4 +64,59 @@ func (s *runtimeSet) all() []*oci.Runtime {
 		}
 	}
 	return out
+}
+
+// checkRuntimeVersions asks the runtime of every handler its version (oci.Runtime.Version)
+// and warns, once per handler, of a runc without the fixes of runc's known container
+// breakouts or one that does not say its release. With refuse_vulnerable_runtime set it
+// returns an error naming them instead, and the daemon does not start. A handler whose
+// runtime cannot be built is left to fail where it is used, as before; one that is not
+// runc (crun) is noted, not judged.
+func checkRuntimeVersions(ctx context.Context, cfg config.Config, runtimes *runtimeSet, log *slog.Logger) error {
+	var refused []string
+	for _, handler := range slices.Sorted(maps.Keys(cfg.Runtimes)) {
+		rt, err := runtimes.Runtime(handler)
+		if err != nil {
+			continue
+		}
+		v, err := rt.Version(ctx)
+		attrs := []any{"handler", handler, "path", v.Path, "version", v.Version, "cves", v.CVEs, "fix", fixHint(cfg, handler, v)}
+		switch v.Verdict {
+		case oci.VerdictFixed:
+			log.Debug("runtime version", "handler", handler, "path", v.Path, "version", v.Version)
+			continue
+		case oci.VerdictNotRunc:
+			log.Info("runtime is not runc: runc's container breakout fixes are not checked for it; see its own advisories",
+				"handler", handler, "path", v.Path, "runtime", v.Name, "version", v.Version)
+			continue
+		case oci.VerdictVulnerable:
+			log.Warn("runtime is a runc without the fixes of known container breakouts", attrs...)
+		default:
+			if err != nil {
+				attrs = append(attrs, "err", err)
+			}
+			log.Warn("runtime does not say which runc release it is: it may lack the fixes of known container breakouts", attrs...)
+		}
+		refused = append(refused, fmt.Sprintf("handler %s: %s (%s) is %s for %s; %s",
+			handler, v.Path, cmp.Or(v.Version, "no version"), v.Verdict, strings.Join(v.CVEs, ", "), fixHint(cfg, handler, v)))
+	}
+	if cfg.RefuseVulnerableRuntime && len(refused) > 0 {
+		return fmt.Errorf("refuse_vulnerable_runtime is set: %s", strings.Join(refused, "; "))
+	}
+	return nil
+}
+
+// fixHint says how to give handler a runc with the fixes v lacks: the project's runc
+// (`make deps` installs it where handlers without a path find it), or a runc release
+// that has them.
+func fixHint(cfg config.Config, handler string, v oci.RuntimeVersion) string {
+	if v.Verdict == oci.VerdictFixed || v.Verdict == oci.VerdictNotRunc {
+		return ""
+	}
+	if cfg.Runtimes[handler].Path == "" {
+		return fmt.Sprintf("run `make deps`, which installs the project's runc at %s (used by handlers without a path, instead of runc from PATH), or install %s",
+			config.BundledRunc, v.Fix)
+	}
+	return fmt.Sprintf("set runtimes.%s.path to %s, or leave it empty for the project's runc (`make deps` installs it at %s)",
+		handler, v.Fix, config.BundledRunc)
 }

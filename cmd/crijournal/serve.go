@@ -98,6 +98,12 @@ func runServe(cmd *cobra.Command, args []string) error {
 		defer func() { stop(); <-reaperDone }()
 	}
 
+	// Before anything is opened: a runtime refused stops the daemon here.
+	runtimes := newRuntimeSet(cfg)
+	if err := checkRuntimeVersions(ctx, cfg, runtimes, log); err != nil {
+		return err
+	}
+
 	images, err := storage.Open(ctx, storage.Options{
 		Root: cfg.StorageRootDir(), RunRoot: cfg.StorageRunRootDir(), Driver: cfg.StorageDriver,
 		Registries: storageRegistries(cfg), ImageCacheDir: cfg.ImageCacheDir(), Logger: log,
@@ -110,7 +116,6 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 	defer images.Close()
 	log.Info("image storage ready", "driver", images.Driver(), "root", cfg.StorageRootDir())
-	runtimes := newRuntimeSet(cfg)
 
 	// NRI: made before the undo registry, which its steps' undos need; started once
 	// recovery has run, so that plugins are synchronized with what the journal holds.
