@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -25,19 +26,24 @@ func BecomeSubreaper() error {
 	return nil
 }
 
-// maxExecOutput bounds what ExecSync keeps of each output stream; the rest is
-// discarded.
-const maxExecOutput = 16 << 20
+// maxExecOutput bounds what ExecSync keeps of a command's output, stdout and stderr
+// together (the first bytes to arrive are kept, from either stream); the rest is
+// discarded. The kubelet receives at most 16 MiB in one answer (the CRI client's
+// maxMsgSize), and a larger one fails as a whole, so the two streams share 15 MiB,
+// leaving a MiB of room for the answer's framing. CRI-O keeps 16 MiB of both together
+// (conmon's --log-global-size-max, counted with the log's timestamps); containerd 16 MiB
+// of each, which can make an answer the kubelet refuses.
+const maxExecOutput = 15 << 20
 
 // execWaitDelay bounds the wait for the output pipes once the command has exited (a
 // background process in the container may hold them open).
 const execWaitDelay = 2 * time.Second
 
 // ExecSync runs cmd in a running container (runc exec, no terminal, the container's
-// environment, user and capabilities) and returns its output and exit code, as soon as
-// the command exits (see execDetached): a process it left running in the background
-// keeps running in the container and no longer holds the answer. A timeout of 0 means
-// none. When the timeout passes, or ctx ends, the command and every process it started
+// environment, user and capabilities) and returns its output (the first 15 MiB of stdout
+// and stderr together, see maxExecOutput) and exit code, as soon as the command exits
+// (see execDetached): a process it left running in the background keeps running in the
+// container and no longer holds the answer. A timeout of 0 means none. When the timeout passes, or ctx ends, the command and every process it started
 // that is still its descendant are killed with SIGKILL and reaped, and ErrExecTimeout (or
 // ctx's error) is returned with the output so far. The runtime's own failures (the
 // container is not running, the command does not exist) are errors, not exit codes; a
@@ -48,8 +54,9 @@ func (r *Runtime) ExecSync(ctx context.Context, id string, cmd []string, timeout
 		ctx, cancel = context.WithTimeoutCause(ctx, timeout, ErrExecTimeout)
 		defer cancel()
 	}
-	var outBuf, errBuf cappedBuffer
-	exitCode, err = r.execDetached(ctx, id, cmd, nil, &outBuf, &errBuf)
+	room := &outputRoom{left: maxExecOutput}
+	outBuf, errBuf := &cappedBuffer{room: room}, &cappedBuffer{room: room}
+	exitCode, err = r.execDetached(ctx, id, cmd, nil, outBuf, errBuf)
 	if err != nil && errors.Is(context.Cause(ctx), ErrExecTimeout) {
 		err = fmt.Errorf("%w after %s: %w", ErrExecTimeout, timeout, err)
 	}
@@ -254,16 +261,31 @@ func (r *Runtime) execResult(ctx context.Context, id, logPath string, stdout, st
 	return stdout, stderr, code, nil
 }
 
-// cappedBuffer keeps the first maxExecOutput bytes written to it and drops the rest
-// (without failing the writer).
+// outputRoom is what is left of maxExecOutput, shared by a command's two streams.
+type outputRoom struct {
+	mu   sync.Mutex
+	left int
+}
+
+// take takes up to n bytes of the room and returns how many it got.
+func (o *outputRoom) take(n int) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n = min(n, o.left)
+	o.left -= n
+	return n
+}
+
+// cappedBuffer keeps what is written to it while its room lasts and drops the rest
+// (without failing the writer). It is written by one goroutine at a time; its room may
+// be shared.
 type cappedBuffer struct {
-	b []byte
+	room *outputRoom
+	b    []byte
 }
 
 func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := maxExecOutput - len(c.b); room > 0 {
-		c.b = append(c.b, p[:min(len(p), room)]...)
-	}
+	c.b = append(c.b, p[:c.room.take(len(p))]...)
 	return len(p), nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,5 +100,46 @@ func TestExecSyncInStoppedContainer(t *testing.T) {
 	})
 	if _, _, _, err := r.ExecSync(ctxb, c.id, []string{"true"}, 5*time.Second); !errors.Is(err, ErrNotRunning) {
 		t.Fatalf("exec in a stopped container: %v, want ErrNotRunning", err)
+	}
+}
+
+// TestExecSyncBoundsBothStreamsTogether: a command that writes 12 MiB to each stream
+// gets maxExecOutput of the two together, so the answer fits the kubelet's 16 MiB.
+func TestExecSyncBoundsBothStreamsTogether(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "60"}, nil)
+	stdout, stderr, code, err := r.ExecSync(ctxb, c.id,
+		[]string{"sh", "-c", "dd if=/dev/zero bs=1048576 count=12 2>/dev/null; dd if=/dev/zero bs=1048576 count=12 >&2 2>/dev/null"}, 60*time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("code %d err %v", code, err)
+	}
+	if got := len(stdout) + len(stderr); got != maxExecOutput || len(stdout) != 12<<20 {
+		t.Errorf("kept %d bytes of stdout and %d of stderr, %d in all; want all 12 MiB of stdout and %d in all",
+			len(stdout), len(stderr), got, maxExecOutput)
+	}
+	if maxExecOutput >= 16<<20 {
+		t.Errorf("maxExecOutput %d leaves no room under the kubelet's 16 MiB", maxExecOutput)
+	}
+}
+
+// TestCappedBuffersShareRoom: two buffers of one room keep maxExecOutput between them,
+// whichever writes first, and never fail their writer.
+func TestCappedBuffersShareRoom(t *testing.T) {
+	room := &outputRoom{left: maxExecOutput}
+	out, errs := &cappedBuffer{room: room}, &cappedBuffer{room: room}
+	chunk := make([]byte, 1<<20)
+	var wg sync.WaitGroup
+	for _, b := range []*cappedBuffer{out, errs} {
+		wg.Go(func() {
+			for range 12 {
+				if n, err := b.Write(chunk); n != len(chunk) || err != nil {
+					t.Errorf("Write = %d, %v; want %d, nil", n, err, len(chunk))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := len(out.Bytes()) + len(errs.Bytes()); got != maxExecOutput {
+		t.Errorf("kept %d + %d = %d bytes, want %d", len(out.Bytes()), len(errs.Bytes()), got, maxExecOutput)
 	}
 }
