@@ -137,6 +137,17 @@ type Config struct {
 	// then) must not wait for it (containerd's drain_exec_sync_io_timeout). Default: 2s.
 	ExecDrainTimeout time.Duration `toml:"exec_drain_timeout" help:"how long an exec goes on reading output after its command exited"`
 
+	// ExecSyncMaxConcurrent caps the ExecSync calls (the kubelet's exec probes, crictl
+	// exec --sync) that run at once in the daemon. One more is refused at once with
+	// ResourceExhausted, not queued: the kubelet throws a probe that errored away and
+	// probes again at its next period, whereas one that waited out its deadline would
+	// count as a failed probe, and could restart a healthy container on a node that is
+	// only busy. Each call keeps up to 15 MiB of output, so the cap also bounds what
+	// output can take (480 MiB at 32). It must be at least 1. Default: 32, ten times
+	// what 110 pods with three exec probes each, every 10 s and 100 ms apiece, keep
+	// running.
+	ExecSyncMaxConcurrent int `toml:"exec_sync_max_concurrent" help:"most ExecSync calls running at once; more are refused (ResourceExhausted)"`
+
 	// JournalLockTimeout is how long opening the journal waits for the file
 	// lock held by another process (such as a daemon that is still running)
 	// before it fails. Default: 1s.
@@ -425,6 +436,7 @@ func Default() Config {
 		CgroupManager:     CgroupManagerCgroupfs,
 
 		StorageTransientStore: true,
+		ExecSyncMaxConcurrent: 32,
 
 		EnableNRI:                    true,
 		NRIListen:                    "/var/run/nri/nri.sock",

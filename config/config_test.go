@@ -141,6 +141,7 @@ log_level = "debug"
 cni_plugin_dirs = ["/a"]
 journal_no_sync = true
 journal_reserve_mib = 8
+exec_sync_max_concurrent = 7
 
 [runtimes.runc]
 path = "/usr/sbin/runc"
@@ -163,6 +164,7 @@ path = "/usr/bin/crun"
 				c.CNIPluginDirs = []string{"/a"}
 				c.JournalNoSync = true
 				c.JournalReserveMiB = 8
+				c.ExecSyncMaxConcurrent = 7
 				c.Runtimes = map[string]Runtime{
 					"runc": {Path: "/usr/sbin/runc", Root: "/run/crijournal/runc"},
 					"crun": {Path: "/usr/bin/crun"},
@@ -172,12 +174,13 @@ path = "/usr/bin/crun"
 		{
 			name: "env overrides file",
 			src: source{file: file, env: map[string]string{
-				"CRIJOURNAL_CACHE_TTL":           "4m",
-				"CRIJOURNAL_CNI_PLUGIN_DIRS":     "/b, /c",
-				"CRIJOURNAL_JOURNAL_NO_SYNC":     "false",
-				"CRIJOURNAL_JOURNAL_RESERVE_MIB": "0",
-				"CRIJOURNAL_RUNTIMES_CRUN_ROOT":  "/run/crun",
-				"CRIJOURNAL_RUNTIMES_RUNC_PATH":  "/opt/runc",
+				"CRIJOURNAL_CACHE_TTL":                "4m",
+				"CRIJOURNAL_CNI_PLUGIN_DIRS":          "/b, /c",
+				"CRIJOURNAL_JOURNAL_NO_SYNC":          "false",
+				"CRIJOURNAL_JOURNAL_RESERVE_MIB":      "0",
+				"CRIJOURNAL_RUNTIMES_CRUN_ROOT":       "/run/crun",
+				"CRIJOURNAL_RUNTIMES_RUNC_PATH":       "/opt/runc",
+				"CRIJOURNAL_EXEC_SYNC_MAX_CONCURRENT": "8",
 			}},
 			want: func(c *Config) {
 				c.Root = "/srv/cj"
@@ -185,6 +188,7 @@ path = "/usr/bin/crun"
 				c.LogLevel = "debug"
 				c.CNIPluginDirs = []string{"/b", "/c"}
 				c.JournalReserveMiB = 0
+				c.ExecSyncMaxConcurrent = 8
 				c.Runtimes = map[string]Runtime{
 					"runc": {Path: "/opt/runc", Root: "/run/crijournal/runc"},
 					"crun": {Path: "/usr/bin/crun", Root: "/run/crun"},
@@ -195,8 +199,8 @@ path = "/usr/bin/crun"
 			name: "flag overrides env",
 			src: source{
 				file:  file,
-				env:   map[string]string{"CRIJOURNAL_CACHE_TTL": "4m", "CRIJOURNAL_LOG_LEVEL": "warn", "CRIJOURNAL_JOURNAL_RESERVE_MIB": "4"},
-				flags: []string{"--cache-ttl=5m", "--cni-plugin-dirs=/d,/e", "--journal-no-sync=false", "--journal-reserve-mib=2", "--socket", "/tmp/cj.sock"},
+				env:   map[string]string{"CRIJOURNAL_CACHE_TTL": "4m", "CRIJOURNAL_LOG_LEVEL": "warn", "CRIJOURNAL_JOURNAL_RESERVE_MIB": "4", "CRIJOURNAL_EXEC_SYNC_MAX_CONCURRENT": "8"},
+				flags: []string{"--cache-ttl=5m", "--cni-plugin-dirs=/d,/e", "--journal-no-sync=false", "--journal-reserve-mib=2", "--socket", "/tmp/cj.sock", "--exec-sync-max-concurrent=9"},
 			},
 			want: func(c *Config) {
 				c.Root = "/srv/cj"
@@ -205,6 +209,7 @@ path = "/usr/bin/crun"
 				c.CNIPluginDirs = []string{"/d", "/e"}
 				c.JournalReserveMiB = 2
 				c.Socket = "/tmp/cj.sock"
+				c.ExecSyncMaxConcurrent = 9
 				c.Runtimes = map[string]Runtime{
 					"runc": {Path: "/usr/sbin/runc", Root: "/run/crijournal/runc"},
 					"crun": {Path: "/usr/bin/crun"},
@@ -303,6 +308,9 @@ func TestLoadInvalid(t *testing.T) {
 		{"relative plugin dir", source{file: `cni_plugin_dirs = ["/opt/cni/bin", "bin"]`}, "cni_plugin_dirs", `"bin"`},
 		{"no plugin dirs", source{file: `cni_plugin_dirs = []`}, "cni_plugin_dirs", "at least one"},
 		{"plugin dirs not strings", source{file: `cni_plugin_dirs = [1]`}, "cni_plugin_dirs", "array of strings"},
+		{"no exec at all", source{file: `exec_sync_max_concurrent = 0`}, "exec_sync_max_concurrent", "at least 1"},
+		{"exec cap as float", source{file: `exec_sync_max_concurrent = 1.5`}, "exec_sync_max_concurrent", "float 1.5"},
+		{"exec cap env", source{env: map[string]string{"CRIJOURNAL_EXEC_SYNC_MAX_CONCURRENT": "many"}}, "exec_sync_max_concurrent", "CRIJOURNAL_EXEC_SYNC_MAX_CONCURRENT"},
 		{"relative CDI spec dir", source{file: `cdi_spec_dirs = ["/etc/cdi", "cdi"]`}, "cdi_spec_dirs", `"cdi"`},
 		{"relative CDI spec dir in env", source{env: map[string]string{"CRIJOURNAL_CDI_SPEC_DIRS": "/etc/cdi,var/cdi"}}, "cdi_spec_dirs", "CRIJOURNAL_CDI_SPEC_DIRS"},
 		{"relative runtime path", source{file: "[runtimes.runc]\npath = \"runc\""}, "runtimes.runc.path", "absolute"},
@@ -429,6 +437,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 	}
 	custom.SeccompUnavailable = true
 	custom.RefuseVulnerableRuntime = true
+	custom.ExecSyncMaxConcurrent = 5
 	custom.EnableNRI, custom.NRIListen, custom.NRIPluginDir, custom.NRIPluginConfigDir = false, "/run/cj/nri.sock", "/srv/nri/plugins", "/srv/nri/conf.d"
 	custom.NRIPluginRegistrationTimeout, custom.NRIPluginRequestTimeout, custom.NRIDisableConnections = 9*time.Second, 4*time.Second, true
 	// custom must set every field to a non-default value, or the test

@@ -47,10 +47,12 @@ func BindFlags(fs *pflag.FlagSet) {
 			fs.String(f.flag, d, usage)
 		case bool:
 			fs.Bool(f.flag, d, usage)
-		case int:
-			fs.Int(f.flag, d, usage)
 		case time.Duration:
 			fs.Duration(f.flag, d, usage)
+		case int:
+			fs.Int(f.flag, d, usage)
+		case int64:
+			fs.Int64(f.flag, d, usage)
 		case []string:
 			fs.StringSlice(f.flag, d, usage)
 		default:
@@ -321,24 +323,6 @@ func decode(raw any, dst any) error {
 		default:
 			return fmt.Errorf("want true or false, got %s", describe(raw))
 		}
-	case *int:
-		switch r := raw.(type) {
-		case int:
-			*p = r
-		case int64:
-			*p = int(r)
-			if int64(*p) != r {
-				return fmt.Errorf("integer %d is out of range", r)
-			}
-		case string:
-			n, err := strconv.Atoi(strings.TrimSpace(r))
-			if err != nil {
-				return fmt.Errorf("want an integer, got %q", r)
-			}
-			*p = n
-		default:
-			return fmt.Errorf("want an integer, got %s", describe(raw))
-		}
 	case *time.Duration:
 		switch r := raw.(type) {
 		case time.Duration:
@@ -352,6 +336,21 @@ func decode(raw any, dst any) error {
 		default:
 			return fmt.Errorf("want a duration string such as \"90s\" or \"5m\", got %s", describe(raw))
 		}
+	case *int:
+		n, err := decodeInt(raw)
+		if err != nil {
+			return err
+		}
+		if int64(int(n)) != n {
+			return fmt.Errorf("integer %d is out of range", n)
+		}
+		*p = int(n)
+	case *int64:
+		n, err := decodeInt(raw)
+		if err != nil {
+			return err
+		}
+		*p = n
 	case *[]string:
 		switch r := raw.(type) {
 		case []string:
@@ -382,6 +381,26 @@ func decode(raw any, dst any) error {
 		panic(fmt.Sprintf("config: cannot decode into %T", dst))
 	}
 	return nil
+}
+
+// decodeInt reads an integer: from the file, a flag or a default as a number, from the
+// environment as decimal text.
+func decodeInt(raw any) (int64, error) {
+	switch r := raw.(type) {
+	case int:
+		return int64(r), nil
+	case int64:
+		return r, nil
+	case int32:
+		return int64(r), nil
+	case string:
+		n, err := strconv.ParseInt(strings.TrimSpace(r), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("want an integer, got %q", r)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("want an integer, got %s", describe(raw))
 }
 
 // describe names the TOML type of a decoded value, with the value.

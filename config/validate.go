@@ -102,6 +102,9 @@ func (c Config) Validate() error {
 	positive("undo_retry_max", c.UndoRetryMax)
 	positive("undo_timeout", c.UndoTimeout)
 	positive("exec_drain_timeout", c.ExecDrainTimeout)
+	if c.ExecSyncMaxConcurrent < 1 {
+		bad("exec_sync_max_concurrent", "must be at least 1, got %d", c.ExecSyncMaxConcurrent)
+	}
 	if c.UndoRetryMin > 0 && c.UndoRetryMax > 0 && c.UndoRetryMax < c.UndoRetryMin {
 		bad("undo_retry_max", "must not be below undo_retry_min (%v), got %v", c.UndoRetryMin, c.UndoRetryMax)
 	}

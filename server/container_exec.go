@@ -11,7 +11,10 @@ import (
 	"github.com/crijournal/crijournal/oci"
 )
 
-// ExecSync runs a command in a running container and returns its output and exit code.
+// ExecSync runs a command in a running container and returns its output (at most 15 MiB
+// of stdout and stderr together, see oci.Runtime.ExecSync) and exit code. At most
+// exec_sync_max_concurrent calls run at once; one more is refused with ResourceExhausted
+// (see execSlots).
 func (s *Server) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
 	c, err := s.findContainer(req.GetContainerId())
 	if err != nil {
@@ -27,6 +30,11 @@ func (s *Server) ExecSync(ctx context.Context, req *runtimeapi.ExecSyncRequest) 
 	if err != nil {
 		return nil, err
 	}
+	release, err := s.execSyncs.take()
+	if err != nil {
+		return nil, fmt.Errorf("exec in container %s: %w", c.rec.ID, err)
+	}
+	defer release()
 	stdout, stderr, code, err := rt.ExecSync(ctx, c.rec.ID, req.GetCmd(), time.Duration(req.GetTimeout())*time.Second)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, oci.ErrExecTimeout) {
@@ -68,4 +76,26 @@ func (s *Server) Attach(ctx context.Context, req *runtimeapi.AttachRequest) (*ru
 	}
 	req.ContainerId = c.rec.ID
 	return st.GetAttach(req)
+}
+
+// execSlots caps the ExecSync calls that run at once: a buffered channel holding a token
+// per call running, its capacity exec_sync_max_concurrent. A nil one caps nothing.
+type execSlots chan struct{}
+
+// take takes a slot for a call and returns its release, or refuses at once (errBusy)
+// when every slot is taken. It does not wait for one: the kubelet throws away an exec
+// probe that failed with an error and probes again at its next period, whereas a probe
+// that waited out its deadline would count as failed (the CRI client turns
+// DeadlineExceeded into a timed-out probe) and could restart a healthy container on a
+// node that is only busy.
+func (e execSlots) take() (release func(), err error) {
+	if e == nil {
+		return func() {}, nil
+	}
+	select {
+	case e <- struct{}{}:
+		return func() { <-e }, nil
+	default:
+		return nil, newError(errBusy, "%d ExecSync calls are running, as many as exec_sync_max_concurrent allows; try again later", cap(e))
+	}
 }

@@ -36,6 +36,9 @@ var (
 	errUnavailable = errors.New("unavailable")
 	// errTimedOut is the class of requests answered at, or cut off by, a deadline.
 	errTimedOut = errors.New("deadline exceeded")
+	// errBusy is the class of requests refused because a cap of the daemon's (such as
+	// exec_sync_max_concurrent) is reached: the same request may succeed later.
+	errBusy = errors.New("resource exhausted")
 )
 
 // classes maps error classes to gRPC codes: the one place codes are chosen. The first
@@ -51,6 +54,7 @@ var classes = []struct {
 	{errWrongState, codes.FailedPrecondition},
 	{errUnavailable, codes.Unavailable},
 	{errTimedOut, codes.DeadlineExceeded},
+	{errBusy, codes.ResourceExhausted},
 
 	{journal.ErrInvalid, codes.InvalidArgument},
 	{journal.ErrNotFound, codes.NotFound},

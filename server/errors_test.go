@@ -32,6 +32,7 @@ func TestToStatus(t *testing.T) {
 		{errWrongState, newError(errWrongState, "container is EXITED, want RUNNING"), codes.FailedPrecondition},
 		{errUnavailable, newError(errUnavailable, "no storage"), codes.Unavailable},
 		{errTimedOut, newError(errTimedOut, "not finished within network_timeout (1s): %w", errors.New("cni add")), codes.DeadlineExceeded},
+		{errBusy, newError(errBusy, "32 ExecSync calls are running"), codes.ResourceExhausted},
 
 		{journal.ErrInvalid, fmt.Errorf("begin: %w", journal.ErrInvalid), codes.InvalidArgument},
 		{netns.ErrInvalid, fmt.Errorf("x: %w", netns.ErrInvalid), codes.InvalidArgument},

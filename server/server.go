@@ -88,6 +88,7 @@ type Server struct {
 	nri       *nri.NRI        // NRI plugins; nil when disabled
 	nriStops  nriStops        // keeps a container's StopContainer events apart
 	reaper    *exitReaper     // deletes the runtime containers of exited containers
+	execSyncs execSlots       // the ExecSync calls running (exec_sync_max_concurrent)
 
 	events       eventFeed // the container events' streams (GetContainerEvents)
 	pauseWatches sync.Map  // sandbox ID -> struct{}: pause processes watched (watchPause)
@@ -131,6 +132,7 @@ func New(d Deps) *Server {
 		cdi: oci.NewCDI(d.Config.CDISpecDirs), nri: d.NRI}
 	s.lifetime, s.end = context.WithCancel(context.Background())
 	s.reaper = newExitReaper()
+	s.execSyncs = make(execSlots, max(d.Config.ExecSyncMaxConcurrent, 1))
 	go s.reaper.run(s.lifetime, s.reapExited)
 	if d.Images != nil {
 		s.layers = &layerCollector{list: s.createdContainerIDs, find: d.Images.WritableLayerDir,
