@@ -238,6 +238,22 @@ type Config struct {
 	// distribution's build may carry the fixes under an older number. Default: false.
 	RefuseVulnerableRuntime bool `toml:"refuse_vulnerable_runtime" help:"refuse to start when a handler's runc lacks the fixes of known container breakouts"`
 
+	// LogSizeMax is the size in bytes a container's log file may reach (conmon's
+	// --log-size-max, CRI-O's log_size_max): conmon truncates it when a write would take
+	// it beyond, and the lines in it are lost. It bounds a runaway writer where nothing
+	// rotates the log (crictl without a kubelet). Under a kubelet it must never act: the
+	// kubelet rotates a log once it is past its containerLogMaxSize (10Mi by default),
+	// looking every 10 s, so the bound must exceed containerLogMaxSize and what the
+	// fastest container writes between two looks; and only a conmon that starts its count
+	// again when the kubelet's rotation reopens the log (conmon 2.1.10 and later) keeps to
+	// that: an older one (Debian 12's 2.1.6) counts all a container ever wrote, and each
+	// time that reaches the bound truncates the log the kubelet has not rotated yet.
+	// 0 means AutoLogSizeMax with conmon 2.1.10 or later, and no bound with an older one
+	// (the daemon says so at start). A negative value means no bound. A positive one, at
+	// least 8192 (conmon's read buffer), is given to conmon whatever its version (the
+	// daemon warns of an old one). Default: 0.
+	LogSizeMax int64 `toml:"log_size_max" help:"size in bytes a container's log may reach before conmon truncates it; 0: 1 GiB with conmon >= 2.1.10, else none; negative: none"`
+
 	// ConmonPath is the conmon binary. Default: "", meaning "conmon" looked
 	// up in PATH.
 	ConmonPath string `toml:"conmon_path" help:"conmon binary (empty: look up in PATH)"`
@@ -500,6 +516,12 @@ func (c Config) RuntimeRoot(handler string) string {
 	}
 	return filepath.Join(c.RunRoot, handler)
 }
+
+// AutoLogSizeMax is the bound of a container's log of log_size_max = 0 with a conmon
+// that starts its count again at a reopen: 1 GiB, a hundred times the kubelet's default
+// containerLogMaxSize, so that under a kubelet only a container writing about 100 MiB/s
+// for the 10 s between the kubelet's looks is cut.
+const AutoLogSizeMax = 1 << 30
 
 // BundledRunc is where `make deps` installs the project's runc (a release
 // newer than Debian's, with idmapped mounts for user namespaces). Handlers

@@ -200,7 +200,7 @@ path = "/usr/bin/crun"
 			src: source{
 				file:  file,
 				env:   map[string]string{"CRIJOURNAL_CACHE_TTL": "4m", "CRIJOURNAL_LOG_LEVEL": "warn", "CRIJOURNAL_JOURNAL_RESERVE_MIB": "4", "CRIJOURNAL_EXEC_SYNC_MAX_CONCURRENT": "8"},
-				flags: []string{"--cache-ttl=5m", "--cni-plugin-dirs=/d,/e", "--journal-no-sync=false", "--journal-reserve-mib=2", "--socket", "/tmp/cj.sock", "--exec-sync-max-concurrent=9"},
+				flags: []string{"--cache-ttl=5m", "--cni-plugin-dirs=/d,/e", "--journal-no-sync=false", "--journal-reserve-mib=2", "--socket", "/tmp/cj.sock", "--exec-sync-max-concurrent=9", "--log-size-max=65536"},
 			},
 			want: func(c *Config) {
 				c.Root = "/srv/cj"
@@ -210,6 +210,7 @@ path = "/usr/bin/crun"
 				c.JournalReserveMiB = 2
 				c.Socket = "/tmp/cj.sock"
 				c.ExecSyncMaxConcurrent = 9
+				c.LogSizeMax = 65536
 				c.Runtimes = map[string]Runtime{
 					"runc": {Path: "/usr/sbin/runc", Root: "/run/crijournal/runc"},
 					"crun": {Path: "/usr/bin/crun"},
@@ -308,6 +309,8 @@ func TestLoadInvalid(t *testing.T) {
 		{"relative plugin dir", source{file: `cni_plugin_dirs = ["/opt/cni/bin", "bin"]`}, "cni_plugin_dirs", `"bin"`},
 		{"no plugin dirs", source{file: `cni_plugin_dirs = []`}, "cni_plugin_dirs", "at least one"},
 		{"plugin dirs not strings", source{file: `cni_plugin_dirs = [1]`}, "cni_plugin_dirs", "array of strings"},
+		{"log bound of one", source{file: `log_size_max = 1`}, "log_size_max", "at least 8192"},
+		{"log bound below conmon's buffer", source{env: map[string]string{"CRIJOURNAL_LOG_SIZE_MAX": "4096"}}, "log_size_max", "CRIJOURNAL_LOG_SIZE_MAX"},
 		{"no exec at all", source{file: `exec_sync_max_concurrent = 0`}, "exec_sync_max_concurrent", "at least 1"},
 		{"exec cap as float", source{file: `exec_sync_max_concurrent = 1.5`}, "exec_sync_max_concurrent", "float 1.5"},
 		{"exec cap env", source{env: map[string]string{"CRIJOURNAL_EXEC_SYNC_MAX_CONCURRENT": "many"}}, "exec_sync_max_concurrent", "CRIJOURNAL_EXEC_SYNC_MAX_CONCURRENT"},
@@ -438,6 +441,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 	custom.SeccompUnavailable = true
 	custom.RefuseVulnerableRuntime = true
 	custom.ExecSyncMaxConcurrent = 5
+	custom.LogSizeMax = -1
 	custom.EnableNRI, custom.NRIListen, custom.NRIPluginDir, custom.NRIPluginConfigDir = false, "/run/cj/nri.sock", "/srv/nri/plugins", "/srv/nri/conf.d"
 	custom.NRIPluginRegistrationTimeout, custom.NRIPluginRequestTimeout, custom.NRIDisableConnections = 9*time.Second, 4*time.Second, true
 	// custom must set every field to a non-default value, or the test

@@ -40,6 +40,10 @@ var (
 	handlerName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
+// MinLogSizeMax is the least positive log_size_max: conmon reads a container's output
+// 8 KiB at a time, and a bound below that would truncate the log at every read.
+const MinLogSizeMax = 8192
+
 // maxSocketPath is the longest path a unix socket address can hold
 // (sun_path is 108 bytes, with a terminating NUL).
 const maxSocketPath = 107
@@ -152,6 +156,9 @@ func (c Config) Validate() error {
 	}
 	if _, ok := c.Runtimes[c.DefaultRuntime]; !ok {
 		bad("default_runtime", "must name a handler of runtimes (%s), got %q", quoteList(sortedKeys(c.Runtimes)), c.DefaultRuntime)
+	}
+	if c.LogSizeMax > 0 && c.LogSizeMax < MinLogSizeMax {
+		bad("log_size_max", "must be 0 (automatic), negative (no bound) or at least %d (conmon's read buffer), got %d", MinLogSizeMax, c.LogSizeMax)
 	}
 	absolute("conmon_path", c.ConmonPath, false)
 	absolute("pause_path", c.PausePath, false)

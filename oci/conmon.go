@@ -71,6 +71,9 @@ func (r *Runtime) conmonArgs(id, logPath string, terminal bool, stdin StdinMode)
 	}
 	if logPath != "" {
 		args = append(args, "-l", "k8s-file:"+logPath)
+		if r.logMax > 0 {
+			args = append(args, "--log-size-max", strconv.FormatInt(r.logMax, 10))
+		}
 	} else {
 		args = append(args, "-l", "none")
 	}

@@ -124,14 +124,17 @@
 //	  --persist-dir <StateDir>/containers/<id> --exit-dir <StateDir>/exits
 //	  --socket-dir-path <StateDir>/attach
 //	  --runtime-arg --root=<Root> --runtime-arg --log-format=json
-//	  -l k8s-file:<log path> (or -l none without one)
+//	  -l k8s-file:<log path> [--log-size-max <Config.LogSizeMax>] (or -l none)
 //	  [-t | -i [--leave-stdin-open]]
 //
-// -t when the container has a terminal; otherwise -i when the CRI config asks for
-// stdin, with --leave-stdin-open unless it also asks for stdin_once ([StdinMode]), as
-// CRI-O does. The sync pipe is fd 3 (_OCI_SYNCPIPE=3), on which conmon reports {"pid": N}
-// or the runtime's error; the start pipe is fd 4 (_OCI_STARTPIPE=4). conmon does not
-// write -P in --sync mode; Prepare writes it.
+// --log-size-max when Config.LogSizeMax is positive: conmon truncates the log (starts it
+// again, empty) when a write would take it beyond that, and a reopen (ReopenLog, the
+// kubelet's rotation) starts its count again. -t when the container has a terminal;
+// otherwise -i when the CRI config asks for stdin, with --leave-stdin-open unless it
+// also asks for stdin_once ([StdinMode]), as CRI-O does. The sync pipe is fd 3
+// (_OCI_SYNCPIPE=3), on which conmon reports {"pid": N} or the runtime's error; the start
+// pipe is fd 4 (_OCI_STARTPIPE=4). conmon does not write -P in --sync mode; Prepare
+// writes it.
 //
 // StateDir must be short (at most 28 bytes, such as /run/crijournal/oci): conmon's
 // attach socket path, <StateDir>/attach/<id>/attach, must fit a socket address. It

@@ -86,3 +86,51 @@ func TestMovedLog(t *testing.T) {
 		t.Fatalf("%s still there after the log moved back", moved)
 	}
 }
+
+// TestConmonLogSizeMaxArgs: conmon gets --log-size-max when the bound is positive and
+// the container has a log, and not otherwise.
+func TestConmonLogSizeMaxArgs(t *testing.T) {
+	for _, tc := range []struct {
+		logMax  int64
+		logPath string
+		want    bool
+	}{
+		{1 << 30, "/var/log/pods/p/c/0.log", true},
+		{65536, "/var/log/pods/p/c/0.log", true},
+		{0, "/var/log/pods/p/c/0.log", false},
+		{-1, "/var/log/pods/p/c/0.log", false},
+		{65536, "", false},
+	} {
+		r := &Runtime{stateDir: "/run/x", root: "/run/x/runc", path: "/usr/sbin/runc", logMax: tc.logMax}
+		args := strings.Join(r.conmonArgs("abc", tc.logPath, false, StdinNone), " ")
+		flag := fmt.Sprintf("--log-size-max %d", tc.logMax)
+		if got := strings.Contains(args, flag); got != tc.want || (!tc.want && strings.Contains(args, "--log-size-max")) {
+			t.Errorf("bound %d, log %q: conmon %q, want %q: %v", tc.logMax, tc.logPath, args, flag, tc.want)
+		}
+	}
+}
+
+// TestLogSizeMaxBoundsTheLog: a container that writes far past the bound leaves a log no
+// larger than it, which holds its last line (conmon starts the file again, it does not
+// stop writing).
+func TestLogSizeMaxBoundsTheLog(t *testing.T) {
+	r := newRuntime(t)
+	const bound = 64 << 10
+	r.logMax = bound
+	// About 1 MiB: 20000 lines of 50 bytes.
+	c := startContainer(t, r, []string{"sh", "-c",
+		`i=0; while [ $i -lt 20000 ]; do echo "line $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; i=$((i+1)); done`}, nil)
+	testenv.Eventually(t, 60*time.Second, 20*time.Millisecond, func() error {
+		if _, _, ok, _ := r.ExitStatus(c.id); !ok {
+			return errors.New("the writer has not exited")
+		}
+		return nil
+	})
+	b, err := os.ReadFile(c.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > bound || !strings.Contains(string(b), "stdout F line 19999 ") {
+		t.Errorf("log of %d bytes (bound %d), last line there: %v", len(b), bound, strings.Contains(string(b), "line 19999 "))
+	}
+}

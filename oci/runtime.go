@@ -88,6 +88,9 @@ type Config struct {
 	// ExecDrainTimeout bounds how long ExecSync reads a command's output after the
 	// command exited; 0 means execWaitDelay.
 	ExecDrainTimeout time.Duration
+	// LogSizeMax is the size in bytes a container's log may reach before conmon
+	// truncates it (conmon's --log-size-max); 0 or negative: no bound.
+	LogSizeMax int64
 	// SystemdCgroup runs the runtime with --systemd-cgroup (cgroup_manager = "systemd"):
 	// containers' cgroupsPaths are systemd scopes ("slice:prefix:name"), and each
 	// container's conmon is put in the scope crijournal-conmon-<id>.scope of the pod's
@@ -105,6 +108,7 @@ type Runtime struct {
 	conmon   string
 	stateDir string
 	drain    time.Duration // ExecSync's, see Config.ExecDrainTimeout
+	logMax   int64         // see Config.LogSizeMax
 	systemd  bool          // see Config.SystemdCgroup
 
 	locks    keyedMutex
@@ -123,7 +127,7 @@ func New(cfg Config) (*Runtime, error) {
 			return nil, fmt.Errorf("oci: runtime %s: %s %q must be an absolute path", cfg.Handler, name, dir)
 		}
 	}
-	r := &Runtime{handler: cfg.Handler, root: filepath.Clean(cfg.Root), stateDir: filepath.Clean(cfg.StateDir), drain: cfg.ExecDrainTimeout, systemd: cfg.SystemdCgroup}
+	r := &Runtime{handler: cfg.Handler, root: filepath.Clean(cfg.Root), stateDir: filepath.Clean(cfg.StateDir), drain: cfg.ExecDrainTimeout, logMax: cfg.LogSizeMax, systemd: cfg.SystemdCgroup}
 	if r.drain <= 0 {
 		r.drain = execWaitDelay
 	}

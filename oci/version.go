@@ -108,6 +108,8 @@ var (
 	// -0ubuntu1) is not runc's and is left out: "1.3.3-0ubuntu1" is the release 1.3.3,
 	// not a prerelease of it.
 	runcRelease = regexp.MustCompile(`^(\d+)\.(\d+)\.(\d+)(?:-rc\.?(\d+))?`)
+	// releaseNumber is X.Y.Z at the start of a version.
+	releaseNumber = regexp.MustCompile(`^\d+\.\d+\.\d+`)
 )
 
 // judgeVersion reads the output of `<path> --version` (nil: none) and judges it.
@@ -210,4 +212,41 @@ func firstFixed(as []runcAdvisory, branch string) (string, bool) {
 		}
 	}
 	return first, true
+}
+
+// conmonLogCountReset is the first conmon release that starts its count of
+// --log-size-max again when the log is reopened (the kubelet's rotation); older ones
+// count all a container ever wrote.
+const conmonLogCountReset = "v2.1.10"
+
+// ConmonResetsLogCount asks conmon (path; "" looks it up in PATH) its version and
+// reports whether it starts its count of --log-size-max again when a log is reopened.
+// A conmon that cannot say is taken for one that does not.
+func ConmonResetsLogCount(ctx context.Context, path string) (version string, resets bool, err error) {
+	path, err = findBinary(path, "conmon")
+	if err != nil {
+		return "", false, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, versionTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "--version")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return "", false, fmt.Errorf("%s --version: %w", path, err)
+	}
+	version, resets = conmonLogCount(out)
+	return version, resets, nil
+}
+
+// conmonLogCount reads the output of `conmon --version` ("conmon version 2.1.6"): the
+// version it gives, and whether that release resets its log count at a reopen.
+func conmonLogCount(out []byte) (version string, resets bool) {
+	first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	m := versionLine.FindStringSubmatch(strings.TrimSpace(first))
+	if m == nil || m[1] != "conmon" {
+		return "", false
+	}
+	release := releaseNumber.FindString(m[2])
+	return m[2], release != "" && semver.Compare("v"+release, conmonLogCountReset) >= 0
 }

@@ -122,3 +122,28 @@ func TestRuntimeVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestConmonLogCount: conmon 2.1.10 and later start their count of --log-size-max again
+// at a reopen; older ones, and output without a conmon version, do not.
+func TestConmonLogCount(t *testing.T) {
+	for _, tt := range []struct {
+		out     string
+		version string
+		resets  bool
+	}{
+		{"conmon version 2.1.6\ncommit: unknown\n", "2.1.6", false},
+		{"conmon version 2.1.9\n", "2.1.9", false},
+		{"conmon version 2.1.10\ncommit: 1d5fc8a\n", "2.1.10", true},
+		{"conmon version 2.1.13-dev\n", "2.1.13-dev", true},
+		{"conmon version 2.2.0\n", "2.2.0", true},
+		{"conmon version 10.0.0\n", "10.0.0", true},
+		{"conmon version unknown\n", "unknown", false},
+		{"runc version 1.3.3\n", "", false},
+		{"", "", false},
+	} {
+		version, resets := conmonLogCount([]byte(tt.out))
+		if version != tt.version || resets != tt.resets {
+			t.Errorf("conmonLogCount(%q) = %q, %v; want %q, %v", tt.out, version, resets, tt.version, tt.resets)
+		}
+	}
+}

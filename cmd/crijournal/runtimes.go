@@ -16,14 +16,17 @@ import (
 
 // runtimeSet builds the OCI runtime of each configured handler on first use and keeps it.
 type runtimeSet struct {
-	cfg config.Config
+	cfg    config.Config
+	logMax int64 // conmon's --log-size-max (see logSizeMax); 0: none
 
 	mu       sync.Mutex
 	runtimes map[string]*oci.Runtime
 }
 
-func newRuntimeSet(cfg config.Config) *runtimeSet {
-	return &runtimeSet{cfg: cfg, runtimes: map[string]*oci.Runtime{}}
+// newRuntimeSet returns the runtimes of cfg's handlers, whose conmons bound containers'
+// logs to logMax bytes (0: no bound).
+func newRuntimeSet(cfg config.Config, logMax int64) *runtimeSet {
+	return &runtimeSet{cfg: cfg, logMax: logMax, runtimes: map[string]*oci.Runtime{}}
 }
 
 // Runtime returns the runtime of a handler ("" means the default one).
@@ -46,6 +49,7 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 		ConmonPath:       s.cfg.ConmonPath,
 		StateDir:         oci.StateDirFor(s.cfg.RunRoot, handler),
 		ExecDrainTimeout: s.cfg.ExecDrainTimeout,
+		LogSizeMax:       s.logMax,
 		SystemdCgroup:    s.cfg.CgroupManager == config.CgroupManagerSystemd,
 	})
 	if err != nil {
@@ -119,4 +123,33 @@ func fixHint(cfg config.Config, handler string, v oci.RuntimeVersion) string {
 	}
 	return fmt.Sprintf("set runtimes.%s.path to %s, or leave it empty for the project's runc (`make deps` installs it at %s)",
 		handler, v.Fix, config.BundledRunc)
+}
+
+// logSizeMax returns the --log-size-max conmon gets (0: none) for log_size_max, which
+// depends on whether conmon starts its count again when the kubelet's rotation reopens a
+// log (see config.Config.LogSizeMax): 0 (automatic) is config.AutoLogSizeMax with such a
+// conmon and no bound with an older one, which is said once; a bound set with an older
+// conmon is kept, with a warning.
+func logSizeMax(ctx context.Context, cfg config.Config, log *slog.Logger) int64 {
+	if cfg.LogSizeMax < 0 {
+		return 0
+	}
+	version, resets, err := oci.ConmonResetsLogCount(ctx, cfg.ConmonPath)
+	if resets {
+		return cmp.Or(cfg.LogSizeMax, config.AutoLogSizeMax)
+	}
+	attrs := []any{"conmon_version", version}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	if cfg.LogSizeMax == 0 {
+		log.Info("containers' logs are not bounded: this conmon does not start its count of --log-size-max again when the kubelet rotates a log, "+
+			"so a bound would truncate logs the kubelet has not rotated yet; with conmon 2.1.10 or later, log_size_max = 0 bounds them to 1 GiB",
+			attrs...)
+		return 0
+	}
+	log.Warn("log_size_max is set, but this conmon does not start its count again when the kubelet rotates a log: under a kubelet, each time "+
+		"a container has written log_size_max in all, conmon truncates the log the kubelet has not rotated yet; use conmon 2.1.10 or later, or log_size_max = -1",
+		append(attrs, "log_size_max", cfg.LogSizeMax)...)
+	return cfg.LogSizeMax
 }

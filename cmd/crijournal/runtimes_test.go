@@ -55,7 +55,7 @@ func TestCheckRuntimeVersions(t *testing.T) {
 			// The runtimes run bin; the configuration checked gives the handler a path,
 			// or none (the project's runc was missing and runc from PATH is bin).
 			cfg.Runtimes = map[string]config.Runtime{"h": {Path: bin, Root: filepath.Join(dir, "root")}}
-			runtimes := newRuntimeSet(cfg)
+			runtimes := newRuntimeSet(cfg, 0)
 			if !tt.path {
 				cfg.Runtimes = map[string]config.Runtime{"h": {Root: filepath.Join(dir, "root")}}
 			}
@@ -89,6 +89,57 @@ func TestCheckRuntimeVersions(t *testing.T) {
 			}
 			if tt.wantRefuse && (!strings.Contains(err.Error(), "handler h") || !strings.Contains(err.Error(), "CVE-2025-52881")) {
 				t.Errorf("refusal %q does not name the handler and the CVEs", err)
+			}
+		})
+	}
+}
+
+// TestLogSizeMax: log_size_max = 0 bounds logs to 1 GiB only with a conmon that starts its
+// count again at a reopen (2.1.10 and later), and says so once with an older one; a bound
+// set is kept with any conmon, with a warning for an older one; a negative one is none.
+func TestLogSizeMax(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		conmon     string // what conmon --version prints; "" fails
+		configured int64
+		want       int64
+		wantLevel  string // of the one message logged; "" for none
+	}{
+		{"automatic, Debian 12's conmon", "conmon version 2.1.6\ncommit: unknown", 0, 0, "INFO"},
+		{"automatic, conmon 2.1.9", "conmon version 2.1.9", 0, 0, "INFO"},
+		{"automatic, conmon 2.1.10", "conmon version 2.1.10\ncommit: 1d5fc8a", 0, config.AutoLogSizeMax, ""},
+		{"automatic, conmon 2.2.0", "conmon version 2.2.0", 0, config.AutoLogSizeMax, ""},
+		{"automatic, conmon fails", "", 0, 0, "INFO"},
+		{"set, Debian 12's conmon", "conmon version 2.1.6", 65536, 65536, "WARN"},
+		{"set, conmon 2.1.12", "conmon version 2.1.12", 65536, 65536, ""},
+		{"none", "conmon version 2.1.12", -1, 0, ""},
+		{"none, Debian 12's conmon", "conmon version 2.1.6", -1, 0, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conmon := filepath.Join(t.TempDir(), "conmon")
+			script := "#!/bin/sh\nexit 1\n"
+			if tt.conmon != "" {
+				script = "#!/bin/sh\nprintf '%s\\n' '" + tt.conmon + "'\n"
+			}
+			if err := os.WriteFile(conmon, []byte(script), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			cfg := config.Default()
+			cfg.ConmonPath, cfg.LogSizeMax = conmon, tt.configured
+			var logs bytes.Buffer
+			got := logSizeMax(context.Background(), cfg, slog.New(slog.NewJSONHandler(&logs, nil)))
+			if got != tt.want {
+				t.Errorf("logSizeMax = %d, want %d", got, tt.want)
+			}
+			var levels []string
+			for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+				var rec struct{ Level string }
+				if json.Unmarshal([]byte(line), &rec) == nil {
+					levels = append(levels, rec.Level)
+				}
+			}
+			if want := slices.DeleteFunc([]string{tt.wantLevel}, func(s string) bool { return s == "" }); !slices.Equal(levels, want) {
+				t.Errorf("logged %q, want %q:\n%s", levels, want, logs.String())
 			}
 		})
 	}

@@ -99,7 +99,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 
 	// Before anything is opened: a runtime refused stops the daemon here.
-	runtimes := newRuntimeSet(cfg)
+	runtimes := newRuntimeSet(cfg, logSizeMax(ctx, cfg, log))
 	if err := checkRuntimeVersions(ctx, cfg, runtimes, log); err != nil {
 		return err
 	}
