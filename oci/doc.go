@@ -191,7 +191,10 @@
 // terminal, runc runs under a pseudo-terminal of this process (made with
 // TIOCGPTPEER, read through the netpoller) and relays it to the command's terminal in
 // the container, as under CRI-O; a resize is set on that pseudo-terminal and runc
-// passes it on (SIGWINCH). When the caller's context ends, runc and the command are
+// passes it on (SIGWINCH). That runc lives for the session, a child of the daemon: it is
+// given the container's oom_score_adj (never below the daemon's), not left with the
+// daemon's own (-999 under contrib/systemd), which the command in the container gets
+// from runc anyway. When the caller's context ends, runc and the command are
 // killed and reaped as for ExecSync.
 //
 // [Runtime.Attach] connects a client's streams to the container's main process

@@ -1,12 +1,17 @@
 package oci
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -113,6 +118,15 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s Streams) 
 	if err := c.Start(); err != nil {
 		return -1, fmt.Errorf("exec in %s: %w", id, err)
 	}
+	// runc stays for the whole session, relaying the terminal, and started with the
+	// daemon's oom_score_adj (-999 under contrib/systemd): the kernel would kill it last,
+	// for as long as a client keeps the session. The command it starts in the container
+	// gets the container's value from runc itself.
+	if err := setOOMScoreAdj(c.Process.Pid, r.relayOOMScoreAdj(id)); err != nil {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+		return -1, fmt.Errorf("exec in %s: %w", id, err)
+	}
 	// runc holds its own copies now.
 	if closer, ok := c.Stdin.(*os.File); ok {
 		closer.Close()
@@ -211,4 +225,58 @@ func setWinsize(master *os.File, size remotecommand.TerminalSize) error {
 		serr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, &unix.Winsize{Row: size.Height, Col: size.Width})
 	})
 	return errors.Join(err, serr)
+}
+
+// relayOOMScoreAdj is the oom_score_adj of the runc that relays the terminal of an exec
+// session in container id: the container's own (its spec's process.oomScoreAdj, which
+// the command in the container gets too), or 0, a process's default, when the spec does
+// not say; see relayOOMScore.
+func (r *Runtime) relayOOMScoreAdj(id string) int {
+	var container *int
+	bundle := cmp.Or(r.readMeta(id).Bundle, r.containerDir(id))
+	if b, err := os.ReadFile(filepath.Join(bundle, "config.json")); err == nil {
+		var spec struct {
+			Process *struct {
+				OOMScoreAdj *int `json:"oomScoreAdj"`
+			} `json:"process"`
+		}
+		if json.Unmarshal(b, &spec) == nil && spec.Process != nil {
+			container = spec.Process.OOMScoreAdj
+		}
+	}
+	own, err := readOOMScoreAdj("/proc/self/oom_score_adj")
+	if err != nil {
+		own = -1000 // unknown: the container's value, unclamped
+	}
+	return relayOOMScore(container, own)
+}
+
+// relayOOMScore is a relay's oom_score_adj for a container's (nil: unknown, taken as 0)
+// and the daemon's own: the container's, never below the daemon's (which a process
+// without CAP_SYS_RESOURCE cannot go under, and which one with it should not), within
+// the kernel's [-1000, 1000].
+func relayOOMScore(container *int, own int) int {
+	adj := 0
+	if container != nil {
+		adj = *container
+	}
+	return min(max(adj, own, -1000), 1000)
+}
+
+// readOOMScoreAdj reads an oom_score_adj file of /proc.
+func readOOMScoreAdj(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// setOOMScoreAdj sets the oom_score_adj of process pid, a child of this process.
+func setOOMScoreAdj(pid, adj int) error {
+	path := fmt.Sprintf("/proc/%d/oom_score_adj", pid)
+	if err := os.WriteFile(path, []byte(strconv.Itoa(adj)), 0); err != nil {
+		return fmt.Errorf("set oom_score_adj of the terminal's relay: %w", err)
+	}
+	return nil
 }
