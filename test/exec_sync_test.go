@@ -2,8 +2,8 @@ package test
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,37 +25,27 @@ func TestExecSyncConcurrencyCap(t *testing.T) {
 	id := d.run(t, podID, containerConfig(t, "sleeper", 0, sleeper), pod)
 	cri := d.cri(t)
 
+	// The holding call's command, a sleep of its own, runs once the call has its slot.
+	n, _ := strconv.ParseUint(testenv.RandomHex(t, 2), 16, 32)
+	hold := []string{"sleep", strconv.FormatUint(400000+n, 10)}
 	holdCtx, release := context.WithCancel(context.Background())
 	defer release()
 	held := make(chan error, 1)
 	go func() {
-		_, err := cri.ExecSync(holdCtx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"sleep", "600"}})
+		_, err := cri.ExecSync(holdCtx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: hold})
 		held <- err
 	}()
+	waitProcesses(t, hold[0]+" "+hold[1], 1, 30*time.Second)
+
 	execTrue := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_, err := cri.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: []string{"true"}, Timeout: 20})
 		return err
 	}
-	// Until the sleep holds the only slot, a second call may still get it.
-	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
-		select {
-		case err := <-held:
-			t.Fatalf("the holding ExecSync ended early: %v", err)
-		default:
-		}
-		err := execTrue()
-		switch code := status.Code(err); {
-		case code == codes.ResourceExhausted:
-			return nil
-		case err == nil:
-			return errors.New("a second ExecSync ran beside the first")
-		default:
-			t.Fatalf("second ExecSync: %v, want ResourceExhausted or success", err)
-			return nil
-		}
-	})
+	if err := execTrue(); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("ExecSync while another holds the only slot: %v, want ResourceExhausted", err)
+	}
 	release()
 	if err := <-held; status.Code(err) != codes.Canceled {
 		t.Fatalf("the holding ExecSync, its client gone: %v, want Canceled", err)
@@ -67,6 +57,7 @@ func TestExecSyncConcurrencyCap(t *testing.T) {
 		}
 		return nil
 	})
+	waitProcesses(t, hold[0]+" "+hold[1], 0, 30*time.Second)
 	d.removePod(t, podID)
 	d.stopClean(t)
 }
