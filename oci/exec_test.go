@@ -104,7 +104,7 @@ func TestExecSyncInStoppedContainer(t *testing.T) {
 }
 
 // TestExecSyncBoundsBothStreamsTogether: a command that writes 12 MiB to each stream
-// gets maxExecOutput of the two together, so the answer fits the kubelet's 16 MiB.
+// gets maxExecOutput of the two together, so that the answer fits the kubelet's 16 MiB.
 func TestExecSyncBoundsBothStreamsTogether(t *testing.T) {
 	r := newRuntime(t)
 	c := startContainer(t, r, []string{"sleep", "60"}, nil)
@@ -113,8 +113,10 @@ func TestExecSyncBoundsBothStreamsTogether(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("code %d err %v", code, err)
 	}
-	if got := len(stdout) + len(stderr); got != maxExecOutput || len(stdout) != 12<<20 {
-		t.Errorf("kept %d bytes of stdout and %d of stderr, %d in all; want all 12 MiB of stdout and %d in all",
+	// stdout comes first, but the last of it may still be in its pipe when stderr's
+	// first bytes are read: the two share what is kept, not in a set order.
+	if got := len(stdout) + len(stderr); got != maxExecOutput || len(stdout) == 0 || len(stderr) == 0 {
+		t.Errorf("kept %d bytes of stdout and %d of stderr, %d in all; want %d in all, from both",
 			len(stdout), len(stderr), got, maxExecOutput)
 	}
 	if maxExecOutput >= 16<<20 {
