@@ -2,7 +2,7 @@
 # test/vm/inside.sh BIN OUT DRIVER: run in the VM by test/vm/run.sh. It runs the test
 # binaries in BIN, each from its package's directory, the oci package's then the
 # end-to-end ones, with the cgroup driver DRIVER (cgroupfs, or systemd where systemd is
-# PID 1: VM_INIT=systemd), writes each one's output to OUT/<driver>-<name>.log, prints
+# PID 1: VM_INIT=systemd; or, with DRIVER critest, the CRI conformance suite), writes each one's output to OUT/<driver>-<name>.log, prints
 # the verdicts, and exits non-zero if any failed.
 #
 # Which tests: those whose behaviour depends on the kernel's cgroup v2 hierarchy,
@@ -10,6 +10,9 @@
 set -uo pipefail
 bin=$1 out=$2 driver=${3:-cgroupfs}
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
+# critest: the conformance suite instead (critest-inside.sh).
+[ "$driver" = critest ] && exec "$top/test/vm/critest-inside.sh" "$out"
 
 echo "inside: kernel $(uname -r); $(stat -fc %T /sys/fs/cgroup) at /sys/fs/cgroup ($(cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null));" \
 	"AppArmor $(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)"

@@ -11,7 +11,8 @@
 # missing v2 hierarchy or AppArmor a failure, not a skip.
 #
 # Two boots: one with a plain init and the cgroupfs driver, one with systemd as PID 1 and
-# the systemd driver (VM_DRIVERS, default "cgroupfs systemd").
+# the systemd driver (VM_DRIVERS, default "cgroupfs systemd"; "critest" is a third: the CRI
+# conformance suite against the daemon, see critest-inside.sh, most of an hour).
 #
 # Env: VM_SCRIPTS (../shared/vm beside the checkout), OUT, VM_DRIVERS, TESTS_E2E and
 # TESTS_OCI (-test.run patterns; see inside.sh), VM_TIMEOUT (s, per boot, default 3000),
@@ -35,6 +36,21 @@ tags=${GOTAGS:-containers_image_openpgp,exclude_graphdriver_btrfs,nri_no_wasm}
 echo "test-vm: building the test binaries into $bin"
 go test -c -tags "$tags" -o "$bin/e2e.test" ./test
 go test -c -tags "$tags" -o "$bin/oci.test" ./oci
+
+# critest's tools and images, as ../shared/conformance/README.md builds them, when missing.
+if [[ " ${VM_DRIVERS:-} " == *" critest "* ]]; then
+	kit=$(cd "$vm/.." && pwd)/conformance
+	[ -s /var/tmp/crij-images/images.list ] || "$kit/mk-local-images.sh" /var/tmp/crij-images >"$out/images.log" 2>&1
+	command -v crane >/dev/null || GOBIN=/usr/local/bin go install github.com/google/go-containerregistry/cmd/crane@v0.20.6
+	if [ "$(critest --version 2>/dev/null | head -n 1)" != "critest version: v1.37.0" ]; then
+		src=$(mktemp -d)
+		go mod download -json sigs.k8s.io/cri-tools@v1.37.0 >/dev/null
+		cp -r "$(go env GOMODCACHE)/sigs.k8s.io/cri-tools@v1.37.0/." "$src" && chmod -R u+w "$src"
+		(cd "$src" && CGO_ENABLED=0 go test -vet=off -c -o /usr/local/bin/critest \
+			-ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=v1.37.0" ./cmd/critest)
+		rm -rf "$src"
+	fi
+fi
 
 export CRIJOURNAL_TEST_TIME_SCALE=${CRIJOURNAL_TEST_TIME_SCALE:-10}
 export CRIJOURNAL_E2E_VM_NODE=1

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# test/vm/critest-inside.sh OUT: run in the VM by test/vm/run.sh (VM_CRITEST=1): the CRI
+# conformance suite (critest v1.37.0, /usr/local/bin/critest) against the daemon on its
+# default paths with the cgroupfs driver, NRI on, through the conformance kit of
+# ../shared/conformance (stand-in images from /var/tmp/crij-images on a loopback registry,
+# the registries critest names mirrored to it). Its counts go to OUT/critest/summary.txt.
+set -uo pipefail
+out=$1
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+kit=${CONFORMANCE:-$(cd "$top/.." && pwd)/shared/conformance}
+bin=${CRIJOURNAL_BIN:-$top/bin/crijournal}
+sock=/run/crijournal/crijournal.sock
+
+# The storage's overlay driver cannot sit on the VM's root overlay: a tmpfs of its own.
+mkdir -p /var/lib/crijournal && mount -t tmpfs tmpfs /var/lib/crijournal
+mkdir -p /etc/cni/net.d /etc/containers
+cp "$top/contrib/cni/10-crijournal-bridge.conflist" /etc/cni/net.d/
+[ -e /etc/containers/policy.json ] || cp "$top/contrib/containers/policy.json" /etc/containers/
+for h in registry.k8s.io gcr.io k8s.gcr.io docker.io; do
+	printf '[[registries]]\nprefix = "%s"\nlocation = "127.0.0.1:5000"\ninsecure = true\n' "$h"
+done >/tmp/critest.toml
+
+"$kit/local-registry.sh" start /var/tmp/crij-images >"$out/critest-registry.log" 2>&1 ||
+	{ echo "critest: the registry did not start"; cat "$out/critest-registry.log"; exit 1; }
+CRIJOURNAL_CONFIG=/tmp/critest.toml "$bin" serve >"$out/critest-daemon.log" 2>&1 &
+daemon=$!
+for _ in $(seq 600); do
+	crictl --runtime-endpoint "unix://$sock" --timeout 10s version >/dev/null 2>&1 && break
+	kill -0 $daemon 2>/dev/null || { echo "critest: the daemon exited"; tail -20 "$out/critest-daemon.log"; exit 1; }
+	sleep 1
+done
+echo "critest: daemon $daemon serving; critest starts (it takes most of an hour in here)"
+# The kit's run bounds ginkgo at 25 minutes; in the emulated VM the suite needs longer.
+CRITEST_TIMEOUT=${CRITEST_TIMEOUT:-6000} "$kit/run-critest.sh" "unix://$sock" "$out/critest" \
+	-nri-socket /var/run/nri/nri.sock --ginkgo.timeout=95m | tee "$out/critest/summary.txt"
+rc=${PIPESTATUS[0]}
+kill $daemon; wait $daemon
+"$kit/local-registry.sh" stop
+exit $rc
