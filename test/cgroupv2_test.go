@@ -63,18 +63,6 @@ func readTrimmed(t *testing.T, path string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// withResources sets the container's linux.resources.
-func withResources(res map[string]any) ctrOption {
-	return func(cfg map[string]any) {
-		linux, _ := cfg["linux"].(map[string]any)
-		if linux == nil {
-			linux = map[string]any{}
-			cfg["linux"] = linux
-		}
-		linux["resources"] = res
-	}
-}
-
 // TestCgroupV2Limits runs a container with CPU, memory and pids limits on a cgroup v2
 // node and checks them in its cgroup (cpu.max, memory.max, pids.max through the CRI's
 // unified map, cpu.weight from the shares), changes them with UpdateContainerResources,

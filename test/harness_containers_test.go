@@ -194,15 +194,23 @@ func namespaceOptions(cfg map[string]any) map[string]any {
 // ctrOption changes a container configuration.
 type ctrOption func(cfg map[string]any)
 
-func withMemoryLimit(bytes int64) ctrOption {
-	return func(cfg map[string]any) {
-		linux, _ := cfg["linux"].(map[string]any)
-		if linux == nil {
-			linux = map[string]any{}
-			cfg["linux"] = linux
-		}
-		linux["resources"] = map[string]any{"memory_limit_in_bytes": bytes}
+// linuxSection returns the container configuration's linux section, made if missing.
+func linuxSection(cfg map[string]any) map[string]any {
+	linux, _ := cfg["linux"].(map[string]any)
+	if linux == nil {
+		linux = map[string]any{}
+		cfg["linux"] = linux
 	}
+	return linux
+}
+
+// withResources sets the container's linux.resources.
+func withResources(res map[string]any) ctrOption {
+	return func(cfg map[string]any) { linuxSection(cfg)["resources"] = res }
+}
+
+func withMemoryLimit(bytes int64) ctrOption {
+	return withResources(map[string]any{"memory_limit_in_bytes": bytes})
 }
 
 func withLogPath(p string) ctrOption { return func(cfg map[string]any) { cfg["log_path"] = p } }
@@ -429,11 +437,7 @@ func loadContainerConfig(t *testing.T, path string) *runtimeapi.ContainerConfig 
 // withSecurity merges fields into the container's linux.security_context.
 func withSecurity(fields map[string]any) ctrOption {
 	return func(cfg map[string]any) {
-		linux, _ := cfg["linux"].(map[string]any)
-		if linux == nil {
-			linux = map[string]any{}
-			cfg["linux"] = linux
-		}
+		linux := linuxSection(cfg)
 		sc, _ := linux["security_context"].(map[string]any)
 		if sc == nil {
 			sc = map[string]any{}

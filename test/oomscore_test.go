@@ -15,14 +15,7 @@ import (
 // with CAP_SYS_RESOURCE keeps the request.
 
 func withOOMScoreAdj(adj int) ctrOption {
-	return func(cfg map[string]any) {
-		linux, _ := cfg["linux"].(map[string]any)
-		if linux == nil {
-			linux = map[string]any{}
-			cfg["linux"] = linux
-		}
-		linux["resources"] = map[string]any{"oom_score_adj": adj}
-	}
+	return withResources(map[string]any{"oom_score_adj": adj})
 }
 
 // procNumber reads a number from a /proc file of a process: the whole file, or
