@@ -1,7 +1,9 @@
 package oci
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -123,4 +125,25 @@ func TestRemoveCgroupWaitsForAnExitingProcess(t *testing.T) {
 		t.Errorf("removeCgroup while its process exits: %v", err)
 	}
 	<-exited
+}
+
+// TestNewLeavesRunRootSearchable: New makes its own directories private (0700) but a
+// missing run root above them searchable (0755): containers in a user namespace reach
+// their root filesystems through it as their mapped root, and a 0700 run root refused
+// them all on a fresh node (critest's NamespaceMode_POD spec saw it).
+func TestNewLeavesRunRootSearchable(t *testing.T) {
+	requireRunc(t)
+	runRoot := filepath.Join(shortTempDir(t), "run")
+	if _, err := New(Config{Handler: "runc", Root: filepath.Join(runRoot, "runc"), StateDir: filepath.Join(runRoot, "oci")}); err != nil {
+		t.Fatal(err)
+	}
+	for dir, want := range map[string]os.FileMode{runRoot: 0o755, filepath.Join(runRoot, "runc"): 0o700, filepath.Join(runRoot, "oci"): 0o700} {
+		st, err := os.Stat(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Mode().Perm() &^ 0o022; got != want&^0o022 {
+			t.Errorf("%s has mode %04o, want %04o", dir, st.Mode().Perm(), want)
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,11 +147,26 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, fmt.Errorf("oci: runtime %s: %w", cfg.Handler, err)
 	}
 	for _, dir := range []string{r.root, r.stateDir, r.exitsDir(), r.attachDir(), filepath.Join(r.stateDir, "containers")} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		if err := mkdirPrivate(dir); err != nil {
 			return nil, fmt.Errorf("oci: runtime %s: %w", cfg.Handler, err)
 		}
 	}
 	return r, nil
+}
+
+// mkdirPrivate makes dir, mode 0700, and any parent it lacks with mode 0755. The parents
+// are the node's run root (/run/crijournal), which must stay searchable by others: the
+// root filesystems of containers in a user namespace are reached through it by their
+// mapped root (see storage's Options.RootfsDir). os.MkdirAll(dir, 0o700) made a missing
+// run root 0700, and so refused every such container on a fresh node.
+func mkdirPrivate(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // maxSocketPath is the longest path a unix socket address holds (sun_path less its
