@@ -31,6 +31,7 @@ for _ in $(seq 600); do
 done
 echo "critest: daemon $daemon serving; critest starts (it takes most of an hour in here)"
 # The kit's run bounds ginkgo at 25 minutes; in the emulated VM the suite needs longer.
+mkdir -p "$out/critest"
 CRITEST_TIMEOUT=${CRITEST_TIMEOUT:-6000} "$kit/run-critest.sh" "unix://$sock" "$out/critest" \
 	-nri-socket /var/run/nri/nri.sock --ginkgo.timeout=95m | tee "$out/critest/summary.txt"
 rc=${PIPESTATUS[0]}
