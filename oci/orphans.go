@@ -12,16 +12,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Orphans of containers' pid namespaces.
+// Orphans of containers.
 //
 // The daemon is a child subreaper (BecomeSubreaper): a process of a container that runc
 // started for it becomes the daemon's child once runc exits, such as the command of a
-// `runc exec --detach`, or a stage of a `runc exec` that failed half way. execDetached
-// reaps the commands it started; anything else stays a zombie of the daemon. A zombie in
-// a container's pid namespace is worse than untidy: the kernel lets the namespace's init
+// `runc exec --detach`, or a stage of a `runc exec` that failed half way; and a process
+// of a container that shares the node's pid namespace becomes the daemon's child when
+// its parent and then its conmon (the container's subreaper) exit before it, such as a
+// shell's background process killed with the rest of its container. execDetached reaps
+// the commands it started; anything else stays a zombie of the daemon. A zombie in a
+// container's pid namespace is worse than untidy: the kernel lets the namespace's init
 // finish its exit only once every other process of the namespace has been reaped, so the
 // container can be neither stopped ("init process survived SIGKILL") nor deleted while
-// the daemon lives. ReapOrphans reaps them.
+// the daemon lives. One in the node's pid namespace holds its PID for the daemon's life.
+// ReapOrphans reaps them.
 
 // awaited holds the PIDs of the exec'd commands whose exit status execDetached collects
 // itself: ReapOrphans leaves them alone.
@@ -32,12 +36,11 @@ var awaited sync.Map // int -> struct{}
 // in awaited (a command that exits at once is a zombie by then).
 const orphanGrace = time.Second
 
-// ReapOrphans reaps, until ctx ends, the zombie children of this process that belong to
-// another pid namespace than its own (a container's) and are not that namespace's init (a
-// pause process the daemon started as one, which its owner waits for), unless
-// execDetached awaits them, once they have been zombies for orphanGrace. reaped, if not
-// nil, is called with each PID reaped and its PID in the container's namespace. The
-// daemon runs it for its whole life, after BecomeSubreaper.
+// ReapOrphans reaps, until ctx ends, the zombie children of this process that came to it
+// from containers (see containerOrphans), unless execDetached awaits them, once they have
+// been zombies for orphanGrace. reaped, if not nil, is called with each PID reaped and
+// its PID in the container's pid namespace. The daemon runs it for its whole life, after
+// BecomeSubreaper.
 //
 // The children are looked at once at the start, then at most every interval, and only
 // after a child has exited (SIGCHLD) or while a zombie found waits out its grace: a node
@@ -66,7 +69,7 @@ func ReapOrphans(ctx context.Context, interval time.Duration, reaped func(pid, n
 		look = false
 		now := time.Now()
 		found := map[int]bool{}
-		for _, pid := range containerZombies() {
+		for pid, nsPid := range containerOrphans() {
 			found[pid] = true
 			first, ok := seen[pid]
 			if !ok {
@@ -79,7 +82,6 @@ func ReapOrphans(ctx context.Context, interval time.Duration, reaped func(pid, n
 			if _, ok := awaited.Load(pid); ok {
 				continue
 			}
-			nsPid := namespacePid(pid)
 			var ws unix.WaitStatus
 			if got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil); err == nil && got == pid && reaped != nil {
 				reaped(pid, nsPid)
@@ -94,15 +96,31 @@ func ReapOrphans(ctx context.Context, interval time.Duration, reaped func(pid, n
 	}
 }
 
-// containerZombies lists the zombie children of this process that live in another pid
-// namespace and are not its init, from /proc/self/task/*/children (an orphan is handed
-// to one of the threads).
-func containerZombies() []int {
+// containerOrphans returns the zombie children of this process that came to it from
+// containers, each with its PID in its container's pid namespace, from
+// /proc/self/task/*/children (an orphan is handed to one of the threads). They are:
+//
+//   - the zombies in another pid namespace than this process's, but not that
+//     namespace's init (a pause process the daemon started as one, which its owner
+//     waits for);
+//   - the zombies in this process's pid namespace (of containers that share the
+//     node's) whose session is neither this process's nor one they lead. Every process
+//     the daemon starts stays in its session (runc, CNI and NRI plugins) or, started
+//     with Setsid, leads a session of its own (conmon, a pause process, runc for a
+//     terminal exec); runc makes each container's init and each exec'd command the
+//     leader of a new session, which the processes they start inherit. A zombie in a
+//     third session that it does not lead was started in a container: nothing of the
+//     daemon waits for it.
+func containerOrphans() map[int]int {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return nil
 	}
-	var out []int
+	ownSession, err := unix.Getsid(0)
+	if err != nil {
+		return nil
+	}
+	out := map[int]int{}
 	for _, t := range tasks {
 		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
 		if err != nil {
@@ -110,21 +128,33 @@ func containerZombies() []int {
 		}
 		for _, f := range strings.Fields(string(b)) {
 			pid, err := strconv.Atoi(f)
-			if err != nil || !zombie(pid) {
+			if err != nil {
 				continue
 			}
-			if ns := namespacePid(pid); ns > 1 {
-				out = append(out, pid)
+			if nsPid, ok := containerOrphan(pid, ownSession); ok {
+				out[pid] = nsPid
 			}
 		}
 	}
 	return out
 }
 
-// zombie reports whether a process has exited and waits to be reaped.
-func zombie(pid int) bool {
-	fields := statFields(pid)
-	return len(fields) > 0 && fields[0] == "Z"
+// containerOrphan reports whether the child pid is a zombie that came to this process
+// (in session ownSession) from a container (see containerOrphans), and its PID in the
+// container's pid namespace.
+func containerOrphan(pid, ownSession int) (nsPid int, ok bool) {
+	fields := statFields(pid) // state, ppid, pgrp, session, ...
+	if len(fields) < 4 || fields[0] != "Z" {
+		return 0, false
+	}
+	if ns := namespacePid(pid); ns != 0 {
+		return ns, ns > 1
+	}
+	session, err := strconv.Atoi(fields[3])
+	if err != nil {
+		return 0, false
+	}
+	return pid, session != ownSession && session != pid
 }
 
 // namespacePid returns a process's PID in its own pid namespace when that is another

@@ -3,12 +3,19 @@ package oci
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/internal/testenv"
 )
@@ -31,7 +38,7 @@ func TestReapOrphansLetsAContainerExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
-		if !zombie(pid) {
+		if !testenv.IsZombie(pid) {
 			return errors.New("the exec'd command is not a zombie yet")
 		}
 		return nil
@@ -52,7 +59,7 @@ func TestReapOrphansLetsAContainerExit(t *testing.T) {
 	// Claimed by an exec: left alone, well past the grace.
 	release := await(pid)
 	time.Sleep(orphanGrace + 300*time.Millisecond)
-	if !zombie(pid) || reaped.Load() != 0 {
+	if !testenv.IsZombie(pid) || reaped.Load() != 0 {
 		t.Fatalf("a claimed zombie was reaped (reaped %d)", reaped.Load())
 	}
 	release()
@@ -65,5 +72,96 @@ func TestReapOrphansLetsAContainerExit(t *testing.T) {
 	}
 	if err := r.Delete(ctxb, c.id); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A process of a container in the node's pid namespace that outlives the container's
+// init and its conmon comes to this process (a subreaper, as the daemon), in the
+// session runc made for the container; once it exits, ReapOrphans reaps it (a stopped
+// container's background process, killed with it, was left a zombie of the daemon for
+// its life). The daemon's own children are left to their owners: one in this process's
+// session and one that leads a session of its own, as conmon does.
+func TestReapOrphansOfTheNodesPidNamespace(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo background $!"}, func(in *SpecInput) {
+		sc(in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}
+	})
+	conmon := conmonPID(t, r, c.id)
+	waitLog(t, c, "stdout F background ")
+	b, err := os.ReadFile(c.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`stdout F background (\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no background PID in the log %q", b)
+	}
+	orphan, _ := strconv.Atoi(string(m[1]))
+	// The shell has exited, and its conmon after it: the sleep is this process's child.
+	testenv.WaitGone(t, conmon, 10*time.Second)
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if ppid := parentPid(orphan); ppid != os.Getpid() {
+			return fmt.Errorf("the background sleep %d has parent %d, not this process", orphan, ppid)
+		}
+		return nil
+	})
+
+	// The daemon's own children, exited and not waited for yet.
+	own := exec.Command("true")
+	leader := exec.Command("true")
+	leader.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	for _, cmd := range []*exec.Cmd{own, leader} {
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, testenv.Until(fmt.Sprintf("%s to exit", cmd), func() bool {
+			return testenv.IsZombie(cmd.Process.Pid)
+		}))
+	}
+	f, err := openPidfd(orphan)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := signalPidfd(f, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, testenv.Until("the background sleep to die", func() bool {
+		return testenv.IsZombie(orphan)
+	}))
+
+	ctx, cancel := context.WithCancel(ctxb)
+	done := make(chan struct{})
+	var mu sync.Mutex
+	reaped := map[int]int{}
+	go func() {
+		defer close(done)
+		ReapOrphans(ctx, 20*time.Millisecond, func(pid, nsPid int) {
+			mu.Lock()
+			defer mu.Unlock()
+			reaped[pid] = nsPid
+		})
+	}()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	defer stop()
+	testenv.Eventually(t, orphanGrace+10*time.Second, 20*time.Millisecond, func() error {
+		if testenv.IsZombie(orphan) {
+			return fmt.Errorf("the container's background process %d is still a zombie of this process", orphan)
+		}
+		return nil
+	})
+	mu.Lock()
+	nsPid, ok := reaped[orphan]
+	mu.Unlock()
+	if !ok || nsPid != orphan {
+		t.Errorf("reaped %v, want %d (as %d in the node's pid namespace)", reaped, orphan, orphan)
+	}
+	// They were zombies before the orphan, and as long: a reaper that took them would
+	// have taken them in the same look, which has ended once it stopped.
+	stop()
+	for _, cmd := range []*exec.Cmd{own, leader} {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("the daemon's own child %s, reaped by its owner: %v (ReapOrphans took it)", cmd, err)
+		}
 	}
 }
