@@ -178,8 +178,8 @@
 // wait for (a stage of a runc exec that failed half way, a command nothing claimed), and
 // processes of containers in the node's pid namespace that outlive their conmon (a
 // background process killed with its container), are reaped by [ReapOrphans], which the
-// daemon runs for its whole life; a container's init whose conmon was killed by someone
-// else is conmon's child, not the daemon's.
+// daemon runs for its whole life. A container's init whose conmon was killed by someone
+// else is handed to the daemon too; [Runtime.Delete] reaps it.
 //
 // [Runtime.Version] runs `<runtime> --version` and judges the release a runc gives
 // against runc's container breakouts of November 2025 (CVE-2025-31133, CVE-2025-52565,

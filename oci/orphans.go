@@ -102,7 +102,7 @@ func ReapOrphans(ctx context.Context, interval time.Duration, reaped func(pid, n
 //
 //   - the zombies in another pid namespace than this process's, but not that
 //     namespace's init (a pause process the daemon started as one, which its owner
-//     waits for);
+//     waits for, or a container's init whose conmon died, which Delete reaps);
 //   - the zombies in this process's pid namespace (of containers that share the
 //     node's) whose session is neither this process's nor one they lead. Every process
 //     the daemon starts stays in its session (runc, CNI and NRI plugins) or, started

@@ -539,7 +539,8 @@ func (r *Runtime) runningInit(id string) (init *os.File, pid int, ok bool) {
 // container (runc delete --force, which kills what still runs), its conmon (given a
 // moment to record the exit, then killed), the files Create and conmon put in the
 // bundle, the container's cgroup if the runtime left it, its exit file and its state
-// directory. It is idempotent: deleting what is not there is success.
+// directory; a container init handed to this process by a conmon that died before it is
+// reaped (reapOrphanedInit). It is idempotent: deleting what is not there is success.
 func (r *Runtime) Delete(ctx context.Context, id string) error {
 	if err := validID(id); err != nil {
 		return err
@@ -642,6 +643,7 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		// Keep the state directory: it is how a retry finds conmon and the bundle.
 		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
 	}
+	r.reapOrphanedInit(id)
 	// The caches are emptied once the state directory is gone (below): a Stats or
 	// Running until then could put the container back into them from its meta.
 	defer r.conmons.forget(id, nil)
@@ -680,6 +682,36 @@ func (r *Runtime) remove(ctx context.Context, id string, grace time.Duration) er
 		return fmt.Errorf("delete container %s: %w", id, errors.Join(errs...))
 	}
 	return nil
+}
+
+// reapOrphanedInit reaps the init process of container id if it is a zombie child of
+// this process. A container whose conmon died before its init (killed by hand or by the
+// OOM killer) is handed to this process, a subreaper, and nothing else waits for it:
+// ReapOrphans leaves every pid namespace's init alone, and one in the node's pid
+// namespace leads its own session. Delete calls it once the runtime has deleted the
+// container, which kills what still ran. An exit file says conmon reaped the init itself
+// (and the PID in the pid file may since name another process); so does a zombie that is
+// not a child of this process, or does not lead its session as runc makes every init.
+func (r *Runtime) reapOrphanedInit(id string) {
+	if exists(r.exitFile(id)) {
+		return
+	}
+	pid, err := readPidFile(filepath.Join(r.containerDir(id), "pid"))
+	if err != nil {
+		return
+	}
+	f, err := openPidfd(pid)
+	if err != nil {
+		return // gone: reaped
+	}
+	defer f.Close()
+	// Behind the pidfd the PID cannot pass to another process: a look at it now is at
+	// the process reaped below.
+	fields := statFields(pid) // state, ppid, pgrp, session, ...
+	if len(fields) < 4 || fields[0] != "Z" || fields[1] != strconv.Itoa(os.Getpid()) || fields[3] != strconv.Itoa(pid) {
+		return
+	}
+	reapPidfd(f)
 }
 
 // UpdateResources changes a running container's cgroup limits (runc update

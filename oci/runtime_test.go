@@ -467,6 +467,29 @@ func TestDeleteIsIdempotentAndLeavesNothing(t *testing.T) {
 	requireNoZombies(t)
 }
 
+// TestDeleteReapsAnInitWhoseConmonDied: a container whose conmon was killed is handed to
+// this process (a subreaper, as the daemon), which nothing else reaps it for; Delete
+// kills it and reaps it, so that it does not stay a zombie for the daemon's life.
+func TestDeleteReapsAnInitWhoseConmonDied(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, nil)
+	if err := syscall.Kill(conmonPID(t, r, c.id), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if ppid := parentPid(c.pid); ppid != os.Getpid() {
+			return fmt.Errorf("the container's init %d has parent %d, not this process", c.pid, ppid)
+		}
+		return nil
+	})
+	if err := r.Delete(ctxb, c.id); err != nil {
+		t.Fatal(err)
+	}
+	if st := testenv.ProcState(c.pid); st != "" {
+		t.Fatalf("the container's init %d is left in state %s after Delete, want it reaped", c.pid, st)
+	}
+}
+
 // TestDeleteRemovesLeftCgroupWithoutConfig retries a Delete whose first attempt failed:
 // that attempt removed the bundle's config.json (and the caller may have removed the
 // bundle), and the runtime left the container's cgroup (its init was a zombie nobody
