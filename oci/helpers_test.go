@@ -91,7 +91,10 @@ func shortTempDir(t *testing.T) string {
 }
 
 // newRuntime returns a runc Runtime with its root and state under a temp dir. At
-// the end of the test it checks that runc has no container left.
+// the end of the test (after the test's containers are deleted) it checks that runc has
+// no container left, and that this process has no zombie child (see noZombies): a
+// process a test leaks to this process, a subreaper, is caught by the test that leaked
+// it, not by every later test's requireNoZombies.
 func newRuntime(t *testing.T) *Runtime {
 	t.Helper()
 	requireRunc(t)
@@ -108,6 +111,9 @@ func newRuntime(t *testing.T) *Runtime {
 		for _, id := range ids {
 			t.Errorf("runc container %s left behind", id)
 			_ = r.Delete(context.Background(), id)
+		}
+		if err := noZombies(); err != nil {
+			t.Error(err)
 		}
 	})
 	return r
@@ -331,15 +337,50 @@ func zombieChildren() []int {
 	return out
 }
 
-// requireNoZombies fails if this process keeps a zombie child (for up to 2s: a
-// child that just exited may not be reaped yet).
-func requireNoZombies(t *testing.T) {
-	t.Helper()
-	testenv.Eventually(t, 2*time.Second, 20*time.Millisecond, func() error {
+// zombieWait bounds the wait for this process's exited children to be reaped: by their
+// owners (a goroutine waiting on conmon's pidfd, an exec), or, where a test runs
+// ReapOrphans as the daemon does, orphanGrace after ReapOrphans first saw them. On a
+// loaded node each of these may wait seconds for a CPU.
+const zombieWait = orphanGrace + 10*time.Second
+
+// noZombies returns an error naming this process's zombie children if it still has some
+// after zombieWait.
+func noZombies() error {
+	err := testenv.Poll(zombieWait, 20*time.Millisecond, func() error {
 		if z := zombieChildren(); len(z) > 0 {
 			return fmt.Errorf("zombie children of the test process: %v", z)
 		}
 		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w (waited %v)", err, zombieWait)
+	}
+	return nil
+}
+
+// requireNoZombies fails the test if this process keeps a zombie child (see noZombies).
+func requireNoZombies(t *testing.T) {
+	t.Helper()
+	if err := noZombies(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// reapOrphans runs ReapOrphans, as the daemon does, until the test ends: for a test
+// whose containers hand processes to this process (a subreaper, as the daemon), such as
+// one in the node's pid namespace whose background process outlives its conmon. Call it
+// before newRuntime, so that it still runs while newRuntime's cleanup checks that no
+// zombie is left.
+func reapOrphans(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ReapOrphans(ctx, 20*time.Millisecond, nil)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
 	})
 }
 

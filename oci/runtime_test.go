@@ -240,6 +240,9 @@ func TestStopStartedForksOnlyTheKill(t *testing.T) {
 		{"the node's pid namespace: ignores the stop signal", "trap '' TERM; sleep 30 & echo ready; wait", syscall.SIGTERM, 200 * time.Millisecond, true, []string{"kill"}, 137},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			// The shell's background sleep, killed with it, may outlive conmon (on a
+			// loaded node) and come to this process: the daemon reaps it.
+			reapOrphans(t)
 			r := newRuntime(t)
 			var edit func(*SpecInput)
 			if tc.nodePid {
