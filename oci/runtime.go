@@ -407,7 +407,8 @@ func (r *Runtime) Kill(ctx context.Context, id string, sig syscall.Signal, all b
 const killWait = 10 * time.Second
 
 // Stop sends sig to the container's init process and waits up to timeout for it to
-// exit, then kills every process of the container with SIGKILL and waits for that. A
+// exit, then kills every process of the container with SIGKILL and waits for every one
+// of them to exit (without a pid namespace of its own, the others outlive the init). A
 // container that never started (created), or a timeout of 0, is killed at once. Stop
 // returns once conmon has recorded the exit (ExitStatus answers), or it is clear conmon
 // never will. An already stopped container is success; an unknown one is ErrNotFound.
@@ -452,7 +453,45 @@ func (r *Runtime) Stop(ctx context.Context, id string, started bool, sig syscall
 	if err := waitPidfd(wctx, init); err != nil {
 		return fmt.Errorf("stop %s: init process %d survived SIGKILL: %w", id, pid, err)
 	}
+	if err := r.waitCgroupEmpty(wctx, id); err != nil {
+		return fmt.Errorf("stop %s: %w", id, err)
+	}
 	r.waitExitRecorded(ctx, id)
+	return nil
+}
+
+// waitCgroupEmpty waits, bounded by ctx, until every process in container id's cgroup
+// (its subgroups too) has exited, each one through a pidfd. It is for a container whose
+// processes have all been sent SIGKILL, so that none can start another: the processes
+// of a container without a pid namespace of its own (the node's, or its pod's) do not
+// end with its init, and a SIGKILL takes a moment to end a process on a loaded node. A
+// cgroup that is gone holds no process; one that was never recorded is not waited for.
+func (r *Runtime) waitCgroupEmpty(ctx context.Context, id string) error {
+	e, err := r.cgroups.get(id, func() string { return cgroupsPathOf(r.readMeta(id)) })
+	if errors.Is(err, ErrNoCgroup) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	pids, err := e.m.GetAllPids()
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("processes of the cgroup: %w", err)
+	}
+	for _, pid := range pids {
+		f, err := openPidfd(pid)
+		if err != nil {
+			continue // gone
+		}
+		err = waitPidfd(ctx, f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("process %d survived SIGKILL: %w", pid, err)
+		}
+	}
 	return nil
 }
 

@@ -273,6 +273,66 @@ func TestStopStartedForksOnlyTheKill(t *testing.T) {
 	}
 }
 
+// TestStopWaitsForEveryProcess: the processes of a container without a pid namespace
+// of its own do not end with its init. After the SIGKILL, Stop waits for each of them,
+// and one that cannot exit keeps Stop from reporting the container stopped: here the
+// shell's background sleep, in a frozen cgroup of its own below the container's, which
+// cannot act on its SIGKILL until it is thawed. (On a loaded node Stop returned while
+// such a sleep was still dying: "processes left in the container's cgroup after Stop".)
+func TestStopWaitsForEveryProcess(t *testing.T) {
+	cgroupV1(t)
+	reapOrphans(t) // the sleep may outlive conmon
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo background $!; wait"}, func(in *SpecInput) {
+		sc(in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}
+	})
+	waitLog(t, c, "stdout F background ")
+	b, err := os.ReadFile(c.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`stdout F background (\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no background PID in the log %q", b)
+	}
+	background := string(m[1])
+	frozen := filepath.Join(c.cgroupDir("freezer"), "frozen")
+	if err := os.Mkdir(frozen, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	thaw := func() {
+		if err := os.WriteFile(filepath.Join(frozen, "freezer.state"), []byte("THAWED"), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+	// Before the container's Delete: the cgroup must be empty to go.
+	t.Cleanup(func() {
+		thaw()
+		if err := testenv.Poll(10*time.Second, 10*time.Millisecond, func() error { return os.Remove(frozen) }); err != nil {
+			t.Error(err)
+		}
+	})
+	writeFile(t, filepath.Join(frozen, "cgroup.procs"), background)
+	writeFile(t, filepath.Join(frozen, "freezer.state"), "FROZEN")
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if st := readCgroupFile(t, filepath.Join(frozen, "freezer.state")); st != "FROZEN" {
+			return fmt.Errorf("the background sleep's cgroup is %s", st)
+		}
+		return nil
+	})
+
+	ctx, cancel := context.WithTimeout(ctxb, 2*time.Second)
+	defer cancel()
+	err = r.Stop(ctx, c.id, true, syscall.SIGKILL, 0)
+	if want := "process " + background + " survived SIGKILL"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Stop with the background sleep %s frozen = %v, want an error saying %q", background, err, want)
+	}
+	// Thawed, it acts on the SIGKILL it was sent.
+	thaw()
+	pid, _ := strconv.Atoi(background)
+	testenv.WaitGone(t, pid, 10*time.Second)
+}
+
 func TestWatchExits(t *testing.T) {
 	r := newRuntime(t)
 	ctx, cancel := context.WithCancel(ctxb)
