@@ -54,8 +54,15 @@ fi
 
 export CRIJOURNAL_TEST_TIME_SCALE=${CRIJOURNAL_TEST_TIME_SCALE:-10}
 export CRIJOURNAL_E2E_VM_NODE=1
-export CRIJOURNAL_BIN=${CRIJOURNAL_BIN:-$top/bin/crijournal}
-export CRIJOURNAL_KUBELET=${CRIJOURNAL_KUBELET:-$top/bin/kubelet}
+# The VM reads the host's files through 9p with loose caching: a binary rebuilt on the host
+# while the VM runs could be read half old, half new (a Go runtime crash in there). The
+# daemon, its pause programs (looked for beside it) and the kubelet are copied into the
+# results directory and run from there.
+for b in crijournal crijournal-pause crijournal-pause-sleep kubelet; do
+	[ -e "$top/bin/$b" ] && cp "$top/bin/$b" "$bin/$b"
+done
+export CRIJOURNAL_BIN=$bin/crijournal
+export CRIJOURNAL_KUBELET=$bin/kubelet
 
 # boot DRIVER: one boot of the VM running inside.sh with DRIVER. On a loaded host the
 # emulated kernel sometimes panics at boot before it runs anything ("IO-APIC + timer
