@@ -475,7 +475,7 @@ func (r *Runtime) waitCgroupEmpty(ctx context.Context, id string) error {
 		return err
 	}
 	pids, err := e.m.GetAllPids()
-	if errors.Is(err, fs.ErrNotExist) {
+	if cgroupGone(err) {
 		return nil
 	}
 	if err != nil {
@@ -493,6 +493,14 @@ func (r *Runtime) waitCgroupEmpty(ctx context.Context, id string) error {
 		}
 	}
 	return nil
+}
+
+// cgroupGone reports whether err says a cgroup is gone: its directory is not there
+// (ENOENT), or it was removed while it was read (ENODEV: systemd removes a container's
+// scope once its last process exited, and a read of the removed directory's
+// cgroup.procs fails so, as the systemd driver's crash matrix saw under load).
+func cgroupGone(err error) bool {
+	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV)
 }
 
 // killAll SIGKILLs every process of container id, whose init process (PID pid) is behind

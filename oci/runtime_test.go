@@ -803,3 +803,22 @@ func TestValidIDAsThePattern(t *testing.T) {
 		}
 	}
 }
+
+// TestCgroupGone: a cgroup read while it is removed (ENODEV, as the library wraps it)
+// is gone as much as one that is not there; other errors are not.
+func TestCgroupGone(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		gone bool
+	}{
+		{nil, false},
+		{&os.PathError{Op: "open", Path: "/sys/fs/cgroup/x/cgroup.procs", Err: syscall.ENOENT}, true},
+		{fmt.Errorf("read: %w", &os.PathError{Op: "read", Path: "/sys/fs/cgroup/x/cgroup.procs", Err: syscall.ENODEV}), true},
+		{&os.PathError{Op: "open", Path: "/sys/fs/cgroup/x/cgroup.procs", Err: syscall.EACCES}, false},
+		{errors.New("other"), false},
+	} {
+		if got := cgroupGone(tt.err); got != tt.gone {
+			t.Errorf("cgroupGone(%v) = %v, want %v", tt.err, got, tt.gone)
+		}
+	}
+}

@@ -98,7 +98,11 @@ func TestContainerOverlay(t *testing.T) {
 // retries their deletion, and to retry later; once the deletion can run, the image goes.
 func TestRemoveImageAfterAFailedRootfsDeletion(t *testing.T) {
 	t.Parallel()
-	d, _ := startContainerDaemon(t, daemonOptions{env: []string{failpoint.EnvVar + "=journal/remove/storage-container/before-undo=error"}})
+	// The removal's deletion fails, and so does every retry of it: a removal whose undo
+	// failed is retried as a rollback (its record is undoing), within undo_retry_min
+	// (200ms here) of the failure, which a loaded node's crictl rmi may come after.
+	d, _ := startContainerDaemon(t, daemonOptions{env: []string{failpoint.EnvVar +
+		"=journal/remove/storage-container/before-undo=error,journal/rollback/storage-container/before-undo=error"}})
 	pod := d.containerPod(t, "rmi", false)
 	podID := d.mustRunp(t, pod)
 	id := d.run(t, podID, containerConfig(t, "c", 0, sleeper), pod)
