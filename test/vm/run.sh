@@ -42,6 +42,8 @@ if [[ " ${VM_DRIVERS:-} " == *" critest "* ]]; then
 	kit=$(cd "$vm/.." && pwd)/conformance
 	[ -s /var/tmp/crij-images/images.list ] || "$kit/mk-local-images.sh" /var/tmp/crij-images >"$out/images.log" 2>&1
 	command -v crane >/dev/null || GOBIN=/usr/local/bin go install github.com/google/go-containerregistry/cmd/crane@v0.20.6
+	# critest's AppArmor specs load their profiles through sudo (as root: a no-op).
+	command -v sudo >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo
 	if [ "$(critest --version 2>/dev/null | head -n 1)" != "critest version: v1.37.0" ]; then
 		src=$(mktemp -d)
 		go mod download -json sigs.k8s.io/cri-tools@v1.37.0 >/dev/null
