@@ -52,9 +52,10 @@ func TestExecStreams(t *testing.T) {
 		{name: "output and code", cmd: []string{"sh", "-c", "echo out; echo err >&2; exit 3"}, code: 3, stdout: "out\n", stderr: "err\n"},
 		{name: "stdin", cmd: []string{"cat"}, stdin: "line one\nline two\n", stdout: "line one\nline two\n"},
 		{name: "no stdin", cmd: []string{"cat"}, stdout: ""},
-		// runc gives the command's terminal the size once it has started the command:
-		// the command waits for it (at most 10s), not for a fixed second.
-		{name: "terminal", cmd: []string{"sh", "-c", `i=0; while [ "$(stty size)" = "0 0" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; tty; stty size; echo $TERM; exit 4`}, tty: true,
+		// runc sets the command's terminal up (its size, no \r added to \n) after it has
+		// started the command, and on a loaded node stty may fail until then: the
+		// command waits (at most 10s) until its terminal has a size, not a fixed second.
+		{name: "terminal", cmd: []string{"sh", "-c", `i=0; until s=$(stty size 2>/dev/null) && [ -n "$s" ] && [ "$s" != "0 0" ] || [ $i -ge 200 ]; do sleep 0.05; i=$((i+1)); done; tty; stty size; echo $TERM; exit 4`}, tty: true,
 			resize: &remotecommand.TerminalSize{Width: 91, Height: 27}, code: 4, stdout: "/dev/pts/0\r\n27 91\r\nxterm\r\n"},
 		{name: "terminal input", cmd: []string{"sh", "-c", "read line; echo got-$line"}, tty: true, stdin: "typed\n", stdout: "got-typed"},
 		// Answered when the command exits, although a process it left in the
