@@ -348,7 +348,7 @@ const zombieWait = orphanGrace + 10*time.Second
 func noZombies() error {
 	err := testenv.Poll(zombieWait, 20*time.Millisecond, func() error {
 		if z := zombieChildren(); len(z) > 0 {
-			return fmt.Errorf("zombie children of the test process: %v", z)
+			return fmt.Errorf("zombie children of the test process: %s", describeProcs(z))
 		}
 		return nil
 	})
@@ -356,6 +356,20 @@ func noZombies() error {
 		return fmt.Errorf("%w (waited %v)", err, zombieWait)
 	}
 	return nil
+}
+
+// describeProcs names processes by what /proc still tells of a zombie, so that a
+// failure says what leaked: "31762 (sleep, NSpid 31762, NSsid 31750)", where NSpid
+// and NSsid hold one value per pid namespace, the node's first.
+func describeProcs(pids []int) string {
+	field := func(pid int, name string) string {
+		return strings.Join(strings.Fields(testenv.ProcStatus(pid, name)), " ")
+	}
+	var out []string
+	for _, pid := range pids {
+		out = append(out, fmt.Sprintf("%d (%s, NSpid %s, NSsid %s)", pid, field(pid, "Name"), field(pid, "NSpid"), field(pid, "NSsid")))
+	}
+	return strings.Join(out, ", ")
 }
 
 // requireNoZombies fails the test if this process keeps a zombie child (see noZombies).
