@@ -177,18 +177,32 @@ func (r *Runtime) openConmon(id string) (*os.File, int, error) {
 	}
 	if exited(f) {
 		// A zombie has no command line left; its name will do.
-		if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); strings.TrimSpace(string(comm)) == "conmon" {
+		if procComm(pid) == "conmon" {
 			reapPidfd(f)
 		}
 		f.Close()
 		return nil, 0, nil
 	}
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !isConmonOf(cmdline, r.exitsDir(), id) {
+	if err != nil {
+		f.Close()
+		return nil, 0, nil
+	}
+	// A process part way through its exit has no command line left either, before its
+	// pidfd says it exited: a conmon that has written the exit file and is ending (for a
+	// while, on a loaded node). Its name will do; its pidfd tells the caller when it
+	// has ended, and the caller reaps it.
+	if !isConmonOf(cmdline, r.exitsDir(), id) && !(len(cmdline) == 0 && procComm(pid) == "conmon") {
 		f.Close()
 		return nil, 0, nil
 	}
 	return f, pid, nil
+}
+
+// procComm returns the name of process pid (/proc/<pid>/comm, which a zombie keeps), or "".
+func procComm(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return strings.TrimSpace(string(b))
 }
 
 // findConmon returns the PID of a live process whose command line is that of a conmon

@@ -1,13 +1,19 @@
 package oci
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
@@ -145,5 +151,82 @@ func TestNewLeavesRunRootSearchable(t *testing.T) {
 		if got := st.Mode().Perm() &^ 0o022; got != want&^0o022 {
 			t.Errorf("%s has mode %04o, want %04o", dir, st.Mode().Perm(), want)
 		}
+	}
+}
+
+// endingConmonEnv makes the test binary a stand-in for a conmon part way through its
+// exit (endingConmon).
+const endingConmonEnv = "OCI_TEST_ENDING_CONMON"
+
+func init() {
+	if os.Getenv(endingConmonEnv) != "" {
+		runtime.LockOSThread() // TestMain runs on the main thread
+	}
+}
+
+// endingConmon names the process conmon and ends its main thread, not the process: the
+// runtime's other threads live on. To /proc it is then what a process is part way
+// through its exit (no command line left, not yet exited to its pidfd), for as long as
+// the test needs. It does not return.
+func endingConmon() {
+	if unix.Gettid() != os.Getpid() {
+		fmt.Fprintln(os.Stderr, "the ending conmon's stand-in does not run on its main thread")
+		os.Exit(1)
+	}
+	name := []byte("conmon\x00")
+	if err := unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	unix.RawSyscall(unix.SYS_EXIT, 0, 0, 0) // this thread only
+	select {}                               // not reached
+}
+
+// TestDeleteReapsAnEndingConmon: a conmon part way through its exit (it has written the
+// exit file) has no command line left, yet it is the container's conmon: Delete waits
+// for it, ends it after its grace and reaps it, rather than taking it for a stranger and
+// leaving it a zombie of this process: a conmon of an earlier life of the daemon, as in
+// TestContainerOutlivesDaemon, has no goroutine of this one to reap it. The stand-in is
+// this test binary, its main thread ended (endingConmon).
+func TestDeleteReapsAnEndingConmon(t *testing.T) {
+	r := newRuntime(t)
+	id := randomHex(t, 8)
+	if err := os.Mkdir(r.containerDir(id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), endingConmonEnv+"=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() {
+		// Delete reaped it, or the test failed and it is ended here.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	f, err := openPidfd(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if len(cmdline) > 0 || procComm(pid) != "conmon" {
+			return fmt.Errorf("the stand-in %d is not an ending conmon yet: command line %q, name %q", pid, cmdline, procComm(pid))
+		}
+		return nil
+	})
+	if exited(f) {
+		t.Fatalf("the stand-in %d exited: it no longer stands for a conmon that is ending", pid)
+	}
+	if err := os.WriteFile(r.conmonPidFile(id), []byte(strconv.Itoa(pid)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctxb, id); err != nil {
+		t.Fatal(err)
+	}
+	if st := testenv.ProcState(pid); st != "" {
+		t.Fatalf("the ending conmon %d is left in state %s after Delete, want it ended and reaped", pid, st)
 	}
 }

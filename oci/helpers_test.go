@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childCreate())
 	}
+	if os.Getenv(endingConmonEnv) != "" {
+		endingConmon()
+	}
 	// As the daemon does: orphans of the runtimes come to us, so a leaked one shows
 	// up as our zombie.
 	if err := BecomeSubreaper(); err != nil {
