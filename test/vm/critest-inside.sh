@@ -11,8 +11,20 @@ kit=${CONFORMANCE:-$(cd "$top/.." && pwd)/shared/conformance}
 bin=${CRIJOURNAL_BIN:-$top/bin/crijournal}
 sock=/run/crijournal/crijournal.sock
 
-# The storage's overlay driver cannot sit on the VM's root overlay: a tmpfs of its own.
-mkdir -p /var/lib/crijournal && mount -t tmpfs tmpfs /var/lib/crijournal
+# The storage's overlay driver cannot sit on the VM's root overlay, and critest's host-idmap
+# user-namespace specs probe /var/lib for idmapped mounts, which neither that overlay nor a
+# tmpfs (before Linux 6.3) takes: /var/lib becomes an ext4 filesystem on a loop device (a
+# sparse image in the VM's memory, filled with /var/lib's files), as on a node's disk. Where
+# that fails, the storage gets a tmpfs and those specs skip.
+img=/tmp/var-lib.ext4
+if truncate -s 6G "$img" && mkfs.ext4 -q -F -d /var/lib "$img" >"$out/critest-mkfs.log" 2>&1 &&
+	mount -o loop "$img" /var/lib; then
+	echo "critest: /var/lib on ext4 ($img)"
+else
+	echo "critest: no ext4 for /var/lib (see critest-mkfs.log); the storage on a tmpfs"
+	mkdir -p /var/lib/crijournal && mount -t tmpfs tmpfs /var/lib/crijournal
+fi
+mkdir -p /var/lib/crijournal
 mkdir -p /etc/cni/net.d /etc/containers
 cp "$top/contrib/cni/10-crijournal-bridge.conflist" /etc/cni/net.d/
 [ -e /etc/containers/policy.json ] || cp "$top/contrib/containers/policy.json" /etc/containers/
