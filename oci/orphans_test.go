@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -87,16 +86,7 @@ func TestReapOrphansOfTheNodesPidNamespace(t *testing.T) {
 		sc(in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}
 	})
 	conmon := conmonPID(t, r, c.id)
-	waitLog(t, c, "stdout F background ")
-	b, err := os.ReadFile(c.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`stdout F background (\d+)`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("no background PID in the log %q", b)
-	}
-	orphan, _ := strconv.Atoi(string(m[1]))
+	orphan, _ := strconv.Atoi(backgroundPID(t, c))
 	// The shell has exited, and its conmon after it: the sleep is this process's child.
 	testenv.WaitGone(t, conmon, 10*time.Second)
 	testenv.Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {

@@ -78,6 +78,22 @@ func TestTerminalContainer(t *testing.T) {
 }
 
 // waitLog waits until the container's log holds want.
+// backgroundPID waits for the line "background <PID>" in c's log, which the tests'
+// shells echo after starting a process in the background, and returns the PID.
+func backgroundPID(t *testing.T, c *testContainer) string {
+	t.Helper()
+	waitLog(t, c, "stdout F background ")
+	b, err := os.ReadFile(c.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`stdout F background (\d+)`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no background PID in the log %q", b)
+	}
+	return string(m[1])
+}
+
 func waitLog(t *testing.T, c *testContainer, want string) {
 	t.Helper()
 	testenv.Eventually(t, 5*time.Second, 20*time.Millisecond, func() error {

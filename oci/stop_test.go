@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -142,16 +141,7 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 	c := startContainer(t, r, []string{"sh", "-c", "sleep 30 >/dev/null 2>&1 & echo background $!; wait"}, func(in *SpecInput) {
 		sc(in).NamespaceOptions = &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE}
 	})
-	waitLog(t, c, "stdout F background ")
-	b, err := os.ReadFile(c.logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile(`stdout F background (\d+)`).FindSubmatch(b)
-	if m == nil {
-		t.Fatalf("no background PID in the log %q", b)
-	}
-	background := string(m[1])
+	background := backgroundPID(t, c)
 	frozen := filepath.Join(c.cgroupDir("freezer"), "frozen")
 	if err := os.Mkdir(frozen, 0o755); err != nil {
 		t.Fatal(err)
@@ -179,7 +169,7 @@ func TestStopWaitsForEveryProcess(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(ctxb, 2*time.Second)
 	defer cancel()
-	err = r.Stop(ctx, c.id, true, syscall.SIGKILL, 0)
+	err := r.Stop(ctx, c.id, true, syscall.SIGKILL, 0)
 	if want := "process " + background + " survived SIGKILL"; err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("Stop with the background sleep %s frozen = %v, want an error saying %q", background, err, want)
 	}
