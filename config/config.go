@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
+
+	"github.com/crijournal/crijournal/layout"
 )
 
 // DefaultFile is the configuration file read when no other path is given.
@@ -473,48 +474,17 @@ const MaxJournalReserveMiB = 1024
 // JournalReserve returns journal_reserve_mib in bytes.
 func (c Config) JournalReserve() int64 { return int64(c.JournalReserveMiB) << 20 }
 
-// JournalFile returns the path of the journal database: JournalPath, or
-// <root>/journal.db when it is empty.
-func (c Config) JournalFile() string {
-	if c.JournalPath != "" {
-		return c.JournalPath
+// Layout is where the node keeps things, derived from the path keys (see package layout).
+func (c Config) Layout() layout.Node {
+	roots := make(map[string]string, len(c.Runtimes))
+	for h, rt := range c.Runtimes {
+		roots[h] = rt.Root
 	}
-	return filepath.Join(c.Root, "journal.db")
-}
-
-// StorageRootDir returns the storage directory: StorageRoot, or
-// <root>/storage when it is empty.
-func (c Config) StorageRootDir() string {
-	if c.StorageRoot != "" {
-		return c.StorageRoot
+	return layout.Node{
+		Root: c.Root, RunRoot: c.RunRoot, Socket: c.Socket, NamespaceDir: c.NamespaceDir,
+		JournalPath: c.JournalPath, StorageRoot: c.StorageRoot, StorageRunRoot: c.StorageRunRoot,
+		CNICacheDir: c.CNICacheDir, RuntimeRoots: roots,
 	}
-	return filepath.Join(c.Root, "storage")
-}
-
-// StorageRunRootDir returns the storage run directory: StorageRunRoot, or
-// <run_root>/storage when it is empty.
-func (c Config) StorageRunRootDir() string {
-	if c.StorageRunRoot != "" {
-		return c.StorageRunRoot
-	}
-	return filepath.Join(c.RunRoot, "storage")
-}
-
-// ImageCacheDir returns the directory of the image library's caches and
-// generated configuration (blob info cache, registries.conf, temporary
-// files of pulls): <root>/image-cache. Nothing is ever written under
-// /var/lib/containers.
-func (c Config) ImageCacheDir() string {
-	return filepath.Join(c.Root, "image-cache")
-}
-
-// RuntimeRoot returns the state directory of the runtime handler: its Root,
-// or <run_root>/<handler> when that is empty. The handler need not exist.
-func (c Config) RuntimeRoot(handler string) string {
-	if r := c.Runtimes[handler].Root; r != "" {
-		return r
-	}
-	return filepath.Join(c.RunRoot, handler)
 }
 
 // AutoLogSizeMax is the bound of a container's log of log_size_max = 0 with a conmon

@@ -77,21 +77,23 @@ func TestDefault(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Default().Validate() = %v", err)
 	}
+	l := c.Layout()
 	for _, tc := range []struct{ name, got, want string }{
-		{"JournalFile", c.JournalFile(), "/var/lib/crijournal/journal.db"},
-		{"StorageRootDir", c.StorageRootDir(), "/var/lib/crijournal/storage"},
-		{"StorageRunRootDir", c.StorageRunRootDir(), "/run/crijournal/storage"},
-		{"ImageCacheDir", c.ImageCacheDir(), "/var/lib/crijournal/image-cache"},
-		{"RuntimeRoot(runc)", c.RuntimeRoot("runc"), "/run/crijournal/runc"},
-		{"RuntimeRoot(crun)", c.RuntimeRoot("crun"), "/run/crijournal/crun"},
+		{"JournalFile", l.JournalFile(), "/var/lib/crijournal/journal.db"},
+		{"StorageRootDir", l.StorageRootDir(), "/var/lib/crijournal/storage"},
+		{"StorageRunRootDir", l.StorageRunRootDir(), "/run/crijournal/storage"},
+		{"ImageCacheDir", l.ImageCacheDir(), "/var/lib/crijournal/image-cache"},
+		{"RuntimeRoot(runc)", l.RuntimeRoot("runc"), "/run/crijournal/runc"},
+		{"RuntimeRoot(crun)", l.RuntimeRoot("crun"), "/run/crijournal/crun"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %q, want %q", tc.name, tc.got, tc.want)
 		}
 	}
 	c.JournalPath, c.StorageRoot, c.StorageRunRoot = "/j.db", "/s", "/sr"
-	if c.JournalFile() != "/j.db" || c.StorageRootDir() != "/s" || c.StorageRunRootDir() != "/sr" {
-		t.Errorf("explicit paths not returned: %q %q %q", c.JournalFile(), c.StorageRootDir(), c.StorageRunRootDir())
+	l = c.Layout()
+	if l.JournalFile() != "/j.db" || l.StorageRootDir() != "/s" || l.StorageRunRootDir() != "/sr" {
+		t.Errorf("explicit paths not returned: %q %q %q", l.JournalFile(), l.StorageRootDir(), l.StorageRunRootDir())
 	}
 
 	// Default() must return a fresh value each time.

@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/layout"
 )
 
 // ErrInvalid is returned when a sandbox ID, namespace kind, interface name,
@@ -77,7 +79,7 @@ func PinPath(dir string, kind Kind, sandboxID string) string {
 	if kind.cloneFlag() == 0 || validateID(sandboxID) != nil {
 		return ""
 	}
-	return filepath.Join(dir, string(kind)+"ns", sandboxID)
+	return layout.PinPath(dir, string(kind), sandboxID)
 }
 
 // Pin creates new namespaces of the given kinds and pins each with a bind

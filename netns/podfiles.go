@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/layout"
 )
 
 // A pod's files: what its containers bind-mount from the sandbox rather than from their
@@ -64,7 +65,7 @@ const (
 )
 
 // PodFilesDir returns the directory of a sandbox's files under dir.
-func PodFilesDir(dir, sandboxID string) string { return filepath.Join(dir, sandboxID) }
+func PodFilesDir(dir, sandboxID string) string { return layout.PodDirIn(dir, sandboxID) }
 
 // DNS is a pod's DNS configuration (the CRI's DNSConfig).
 type DNS struct {

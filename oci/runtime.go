@@ -3,7 +3,6 @@ package oci
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/crijournal/crijournal/layout"
 	"github.com/crijournal/crijournal/units"
 )
 
@@ -81,7 +81,7 @@ type Config struct {
 	Root string
 	// ConmonPath is the conmon binary; "" looks up conmon in PATH.
 	ConmonPath string
-	// StateDir holds conmon's files: exit files, attach sockets, pid files. Exit files
+	// StateDir holds conmon's files: exit files, attach sockets, pid files (layout.ConmonState). Exit files
 	// should survive a daemon restart, so StateDir may live under the persistent root
 	// rather than /run. Required; created if missing. See the package documentation
 	// for its layout.
@@ -134,7 +134,7 @@ func New(cfg Config) (*Runtime, error) {
 	}
 	// conmon binds <StateDir>/attach/<id>/attach and silently truncates a path longer
 	// than a socket address holds.
-	if len(r.stateDir) > MaxStateDirLen {
+	if len(r.stateDir) > layout.MaxStateDirLen {
 		n := len(r.attachDir()) + len("/") + 64 + len("/attach")
 		return nil, fmt.Errorf("oci: runtime %s: state dir %q is too long: attach socket paths would be %d bytes, more than %d",
 			cfg.Handler, r.stateDir, n, maxSocketPath)
@@ -146,7 +146,7 @@ func New(cfg Config) (*Runtime, error) {
 	if r.conmon, err = findBinary(cfg.ConmonPath, "conmon"); err != nil {
 		return nil, fmt.Errorf("oci: runtime %s: %w", cfg.Handler, err)
 	}
-	for _, dir := range []string{r.root, r.stateDir, r.exitsDir(), r.attachDir(), filepath.Join(r.stateDir, "containers")} {
+	for _, dir := range append([]string{r.root, r.stateDir}, r.state().Subdirs()...) {
 		if err := mkdirPrivate(dir); err != nil {
 			return nil, fmt.Errorf("oci: runtime %s: %w", cfg.Handler, err)
 		}
@@ -173,25 +173,6 @@ func mkdirPrivate(dir string) error {
 // NUL).
 const maxSocketPath = 107
 
-// MaxStateDirLen is the longest Config.StateDir: conmon binds
-// <StateDir>/attach/<64-hex id>/attach, which must fit maxSocketPath.
-const MaxStateDirLen = maxSocketPath - len("/attach/") - 64 - len("/attach")
-
-// StateDirFor is where a daemon whose run_root is runRoot keeps conmon's state for a
-// runtime handler (exit files, pid files, attach sockets): <run_root>/oci-<handler>. It
-// survives a daemon restart (not a reboot, which ends the containers too). When that
-// path is longer than MaxStateDirLen, conmon's attach socket paths would not fit a
-// socket address (conmon truncates them silently), so a short directory under /run,
-// named by a digest of the long path, is used instead.
-func StateDirFor(runRoot, handler string) string {
-	dir := filepath.Join(runRoot, "oci-"+handler)
-	if len(dir) <= MaxStateDirLen {
-		return dir
-	}
-	sum := sha256.Sum256([]byte(dir))
-	return fmt.Sprintf("/run/cjo-%x", sum[:4])
-}
-
 // findBinary returns path, or else name found in PATH, as an absolute path.
 func findBinary(path, name string) (string, error) {
 	if path == "" {
@@ -207,10 +188,11 @@ func findBinary(path, name string) (string, error) {
 // Handler returns the runtime handler name.
 func (r *Runtime) Handler() string { return r.handler }
 
-// Layout of StateDir.
-func (r *Runtime) exitsDir() string              { return filepath.Join(r.stateDir, "exits") }
-func (r *Runtime) attachDir() string             { return filepath.Join(r.stateDir, "attach") }
-func (r *Runtime) containerDir(id string) string { return filepath.Join(r.stateDir, "containers", id) }
+// Layout of StateDir (package layout).
+func (r *Runtime) state() layout.ConmonState     { return layout.ConmonState(r.stateDir) }
+func (r *Runtime) exitsDir() string              { return r.state().ExitsDir() }
+func (r *Runtime) attachDir() string             { return r.state().AttachDir() }
+func (r *Runtime) containerDir(id string) string { return r.state().Container(id) }
 func (r *Runtime) exitFile(id string) string     { return filepath.Join(r.exitsDir(), id) }
 func (r *Runtime) conmonPidFile(id string) string {
 	return filepath.Join(r.containerDir(id), "conmon.pid")

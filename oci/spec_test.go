@@ -724,27 +724,6 @@ func TestParseSignal(t *testing.T) {
 	}
 }
 
-func TestStateDirFor(t *testing.T) {
-	long := "/tmp/a-run-root-long-enough-for-conmon-to-truncate-its-attach-socket-paths"
-	for _, tc := range []struct {
-		runRoot, handler string
-		want             func(string) bool
-	}{
-		{"/run/crijournal", "runc", func(d string) bool { return d == "/run/crijournal/oci-runc" }},
-		{long, "runc", func(d string) bool { return strings.HasPrefix(d, "/run/cjo-") && len(d) <= MaxStateDirLen }},
-	} {
-		got := StateDirFor(tc.runRoot, tc.handler)
-		if !tc.want(got) {
-			t.Errorf("StateDirFor(%q, %q) = %q", tc.runRoot, tc.handler, got)
-		}
-	}
-	// One directory per run root and handler, the same at every start.
-	first, again := StateDirFor(long, "runc"), StateDirFor(long, "runc")
-	if first != again || first == StateDirFor(long, "crun") || first == StateDirFor(long+"-2", "runc") {
-		t.Error("the short directories of long run roots are not one per run root and handler")
-	}
-}
-
 // TestMergeEnv: the container's environment is the image's, then the request's (a key
 // the request sets again replaces the image's, in place), with PATH and HOME defaulted;
 // names that are not shell identifiers (a ConfigMap's keys through envFrom) are kept as

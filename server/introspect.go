@@ -5,15 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
-	"path/filepath"
 	"time"
 )
-
-// InspectSocket returns the path of the inspection socket that goes with a CRI socket:
-// "inspect.sock" in the same directory, with the same permissions.
-func InspectSocket(criSocket string) string {
-	return filepath.Join(filepath.Dir(criSocket), "inspect.sock")
-}
 
 // InspectHandler serves the journal's view for `crijournal inspect` while the daemon holds
 // the file: GET /records (every record, JSON), GET /watch (every record, then again after

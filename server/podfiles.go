@@ -3,7 +3,6 @@ package server
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,7 +23,7 @@ import (
 const hostEtcHosts = "/etc/hosts"
 
 // podFilesDir is the directory of the sandboxes' files (see netns.PodFilesDir).
-func (s *Server) podFilesDir() string { return filepath.Join(s.cfg.RunRoot, "sandboxes") }
+func (s *Server) podFilesDir() string { return s.cfg.Layout().PodFilesDir() }
 
 // podDNS returns the pod's DNS configuration, checked (InvalidArgument when it cannot be
 // written as a resolv.conf).

@@ -214,7 +214,7 @@ func TestCNINetworkReplaced(t *testing.T) {
 			if restart {
 				// One old sandbox loses its libcni cache entry: its DEL must come from the
 				// journal's record.
-				if err := os.Remove(filepath.Join(d.cacheDir, "results", oldNet.name+"-"+recorded+"-eth0")); err != nil {
+				if err := os.Remove(d.node.CNIResult(oldNet.name, recorded, "eth0")); err != nil {
 					t.Fatalf("libcni's cached result of %s: %v", recorded, err)
 				}
 				d.restart(t)

@@ -19,7 +19,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/internal/testenv"
-	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/layout"
 	"github.com/crijournal/crijournal/storage/storagetest"
 )
 
@@ -128,7 +128,7 @@ func startBenchNode(b *testing.B) *benchNode {
 		untrackDaemon(cmd.Process)
 		// What a failed run left: containers, then mounts (the overlay root
 		// filesystems), deepest first.
-		stateDir := oci.StateDirFor(filepath.Join(base, "run"), "runc")
+		stateDir := layout.StateDirFor(filepath.Join(base, "run"), "runc")
 		removeNodeContainers(b.Logf, filepath.Join(base, "run", "runc"), stateDir, n.cgroupParent)
 		for _, m := range mountsBelow(base) {
 			_ = unix.Unmount(m, unix.MNT_DETACH)

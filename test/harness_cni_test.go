@@ -99,7 +99,7 @@ func (d *daemon) waitADD(t *testing.T, n int, within time.Duration) string {
 // cniResultPath is libcni's cached ADD result of a sandbox; libcni writes it
 // when ADD succeeded, just before returning to the daemon.
 func (d *daemon) cniResultPath(id string) string {
-	return filepath.Join(d.cacheDir, "results", d.network+"-"+id+"-eth0")
+	return d.node.CNIResult(d.network, id, "eth0")
 }
 
 // waitNetworkDone waits until the CNI ADD of the sandbox has returned to the

@@ -139,16 +139,16 @@ func (d *daemon) requireWholeContainer(t *testing.T, id string) {
 	d.waitLog(t, id, "hello-from-container", 10*time.Second)
 }
 
-func (d *daemon) runcRoot() string    { return filepath.Join(d.runRoot, "runc") }
-func (d *daemon) storageRoot() string { return filepath.Join(d.root, "storage") }
+func (d *daemon) runcRoot() string    { return d.node.RuntimeRoot("runc") }
+func (d *daemon) storageRoot() string { return d.node.StorageRootDir() }
 
 // storageRunRoot is containers/storage's run root: with the transient store, the
 // records of containers and of their layers are there.
-func (d *daemon) storageRunRoot() string { return filepath.Join(d.runRoot, "storage") }
+func (d *daemon) storageRunRoot() string { return d.node.StorageRunRootDir() }
 
 // usernsRootfsDir is where the daemon bind-mounts the root filesystems of containers in
 // a user namespace, one directory per container (storage.Options.RootfsDir's default).
-func (d *daemon) usernsRootfsDir() string { return filepath.Join(d.runRoot, "storage", "rootfs") }
+func (d *daemon) usernsRootfsDir() string { return d.node.UsernsRootfsDir() }
 
 // containerPod writes a pod configuration for the container tests: a pod
 // network (or the host's), no shared pid namespace, a log directory (made,

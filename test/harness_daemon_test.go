@@ -20,8 +20,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/internal/testenv"
-	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/layout"
 )
 
 // Helpers of the daemon under test: its options and configuration, its start,
@@ -112,6 +113,10 @@ type daemon struct {
 	cgroupParent string // cgroup_parent of the container tests' pods
 	ociStateDir  string // conmon's state directory (exit files, attach sockets)
 
+	// node is where the daemon keeps things, derived from the configuration the
+	// harness writes as the daemon derives it (writeConfig checks that they agree).
+	node layout.Node
+
 	bridge  string // Linux bridge of the pod network
 	network string // CNI network name
 	subnet  string // 10.a.b.0/24
@@ -174,7 +179,15 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 		// A slice of the node's own; each pod gets one below it (podCgroupParent).
 		d.cgroupParent = nodeSlice(base)
 	}
-	d.ociStateDir = oci.StateDirFor(d.runRoot, "runc")
+	d.node = layout.Node{Root: d.root, RunRoot: d.runRoot, Socket: d.socket, NamespaceDir: d.nsDir,
+		CNICacheDir: d.cacheDir, RuntimeRoots: map[string]string{"runc": filepath.Join(d.runRoot, "runc")}}
+	if opts.journalDir != "" {
+		d.node.JournalPath = filepath.Join(opts.journalDir, "journal.db")
+	}
+	if h := opts.secondHandler; h != "" {
+		d.node.RuntimeRoots[h] = d.handlerRoot(h)
+	}
+	d.ociStateDir = d.node.ConmonState("runc").Dir()
 	var ip [3]byte
 	d.bridge, d.subnet, ip = newNetwork(t)
 	d.gateway = fmt.Sprintf("%d.%d.%d.1", ip[0], ip[1], ip[2])
@@ -347,6 +360,12 @@ func (d *daemon) writeConfig(t *testing.T) {
 		lines = append(lines, "", "[[registries]]", "prefix = "+q(r.prefix), "location = "+q(r.location), fmt.Sprintf("insecure = %v", r.insecure))
 	}
 	writeFile(t, d.configPath, strings.Join(lines, "\n")+"\n", 0o644)
+	// The node's paths as the daemon derives them from this file (a test's extraTOML may
+	// move some); a file the daemon is to refuse keeps the harness's own.
+	if cfg, err := config.Load(d.configPath, nil); err == nil {
+		d.node = cfg.Layout()
+		d.ociStateDir = d.node.ConmonState("runc").Dir()
+	}
 }
 
 // permissivePolicy is the signature policy of a test node: accept anything.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -38,12 +37,7 @@ func (d *daemon) checkJournal(t *testing.T) {
 	}
 }
 
-func (d *daemon) journalPath() string {
-	if d.opts.journalDir != "" {
-		return filepath.Join(d.opts.journalDir, "journal.db")
-	}
-	return filepath.Join(d.root, "journal.db")
-}
+func (d *daemon) journalPath() string { return d.node.JournalFile() }
 
 func (d *daemon) openJournal(t *testing.T) *journal.Journal {
 	t.Helper()

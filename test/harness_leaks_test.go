@@ -22,7 +22,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/internal/testenv"
-	"github.com/crijournal/crijournal/oci"
+	"github.com/crijournal/crijournal/layout"
 	"github.com/crijournal/crijournal/server"
 )
 
@@ -232,7 +232,7 @@ func (d *daemon) waitRemovals(t *testing.T) {
 }
 
 // podFilesDir is where the daemon keeps the sandboxes' files.
-func (d *daemon) podFilesDir() string { return filepath.Join(d.runRoot, "sandboxes") }
+func (d *daemon) podFilesDir() string { return d.node.PodFilesDir() }
 
 // peerRE finds the peer's interface index in `ip -o link show eth0` inside a
 // namespace: "3: eth0@if12: <...".
@@ -512,7 +512,7 @@ func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 func (d *daemon) removeContainersLeft(t *testing.T) {
 	removeNodeContainers(t.Logf, d.runcRoot(), d.ociStateDir, d.cgroupRoot())
 	if h := d.opts.secondHandler; h != "" {
-		removeNodeContainers(t.Logf, d.handlerRoot(h), oci.StateDirFor(d.runRoot, h), d.cgroupRoot())
+		removeNodeContainers(t.Logf, d.node.RuntimeRoot(h), d.node.ConmonState(h).Dir(), d.cgroupRoot())
 	}
 }
 
@@ -524,15 +524,16 @@ func (d *daemon) handlerRoot(handler string) string {
 // sweepContainers removes the containers of a node whose test process died.
 func sweepContainers(dir string) {
 	runRoot := filepath.Join(dir, "run")
-	removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), oci.StateDirFor(runRoot, "runc"), "/cje2e-"+filepath.Base(dir))
+	node := layout.Node{RunRoot: runRoot, RuntimeRoots: map[string]string{"runc": filepath.Join(runRoot, "runc")}}
+	removeNodeContainers(func(string, ...any) {}, node.RuntimeRoot("runc"), node.ConmonState("runc").Dir(), "/cje2e-"+filepath.Base(dir))
 	if e2eSystemd() {
-		removeNodeContainers(func(string, ...any) {}, filepath.Join(runRoot, "runc"), oci.StateDirFor(runRoot, "runc"), "/"+nodeSlice(dir))
+		removeNodeContainers(func(string, ...any) {}, node.RuntimeRoot("runc"), node.ConmonState("runc").Dir(), "/"+nodeSlice(dir))
 	}
 	// A second handler's, under any name (TestContainerDetails).
 	roots, _ := filepath.Glob(filepath.Join(runRoot, "runc-*"))
 	for _, root := range roots {
 		h := strings.TrimPrefix(filepath.Base(root), "runc-")
-		removeNodeContainers(func(string, ...any) {}, root, oci.StateDirFor(runRoot, h), "/cje2e-"+filepath.Base(dir))
+		removeNodeContainers(func(string, ...any) {}, root, node.ConmonState(h).Dir(), "/cje2e-"+filepath.Base(dir))
 	}
 }
 

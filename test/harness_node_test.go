@@ -151,7 +151,7 @@ func randomID(t *testing.T) string { return randomHex(t, 32) }
 var idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // netnsPin is where the daemon pins a sandbox's network namespace.
-func (d *daemon) netnsPin(id string) string { return filepath.Join(d.nsDir, "netns", id) }
+func (d *daemon) netnsPin(id string) string { return d.node.Pin("net", id) }
 
 // isNamespace reports whether path is a namespace file (a live pin).
 func isNamespace(path string) bool {

@@ -45,7 +45,7 @@ func withPidMode(mode int) ctrOption {
 }
 
 // pidnsPin is where the daemon pins a sandbox's shared pid namespace.
-func (d *daemon) pidnsPin(id string) string { return filepath.Join(d.nsDir, "pidns", id) }
+func (d *daemon) pidnsPin(id string) string { return d.node.Pin("pid", id) }
 
 // pauseProcesses lists the live (not zombie) pause processes of a sandbox:
 // "<binary> pause <id>".
@@ -178,11 +178,11 @@ func (d *daemon) requireNoPause(t *testing.T, id, why string, within time.Durati
 // pin directory.
 func (d *daemon) requireNoPidnsPins(t *testing.T) {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(d.nsDir, "pidns"))
+	entries, err := os.ReadDir(d.node.PinDir("pid"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		t.Errorf("leaked pid namespace pin %s", filepath.Join(d.nsDir, "pidns", e.Name()))
+		t.Errorf("leaked pid namespace pin %s", filepath.Join(d.node.PinDir("pid"), e.Name()))
 	}
 }

@@ -118,7 +118,7 @@ func TestSignaturePolicyRejects(t *testing.T) {
 // storedLayers lists the layer directories of the daemon's vfs storage.
 func storedLayers(t *testing.T, d *daemon) []string {
 	t.Helper()
-	entries, err := os.ReadDir(filepath.Join(d.root, "storage", "vfs", "dir"))
+	entries, err := os.ReadDir(filepath.Join(d.storageRoot(), "vfs", "dir"))
 	if os.IsNotExist(err) {
 		return nil
 	}

@@ -9,7 +9,6 @@ import (
 	"maps"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -174,9 +173,9 @@ func TestRecoveryPermanentlyFailingUndo(t *testing.T) {
 		}
 		// LIFO, all of them: the namespace pins were undone although the
 		// DEL before them failed.
-		for _, kind := range []string{"netns", "ipcns", "utsns"} {
-			if _, err := os.Lstat(filepath.Join(d.nsDir, kind, id)); !errors.Is(err, fs.ErrNotExist) {
-				t.Errorf("runp %d: namespace pin %s of the rolled-back %s is left (stat: %v)", attempt, filepath.Join(d.nsDir, kind, id), id, err)
+		for _, kind := range []string{"net", "ipc", "uts"} {
+			if _, err := os.Lstat(d.node.Pin(kind, id)); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("runp %d: namespace pin %s of the rolled-back %s is left (stat: %v)", attempt, d.node.Pin(kind, id), id, err)
 			}
 		}
 		if owners := d.ipamAllocations(t); !slices.Contains(slices.Collect(maps.Values(owners)), id) {

@@ -18,7 +18,6 @@ import (
 
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/journal"
-	"github.com/crijournal/crijournal/server"
 )
 
 func init() {
@@ -81,7 +80,7 @@ type recordSource struct {
 }
 
 func newRecordSource(cfg config.Config) *recordSource {
-	socket := server.InspectSocket(cfg.Socket)
+	socket := cfg.Layout().InspectSocket()
 	return &recordSource{cfg: cfg, socket: socket, client: &http.Client{
 		Timeout: 5 * time.Second,
 		Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -123,7 +122,7 @@ func (s *recordSource) ask(ctx context.Context, client *http.Client, path string
 // openFile opens the journal read-only; a lock held by a daemon that does not answer is
 // said plainly.
 func (s *recordSource) openFile() (*journal.Journal, error) {
-	j, err := journal.Open(s.cfg.JournalFile(), journal.Options{ReadOnly: true, LockTimeout: s.cfg.JournalLockTimeout})
+	j, err := journal.Open(s.cfg.Layout().JournalFile(), journal.Options{ReadOnly: true, LockTimeout: s.cfg.JournalLockTimeout})
 	if errors.Is(err, journal.ErrInUse) {
 		return nil, s.lockedError()
 	}
@@ -133,7 +132,7 @@ func (s *recordSource) openFile() (*journal.Journal, error) {
 // lockedError says that the file is locked although no daemon answers on the socket.
 func (s *recordSource) lockedError() error {
 	return fmt.Errorf("the journal %s is locked by a running daemon, but nothing answers on %s: is the daemon hung, or using another socket? (%w)",
-		s.cfg.JournalFile(), s.socket, journal.ErrInUse)
+		s.cfg.Layout().JournalFile(), s.socket, journal.ErrInUse)
 }
 
 func (s *recordSource) records(ctx context.Context) ([]journal.Record, error) {
@@ -151,7 +150,7 @@ func (s *recordSource) records(ctx context.Context) ([]journal.Record, error) {
 		return nil, err
 	}
 	defer j.Close()
-	s.from = "from " + s.cfg.JournalFile() + ", daemon down"
+	s.from = "from " + s.cfg.Layout().JournalFile() + ", daemon down"
 	return j.List(nil), nil
 }
 
@@ -215,7 +214,7 @@ func runWatch(ctx context.Context, src *recordSource, out io.Writer, o inspectOp
 			case ferr != nil:
 				return ferr
 			default:
-				src.from = "from " + src.cfg.JournalFile() + ", daemon down"
+				src.from = "from " + src.cfg.Layout().JournalFile() + ", daemon down"
 				show(j.List(nil))
 				j.Close()
 			}
@@ -248,7 +247,7 @@ func runCheck(ctx context.Context, src *recordSource, out io.Writer) error {
 	if errors.Is(err, errDaemonDown) {
 		// The file itself, not through Open: Open refuses a damaged file at its first
 		// problem, and the check is to list them all.
-		found, cerr := journal.CheckFile(src.cfg.JournalFile(), src.cfg.JournalLockTimeout)
+		found, cerr := journal.CheckFile(src.cfg.Layout().JournalFile(), src.cfg.JournalLockTimeout)
 		if errors.Is(cerr, journal.ErrInUse) {
 			cerr = src.lockedError()
 		}

@@ -45,9 +45,9 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 	rt, err := oci.New(oci.Config{
 		Handler:          handler,
 		Path:             s.cfg.RuntimePath(handler),
-		Root:             s.cfg.RuntimeRoot(handler),
+		Root:             s.cfg.Layout().RuntimeRoot(handler),
 		ConmonPath:       s.cfg.ConmonPath,
-		StateDir:         oci.StateDirFor(s.cfg.RunRoot, handler),
+		StateDir:         s.cfg.Layout().ConmonState(handler).Dir(),
 		ExecDrainTimeout: s.cfg.ExecDrainTimeout,
 		LogSizeMax:       s.logMax,
 		SystemdCgroup:    s.cfg.CgroupManager == config.CgroupManagerSystemd,

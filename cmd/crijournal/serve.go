@@ -105,8 +105,8 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 
 	images, err := storage.Open(ctx, storage.Options{
-		Root: cfg.StorageRootDir(), RunRoot: cfg.StorageRunRootDir(), Driver: cfg.StorageDriver,
-		Registries: storageRegistries(cfg), ImageCacheDir: cfg.ImageCacheDir(), Logger: log,
+		Root: cfg.Layout().StorageRootDir(), RunRoot: cfg.Layout().StorageRunRootDir(), Driver: cfg.StorageDriver,
+		Registries: storageRegistries(cfg), ImageCacheDir: cfg.Layout().ImageCacheDir(), Logger: log,
 		RegistriesConf: cfg.RegistriesConf, RegistriesConfDir: cfg.RegistriesConfDir,
 		SignaturePolicy: cfg.SignaturePolicy, AuthFile: cfg.GlobalAuthFile,
 		TransientStore: cfg.StorageTransientStore,
@@ -115,7 +115,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		return err
 	}
 	defer images.Close()
-	log.Info("image storage ready", "driver", images.Driver(), "root", cfg.StorageRootDir())
+	log.Info("image storage ready", "driver", images.Driver(), "root", cfg.Layout().StorageRootDir())
 
 	// NRI: made before the undo registry, which its steps' undos need; started once
 	// recovery has run, so that plugins are synchronized with what the journal holds.
@@ -135,7 +135,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	nri.RegisterUndos(registry, plugins)
 	units.RegisterUndos(registry)
 
-	j, err = journal.Open(cfg.JournalFile(), journal.Options{
+	j, err = journal.Open(cfg.Layout().JournalFile(), journal.Options{
 		LockTimeout:  cfg.JournalLockTimeout,
 		NoSync:       cfg.JournalNoSync,
 		CacheTTL:     cfg.CacheTTL,
@@ -241,7 +241,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := srv.ServeInspect(ctx, server.InspectSocket(cfg.Socket)); err != nil {
+	if err := srv.ServeInspect(ctx, cfg.Layout().InspectSocket()); err != nil {
 		lis.Close()
 		return err
 	}
@@ -272,7 +272,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	srv.Register(g)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
-	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.JournalFile(), "version", version)
+	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.Layout().JournalFile(), "version", version)
 	// Start-up touched code and data all over the binary that serving does not need.
 	if err := residency.Release(); err != nil {
 		log.Warn("could not release the executable's start-up pages", "err", err)
@@ -327,7 +327,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 // failStop is the error the daemon exits with (non-zero) when a journal commit failed:
 // what failed and what to do, so that a service manager's log says it in one line.
 func failStop(cfg config.Config, when string, err error) error {
-	return fmt.Errorf("stopped %s: %w; free the space or fix the disk of %s, then start again: the next start recovers from the file", when, err, cfg.JournalFile())
+	return fmt.Errorf("stopped %s: %w; free the space or fix the disk of %s, then start again: the next start recovers from the file", when, err, cfg.Layout().JournalFile())
 }
 
 // newLogger builds the daemon's logger from the configured level and format.
