@@ -221,9 +221,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return run(ctx, o, nil)
 }
 
-// hold is called by run once every pod is up, before the teardown: the idle workload
-// polls the pods there. Its error ends the run (after the teardown).
-type hold func(ctx context.Context, rt runtimeapi.RuntimeServiceClient, pods []upPodID) error
+// hold is called by run once every pod is up, before the teardown, with the run's
+// connection: the idle workload polls the pods there. Its error ends the run (after the
+// teardown).
+type hold func(ctx context.Context, conn grpc.ClientConnInterface, pods []upPodID) error
 
 // upPodID names a pod that is up: its sandbox and, with an image, its container.
 type upPodID struct{ Sandbox, Container string }
@@ -411,7 +412,7 @@ func run(ctx context.Context, o Options, h hold) (*Report, error) {
 	rep.Memory = readMemory(s.pid, ids(made), len(made))
 	var herr error
 	if h != nil && ctx.Err() == nil {
-		herr = h(ctx, s.rt, made)
+		herr = h(ctx, s.conn, made)
 	}
 	s.cleanup(ctx, rep, made)
 	rep.finish()

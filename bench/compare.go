@@ -48,39 +48,77 @@ type RatioStats struct {
 // themselves) is measured after each round too, and
 // each side's PodUp and PodDown are compared with it.
 func Compare(ctx context.Context, o Options, baseline string, rounds int, floor func(context.Context) (*FloorReport, error)) (*Comparison, error) {
+	cs, err := CompareAll(ctx, o, []string{baseline}, rounds, floor)
+	if len(cs) == 0 {
+		return &Comparison{Endpoint: o.Endpoint, Baseline: baseline, Ratios: map[Op]RatioStats{}}, err
+	}
+	return cs[0], err
+}
+
+// CompareAll is Compare against several baselines in one run: each round runs the
+// workload on the endpoint and on every baseline, one after the other, the order turning
+// by one side a round (with the endpoint and two baselines: E B1 B2, B1 B2 E, B2 E B1,
+// ...), then measures the floor. It returns one Comparison per baseline, in the order
+// given; they share the endpoint's reports and the floors, so that the endpoint's ratios
+// to each baseline (containerd 1.6 and 2.x, say) are taken within the same rounds. On an
+// error it returns the comparisons of the rounds that finished, if any.
+func CompareAll(ctx context.Context, o Options, baselines []string, rounds int, floor func(context.Context) (*FloorReport, error)) (Comparisons, error) {
 	if rounds <= 0 {
 		return nil, fmt.Errorf("rounds must be positive")
 	}
-	cmp := &Comparison{Endpoint: o.Endpoint, Baseline: baseline, Ratios: map[Op]RatioStats{}}
+	if len(baselines) == 0 {
+		return nil, fmt.Errorf("no baseline to compare with")
+	}
+	endpoints := append([]string{o.Endpoint}, baselines...)
+	var runs [][]*Report // per round, per side (0 the endpoint, then the baselines)
+	var floors []*FloorReport
 	prefix := o.Prefix
+	var err error
+rounds:
 	for round := range rounds {
-		var pair [2]*Report
-		sides := [2]int{0, 1} // 0 the endpoint, 1 the baseline, in the order they run
-		if round%2 == 1 {
-			sides = [2]int{1, 0}
-		}
-		for _, i := range sides {
-			endpoint := [2]string{o.Endpoint, baseline}[i]
+		reps := make([]*Report, len(endpoints))
+		for k := range endpoints {
+			i := (round + k) % len(endpoints)
 			ro := o
-			ro.Endpoint = endpoint
+			ro.Endpoint = endpoints[i]
 			if prefix != "" {
 				ro.Prefix = fmt.Sprintf("%s-r%d-%d", prefix, round, i)
 			}
-			rep, err := Run(ctx, ro)
-			if err != nil {
-				return cmp, fmt.Errorf("round %d on %s: %w", round+1, endpoint, err)
+			rep, rerr := Run(ctx, ro)
+			if rerr != nil {
+				err = fmt.Errorf("round %d on %s: %w", round+1, endpoints[i], rerr)
+				break rounds
 			}
-			pair[i] = rep
+			reps[i] = rep
 		}
-		cmp.Runs = append(cmp.Runs, pair)
 		if floor != nil {
-			f, err := floor(ctx)
-			if err != nil {
-				return cmp, fmt.Errorf("round %d: %w", round+1, err)
+			f, ferr := floor(ctx)
+			if ferr != nil {
+				err = fmt.Errorf("round %d: %w", round+1, ferr)
+				break
 			}
-			cmp.Floors = append(cmp.Floors, f)
+			floors = append(floors, f)
 		}
+		runs = append(runs, reps)
 	}
+	if len(runs) == 0 {
+		return nil, err
+	}
+	cs := make(Comparisons, len(baselines))
+	for b, baseline := range baselines {
+		pairs := make([][2]*Report, len(runs))
+		for round, reps := range runs {
+			pairs[round] = [2]*Report{reps[0], reps[1+b]}
+		}
+		cs[b] = newComparison(o.Endpoint, baseline, pairs, floors)
+	}
+	return cs, err
+}
+
+// newComparison computes the ratios of the endpoint's reports to the baseline's, round by
+// round, and over the floors measured after the rounds (if any).
+func newComparison(endpoint, baseline string, runs [][2]*Report, floors []*FloorReport) *Comparison {
+	cmp := &Comparison{Endpoint: endpoint, Baseline: baseline, Runs: runs, Floors: floors, Ratios: map[Op]RatioStats{}}
 	if len(cmp.Floors) > 0 {
 		cmp.FloorRatios = map[Op][2]RatioStats{}
 		for _, op := range []Op{OpPodUp, OpPodDown} {
@@ -112,7 +150,7 @@ func Compare(ctx context.Context, o Options, baseline string, rounds int, floor 
 		}
 	}
 	cmp.Targets = cmp.targets()
-	return cmp, nil
+	return cmp
 }
 
 func median(v []float64) float64 {
@@ -125,8 +163,14 @@ func median(v []float64) float64 {
 }
 
 // WriteTable prints the comparison for people: per operation, the p50 of each side in
-// each round, and the median ratio.
+// each round, and the median ratio; then the targets.
 func (c *Comparison) WriteTable(w io.Writer) {
+	c.writeBody(w)
+	writeTargets(w, c.Targets)
+}
+
+// writeBody is WriteTable without the targets.
+func (c *Comparison) writeBody(w io.Writer) {
 	fmt.Fprintf(w, "endpoint %s against baseline %s, %d rounds, alternating\n", c.Endpoint, c.Baseline, len(c.Runs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OPERATION\tP50 ms (endpoint / baseline, per round)\tRATIO per round\tMEDIAN RATIO\t")
@@ -157,7 +201,6 @@ func (c *Comparison) WriteTable(w io.Writer) {
 		}
 	}
 	c.writeFloors(w)
-	writeTargets(w, c.Targets)
 }
 
 // writeFloors prints the floor measured after each round and each side's PodUp and
@@ -207,4 +250,78 @@ func (c *Comparison) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(c)
+}
+
+// Comparisons are the comparisons of one run against several baselines (CompareAll).
+type Comparisons []*Comparison
+
+// Targets are the targets the comparisons measured, each once: those of the endpoint
+// alone (its floor, its memory) are the same in every comparison.
+func (cs Comparisons) Targets() []Target {
+	var out []Target
+	for _, c := range cs {
+		for _, t := range c.Targets {
+			if !slices.ContainsFunc(out, func(o Target) bool { return o.Name == t.Name }) {
+				out = append(out, t)
+			}
+		}
+	}
+	return out
+}
+
+// WriteTable prints each comparison, then the endpoint's pod up and pod down over each
+// baseline's side by side, then the targets.
+func (cs Comparisons) WriteTable(w io.Writer) {
+	for _, c := range cs {
+		c.writeBody(w)
+		fmt.Fprintln(w)
+	}
+	if len(cs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "endpoint %s over each baseline, %d rounds, one run (median of the per-round ratios):\n", cs[0].Endpoint, len(cs[0].Runs))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "BASELINE\tRUNTIME\tPodUp\tPodDown\tDAEMON PEAK RSS MiB\t")
+	for _, c := range cs {
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%.3f\t%s\t\n", c.Baseline, c.Runs[0][1].Runtime, c.Ratios[OpPodUp].Median, c.Ratios[OpPodDown].Median, peakRange(c.Runs, 1))
+	}
+	fmt.Fprintf(tw, "(endpoint)\t%s\t\t\t%s\t\n", cs[0].Runs[0][0].Runtime, peakRange(cs[0].Runs, 0))
+	tw.Flush()
+	writeTargets(w, cs.Targets())
+}
+
+// peakRange is the lowest and highest daemon peak RSS of a side over the rounds.
+func peakRange(runs [][2]*Report, side int) string {
+	var peaks []float64
+	for _, pair := range runs {
+		if m := pair[side].Memory; m != nil && m.DaemonPeakRSSMiB > 0 {
+			peaks = append(peaks, m.DaemonPeakRSSMiB)
+		}
+	}
+	if len(peaks) == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f-%.1f", slices.Min(peaks), slices.Max(peaks))
+}
+
+// MarshalJSON gives the comparisons with their targets once.
+func (cs Comparisons) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Comparisons []*Comparison `json:"comparisons"`
+		Targets     []Target      `json:"targets,omitempty"`
+	}{[]*Comparison(cs), cs.Targets()})
+}
+
+// Series is each side's latencies over every round: the endpoint's, then each
+// baseline's.
+func (cs Comparisons) Series() []Series {
+	var out []Series
+	for i, c := range cs {
+		s := c.Series()
+		if i == 0 {
+			out = append(out, s[0])
+		}
+		out = append(out, s[1])
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -24,9 +25,11 @@ type IdleOptions struct {
 	Duration time.Duration // how long to poll (default 60s)
 	// RelistEvery is the period of ListPodSandbox and ListContainers (the kubelet's PLEG
 	// relist; default 1s); StatusEvery that of ContainerStatus and PodSandboxStatus of
-	// every pod and container and of ListContainerStats and ListPodSandboxMetrics (default
-	// 10s).
-	RelistEvery, StatusEvery time.Duration
+	// every pod and container, of ListContainerStats, ListPodSandboxMetrics and
+	// ImageFsInfo (the eviction manager's stats), and of Version (the node status; default
+	// 10s); RuntimeStatusEvery that of Status (the kubelet's runtime health check; default
+	// 5s); ImagesEvery that of ListImages (the image manager's cache; default 30s).
+	RelistEvery, StatusEvery, RuntimeStatusEvery, ImagesEvery time.Duration
 }
 
 // Poll calls made by the idle workload.
@@ -40,6 +43,13 @@ const (
 	// PodAndContainerStatsFromCRI; what it costs depends on the daemon's
 	// included_pod_metrics.
 	CallListPodSandboxMetrics = "ListPodSandboxMetrics"
+	// CallStatus, CallVersion, CallImageFsInfo and CallListImages are the kubelet's
+	// other periodic calls: its runtime health check, the node status's version, the
+	// eviction manager's image filesystem stats and the image manager's cache.
+	CallStatus      = "Status"
+	CallVersion     = "Version"
+	CallImageFsInfo = "ImageFsInfo"
+	CallListImages  = "ListImages"
 )
 
 // IdleReport is the idle workload's outcome.
@@ -81,6 +91,12 @@ func Idle(ctx context.Context, o IdleOptions) (*IdleReport, error) {
 	if o.StatusEvery <= 0 {
 		o.StatusEvery = 10 * time.Second
 	}
+	if o.RuntimeStatusEvery <= 0 {
+		o.RuntimeStatusEvery = 5 * time.Second
+	}
+	if o.ImagesEvery <= 0 {
+		o.ImagesEvery = 30 * time.Second
+	}
 	pid := daemonPID(o.Options)
 	if pid == 0 {
 		return nil, fmt.Errorf("idle workload on %s: the daemon's PID is unknown (give --daemon-pid)", o.Endpoint)
@@ -91,14 +107,14 @@ func Idle(ctx context.Context, o IdleOptions) (*IdleReport, error) {
 		return nil, err
 	}
 	ir := &IdleReport{Endpoint: o.Endpoint, Pods: o.Pods, DaemonPID: pid}
-	rep, err := run(ctx, o.Options, func(ctx context.Context, rt runtimeapi.RuntimeServiceClient, pods []upPodID) error {
+	rep, err := run(ctx, o.Options, func(ctx context.Context, conn grpc.ClientConnInterface, pods []upPodID) error {
 		ir.PodsUp = len(pods)
 		before, err := readUsage(fs, pid)
 		if err != nil {
 			return fmt.Errorf("idle workload: read the daemon's usage: %w", err)
 		}
 		start := time.Now()
-		calls := poll(ctx, rt, o.Duration, o.RelistEvery, o.StatusEvery)
+		calls := poll(ctx, runtimeapi.NewRuntimeServiceClient(conn), runtimeapi.NewImageServiceClient(conn), o)
 		ir.Seconds = time.Since(start).Seconds()
 		after, err := readUsage(fs, pid)
 		if err != nil {
@@ -166,15 +182,16 @@ func statsOf(s []time.Duration) Stats {
 	return st
 }
 
-// poll calls the runtime as a kubelet does, for d: every relist, ListPodSandbox and
-// ListContainers; every status period, PodSandboxStatus of every sandbox and
-// ContainerStatus of every container those lists returned, ListContainerStats and
-// ListPodSandboxMetrics. The
-// first status round comes at once. One call at a time, as the kubelet's loops are
-// sequential; a call that fails is counted and the polling goes on. A call under way
-// when d ends is finished (and counted): calls have a timeout of their own, as the
-// kubelet's do, not the end of the polling.
-func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEvery, statusEvery time.Duration) *callSamples {
+// poll calls the runtime as a kubelet does, for o.Duration: every relist, ListPodSandbox
+// and ListContainers; every status period, PodSandboxStatus of every sandbox and
+// ContainerStatus of every container those lists returned, ListContainerStats,
+// ListPodSandboxMetrics, ImageFsInfo and Version; every runtime status period, Status;
+// every image period, ListImages. The first round of each comes at once. One call at a
+// time, as the kubelet's loops are sequential; a call that fails is counted and the
+// polling goes on. A call under way when the polling ends is finished (and counted):
+// calls have a timeout of their own, as the kubelet's do, not the end of the polling.
+func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, img runtimeapi.ImageServiceClient, o IdleOptions) *callSamples {
+	d, relistEvery, statusEvery := o.Duration, o.RelistEvery, o.StatusEvery
 	c := &callSamples{samples: map[string][]time.Duration{}, errors: map[string]int{}, first: map[string]string{}}
 	end := time.Now().Add(d)
 	over := func() bool { return ctx.Err() != nil || !time.Now().Before(end) }
@@ -189,6 +206,34 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 	defer relist.Stop()
 	status := time.NewTicker(statusEvery)
 	defer status.Stop()
+	runtimeStatus := time.NewTicker(o.RuntimeStatusEvery)
+	defer runtimeStatus.Stop()
+	images := time.NewTicker(o.ImagesEvery)
+	defer images.Stop()
+	// timed makes the call f, named name, and counts it, unless the polling is over.
+	timed := func(name string, f func(context.Context) error) {
+		if over() {
+			return
+		}
+		t := time.Now()
+		err := call(f)
+		if ctx.Err() != nil {
+			return
+		}
+		c.add(name, t, err)
+	}
+	health := func() {
+		timed(CallStatus, func(ctx context.Context) error {
+			_, err := rt.Status(ctx, &runtimeapi.StatusRequest{})
+			return err
+		})
+	}
+	listImages := func() {
+		timed(CallListImages, func(ctx context.Context) error {
+			_, err := img.ListImages(ctx, &runtimeapi.ListImagesRequest{})
+			return err
+		})
+	}
 	var sandboxes, containers []string
 	list := func() {
 		t := time.Now()
@@ -277,9 +322,19 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 			return
 		}
 		c.add(CallListPodSandboxMetrics, t, err)
+		timed(CallImageFsInfo, func(ctx context.Context) error {
+			_, err := img.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+			return err
+		})
+		timed(CallVersion, func(ctx context.Context) error {
+			_, err := rt.Version(ctx, &runtimeapi.VersionRequest{})
+			return err
+		})
 	}
+	health()
 	list()
 	statuses()
+	listImages()
 	for {
 		select {
 		case <-ctx.Done():
@@ -290,6 +345,10 @@ func poll(ctx context.Context, rt runtimeapi.RuntimeServiceClient, d, relistEver
 			list()
 		case <-status.C:
 			statuses()
+		case <-runtimeStatus.C:
+			health()
+		case <-images.C:
+			listImages()
 		}
 	}
 }

@@ -29,6 +29,22 @@ func (f *fakeRuntime) called(call string) int {
 	return f.calls[call]
 }
 
+// fakeImages is the fake's image service: the calls a kubelet makes periodically.
+type fakeImages struct {
+	runtimeapi.UnimplementedImageServiceServer
+	f *fakeRuntime
+}
+
+func (i *fakeImages) ImageFsInfo(context.Context, *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
+	i.f.count(CallImageFsInfo)
+	return &runtimeapi.ImageFsInfoResponse{}, nil
+}
+
+func (i *fakeImages) ListImages(context.Context, *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
+	i.f.count(CallListImages)
+	return &runtimeapi.ListImagesResponse{}, nil
+}
+
 // CreateContainer starts the container's helper, a process whose command line names the
 // container (as conmon -c <ID> does) and whose child does not.
 func (f *fakeRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
@@ -178,7 +194,8 @@ func TestReadUsage(t *testing.T) {
 func TestIdle(t *testing.T) {
 	f := &fakeRuntime{}
 	o := IdleOptions{Options: Options{Endpoint: serveFake(t, f), Pods: 3, Concurrency: 2, Image: "img", Prefix: "idle"},
-		Duration: 450 * time.Millisecond, RelistEvery: 100 * time.Millisecond, StatusEvery: 200 * time.Millisecond}
+		Duration: 450 * time.Millisecond, RelistEvery: 100 * time.Millisecond, StatusEvery: 200 * time.Millisecond,
+		RuntimeStatusEvery: 100 * time.Millisecond, ImagesEvery: 300 * time.Millisecond}
 	r, err := Idle(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +223,26 @@ func TestIdle(t *testing.T) {
 	}
 	if n := f.called(CallListPodSandboxMetrics); n < 2 || n > 3 {
 		t.Errorf("%d calls of ListPodSandboxMetrics, want one per status round", n)
+	}
+	// The kubelet's other periodic calls: ImageFsInfo and Version with the statuses (and
+	// Version once more when the run connects), Status at its own period, ListImages at
+	// 0 and 300 ms.
+	if n := f.called(CallImageFsInfo); n < 2 || n > 3 {
+		t.Errorf("%d calls of ImageFsInfo, want one per status round", n)
+	}
+	if n := f.called(CallVersion); n < 3 || n > 4 {
+		t.Errorf("%d calls of Version, want one when connecting and one per status round", n)
+	}
+	if n := f.called(CallStatus); n < 3 || n > 6 {
+		t.Errorf("%d calls of Status in 450 ms at a period of 100 ms", n)
+	}
+	if n := f.called(CallListImages); n != 2 {
+		t.Errorf("%d calls of ListImages, want 2 (at 0 and 300 ms)", n)
+	}
+	for _, call := range []string{CallStatus, CallVersion, CallImageFsInfo, CallListImages} {
+		if r.Calls[call].Count == 0 || r.Errors[call] != 0 {
+			t.Errorf("the report has %d calls of %s and %d errors", r.Calls[call].Count, call, r.Errors[call])
+		}
 	}
 	if m := r.Memory; m == nil || m.Helpers != 3 || m.HelperRSSPerPodMiB <= 0 || m.DaemonPeakRSSMiB <= 0 {
 		t.Errorf("memory %+v: want the 3 helpers, their RSS and the daemon's peak", m)

@@ -57,6 +57,7 @@ type fakeRuntime struct {
 }
 
 func (f *fakeRuntime) Status(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	f.count(CallStatus)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.reportsRemovals {
@@ -83,6 +84,7 @@ func (o *callOrder) add(name string) {
 }
 
 func (f *fakeRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	f.count(CallVersion)
 	return &runtimeapi.VersionResponse{RuntimeName: "fake", RuntimeVersion: "1"}, nil
 }
 
@@ -167,6 +169,7 @@ func serveFake(t *testing.T, f *fakeRuntime) string {
 	}
 	g := grpc.NewServer()
 	runtimeapi.RegisterRuntimeServiceServer(g, f)
+	runtimeapi.RegisterImageServiceServer(g, &fakeImages{f: f})
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
 	return "unix://" + sock
@@ -251,6 +254,66 @@ func TestRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCompareAll: against two baselines, each round runs all three sides, the order
+// turning by one a round, and each comparison divides the endpoint's report of a round by
+// that baseline's report of the same round.
+func TestCompareAll(t *testing.T) {
+	order := &callOrder{}
+	slow := &fakeRuntime{delay: 40 * time.Millisecond, name: "endpoint", order: order}
+	mid := &fakeRuntime{delay: 20 * time.Millisecond, name: "old", order: order}
+	fast := &fakeRuntime{name: "new", order: order}
+	o := Options{Endpoint: serveFake(t, slow), Pods: 2, Concurrency: 1, Prefix: "cmpa"}
+	oldEP, newEP := serveFake(t, mid), serveFake(t, fast)
+	floors := 0
+	floor := func(context.Context) (*FloorReport, error) {
+		floors++
+		return &FloorReport{Runs: 1, Ops: map[Op]Stats{OpPodUp: {P50: 10 * time.Millisecond, P50ms: 10}, OpPodDown: {P50: time.Millisecond, P50ms: 1}}}, nil
+	}
+	cs, err := CompareAll(context.Background(), o, []string{oldEP, newEP}, 3, floor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs []string
+	for i := 0; i < len(order.names); i += o.Pods {
+		runs = append(runs, order.names[i])
+	}
+	if want := []string{"endpoint", "old", "new", "old", "new", "endpoint", "new", "endpoint", "old"}; !slices.Equal(runs, want) {
+		t.Errorf("sides in the order they ran %q, want %q", runs, want)
+	}
+	if len(cs) != 2 || floors != 3 {
+		t.Fatalf("%d comparisons, floor measured %d times: want 2 and 3", len(cs), floors)
+	}
+	for b, baseline := range []string{oldEP, newEP} {
+		c := cs[b]
+		if c.Baseline != baseline || len(c.Runs) != 3 || len(c.Floors) != 3 {
+			t.Fatalf("comparison %d: baseline %s, %d rounds, %d floors; want %s, 3, 3", b, c.Baseline, len(c.Runs), len(c.Floors), baseline)
+		}
+		r := c.Ratios[OpRunPodSandbox]
+		for round, pair := range c.Runs {
+			if pair[0] != cs[0].Runs[round][0] || pair[1].Endpoint != baseline {
+				t.Errorf("comparison %d round %d: %s against %s, want the shared endpoint report against %s", b, round, pair[0].Endpoint, pair[1].Endpoint, baseline)
+			}
+			if want := float64(pair[0].Ops[OpRunPodSandbox].P50) / float64(pair[1].Ops[OpRunPodSandbox].P50); r.PerRound[round] != want {
+				t.Errorf("comparison %d round %d ratio %v, want %v", b, round, r.PerRound[round], want)
+			}
+		}
+	}
+	if up0, up1 := cs[0].Ratios[OpPodUp].Median, cs[1].Ratios[OpPodUp].Median; up0 >= up1 || up0 <= 1 {
+		t.Errorf("pod up over the 20 ms baseline %v, over the fast one %v: want 1 < the first < the second", up0, up1)
+	}
+	if slow.left()+mid.left()+fast.left() != 0 {
+		t.Errorf("sandboxes left: %d, %d, %d", slow.left(), mid.left(), fast.left())
+	}
+	var table bytes.Buffer
+	cs.WriteTable(&table)
+	if got := strings.Count(table.String(), "against baseline"); got != 2 {
+		t.Errorf("the table has %d comparisons, want 2:\n%s", got, table.String())
+	}
+	if !strings.Contains(table.String(), "over each baseline") || !strings.Contains(table.String(), fmt.Sprintf("%.3f", cs[1].Ratios[OpPodUp].Median)) {
+		t.Errorf("the table lacks the summary with pod up over the second baseline:\n%s", table.String())
 	}
 }
 

@@ -45,14 +45,18 @@ func TestComparisonTargets(t *testing.T) {
 		c    *Comparison
 		want []string
 	}{
-		{"four at a time against containerd, every target met (at the limit is met)",
-			comparison("crijournal 6d66239", "containerd 1.6.20", 20, 4, 1.31, 1.11, 0.45, [2]*Memory{mem(34.7, 3.95), mem(35.0, 3.97)}),
+		{"four at a time against containerd 2.x, every target met (at the limit is met)",
+			comparison("crijournal 6d66239", "containerd 2.4.2+unknown", 20, 4, 1.31, 1.11, 0.45, [2]*Memory{mem(34.7, 3.95), mem(35.0, 3.97)}),
 			[]string{"pod up / floor, 4 at a time 1.31 met", "pod down / floor, 4 at a time 1.11 met",
-				"pod up / containerd, 4 at a time 0.45 met", "daemon peak RSS, 20 pods 35.00 met", "conmon RSS per pod 3.96 met"}},
+				"pod up / containerd 2.x, 4 at a time 0.45 met", "daemon peak RSS, 20 pods 35.00 met", "conmon RSS per pod 3.96 met"}},
 		{"one at a time, misses",
-			comparison("crijournal x", "containerd 1.6.20", 20, 1, 1.31, 1.51, 0.46, [2]*Memory{mem(38.1, 4.01), mem(37.0, 4.03)}),
+			comparison("crijournal x", "containerd v2.1.0", 20, 1, 1.31, 1.51, 0.46, [2]*Memory{mem(38.1, 4.01), mem(37.0, 4.03)}),
 			[]string{"pod up / floor, one at a time 1.31 NOT MET", "pod down / floor, one at a time 1.51 NOT MET",
-				"pod up / containerd, one at a time 0.46 NOT MET", "daemon peak RSS, 20 pods 38.10 NOT MET", "conmon RSS per pod 4.02 NOT MET"}},
+				"pod up / containerd 2.x, one at a time 0.46 NOT MET", "daemon peak RSS, 20 pods 38.10 NOT MET", "conmon RSS per pod 4.02 NOT MET"}},
+		{"containerd 1.6 is reported, not the anchor: no pod up target against it",
+			comparison("crijournal x", "containerd 1.6.20~ds1", 20, 1, 1.2, 0.7, 0.33, [2]*Memory{mem(34, 3.9), mem(34, 3.9)}),
+			[]string{"pod up / floor, one at a time 1.20 met", "pod down / floor, one at a time 0.70 met",
+				"daemon peak RSS, 20 pods 34.00 met", "conmon RSS per pod 3.90 met"}},
 		{"two at a time has no speed targets; RSS is judged with 20 pods only",
 			comparison("crijournal x", "containerd 1.6.20", 10, 2, 1.2, 1.0, 0.4, [2]*Memory{mem(30, 3.9), mem(30, 3.9)}),
 			[]string{"conmon RSS per pod 3.90 met"}},
@@ -68,6 +72,42 @@ func TestComparisonTargets(t *testing.T) {
 				t.Errorf("targets:\n got %q\nwant %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestComparisonsTargets: against containerd 1.6 and 2.x in one run, the endpoint's own
+// targets (floor, memory) come once, and pod up is judged against 2.x only.
+func TestComparisonsTargets(t *testing.T) {
+	mem := &Memory{DaemonPeakRSSMiB: 35, Helpers: 20, HelperRSSPerPodMiB: 3.9}
+	up := func(ratio float64) map[Op]RatioStats { return map[Op]RatioStats{OpPodUp: {Median: ratio}} }
+	endpoint := &Report{Runtime: "crijournal x", Pods: 20, Concurrency: 1, Memory: mem}
+	floors := map[Op][2]RatioStats{OpPodUp: {{Median: 1.2}, {Median: 3}}, OpPodDown: {{Median: 0.7}, {Median: 4}}}
+	var cs Comparisons
+	for _, b := range []struct {
+		runtime string
+		ratio   float64
+	}{{"containerd 1.6.20~ds1", 0.35}, {"containerd 2.4.2+unknown", 0.44}} {
+		c := &Comparison{Ratios: up(b.ratio), FloorRatios: floors,
+			Runs: [][2]*Report{{endpoint, {Runtime: b.runtime, Pods: 20, Concurrency: 1}}}}
+		c.Targets = c.targets()
+		cs = append(cs, c)
+	}
+	want := []string{"pod up / floor, one at a time 1.20 met", "pod down / floor, one at a time 0.70 met",
+		"daemon peak RSS, 20 pods 35.00 met", "conmon RSS per pod 3.90 met", "pod up / containerd 2.x, one at a time 0.44 met"}
+	if got := verdicts(cs.Targets()); !slices.Equal(got, want) {
+		t.Errorf("targets:\n got %q\nwant %q", got, want)
+	}
+}
+
+func TestIsContainerd2(t *testing.T) {
+	for runtime, want := range map[string]bool{
+		"containerd 2.4.2+unknown": true, "containerd v2.1.0": true, "containerd 10.0": true,
+		"containerd 1.6.20~ds1": false, "containerd v1.7.27": false, "containerd": false,
+		"crijournal 2.0": false, "cri-o 1.33.0": false, "containerd x.y": false,
+	} {
+		if got := isContainerd2(runtime); got != want {
+			t.Errorf("isContainerd2(%q) = %v, want %v", runtime, got, want)
+		}
 	}
 }
 
@@ -129,7 +169,7 @@ func TestWriteTargets(t *testing.T) {
 func TestComparisonPrintsTargetsOnce(t *testing.T) {
 	for _, withFloor := range []bool{false, true} {
 		c := &Comparison{Ratios: map[Op]RatioStats{OpPodUp: {PerRound: []float64{0.4}, Median: 0.4}},
-			Runs: [][2]*Report{{{Runtime: "crijournal x", Pods: 20, Concurrency: 4, Ops: map[Op]Stats{}}, {Runtime: "containerd 1.6.20", Ops: map[Op]Stats{}}}}}
+			Runs: [][2]*Report{{{Runtime: "crijournal x", Pods: 20, Concurrency: 4, Ops: map[Op]Stats{}}, {Runtime: "containerd 2.4.2+unknown", Ops: map[Op]Stats{}}}}}
 		if withFloor {
 			c.Floors = []*FloorReport{{Ops: map[Op]Stats{}}}
 			c.FloorRatios = map[Op][2]RatioStats{OpPodUp: {{PerRound: []float64{1.2}, Median: 1.2}, {PerRound: []float64{3}, Median: 3}}}

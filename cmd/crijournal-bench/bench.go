@@ -21,7 +21,7 @@ import (
 func newRootCommand() *cobra.Command {
 	var o bench.Options
 	var asJSON bool
-	var compare string
+	var compare []string
 	var rounds int
 	var plotFile string
 	var workload string
@@ -49,7 +49,10 @@ With --compare-endpoint, the workload runs --rounds times on each endpoint,
 alternating (which one goes first in a round alternates too), and the report gives
 per operation the ratio of the p50 latencies (median of the per-round ratios): two
 daemons of one runtime differing in one setting (journal_no_sync, say), or
-crijournal and containerd, compared in one run.
+crijournal and containerd, compared in one run. Given more than once, each round
+runs every endpoint in turn (the order turning by one a round) and the report
+gives the ratios to each baseline from the same rounds: crijournal against
+containerd 1.6 and 2.x, say.
 
 Workloads (--workload):
   pods   the above (the default).
@@ -75,7 +78,7 @@ Workloads (--workload):
 
 When the endpoint is crijournal, a comparison, a run with --floor and the idle
 workload end with the targets the run measured (docs/BENCHMARKS.md, "Targets"):
-pod up and down over the floor and pod up over containerd's, one and four at a
+pod up and down over the floor and pod up over containerd 2.x's, one and four at a
 time; the daemon's peak RSS with 20 pods, conmon's and the pause process's RSS; the
 idle daemon's CPU with 100 pods. Each is one run's figure beside its limit: judge
 a target by the median of several runs.`,
@@ -124,21 +127,24 @@ a target by the median of several runs.`,
 			default:
 				return fmt.Errorf("unknown workload %q: want pods, idle, scale or floor", workload)
 			}
-			if compare != "" {
+			if len(compare) > 0 {
 				var measureFloor func(context.Context) (*bench.FloorReport, error)
 				if fo != nil {
 					measureFloor = func(ctx context.Context) (*bench.FloorReport, error) { return bench.Floor(ctx, *fo) }
 				}
-				c, err := bench.Compare(ctx, o, compare, rounds, measureFloor)
-				if c != nil && len(c.Runs) > 0 {
-					if plotFile != "" {
-						if perr := writePlot(plotFile, c.Series()); perr != nil {
-							return errors.Join(err, perr)
-						}
-					}
-					err = errors.Join(err, write(out, asJSON, c, c.WriteTable))
+				cs, err := bench.CompareAll(ctx, o, compare, rounds, measureFloor)
+				if len(cs) == 0 {
+					return err
 				}
-				return err
+				if plotFile != "" {
+					if perr := writePlot(plotFile, cs.Series()); perr != nil {
+						return errors.Join(err, perr)
+					}
+				}
+				if len(cs) == 1 { // one baseline: the comparison as it always was
+					return errors.Join(err, write(out, asJSON, cs[0], cs[0].WriteTable))
+				}
+				return errors.Join(err, write(out, asJSON, cs, cs.WriteTable))
 			}
 			rep, err := bench.Run(ctx, o)
 			if rep == nil {
@@ -169,7 +175,7 @@ a target by the median of several runs.`,
 	f.DurationVar(&o.Timeout, "client-timeout", 0, "abandon and retry requests that take longer, like a kubelet (0: no timeout)")
 	f.IntVar(&o.MaxRetries, "max-retries", 100, "with --client-timeout, retries of a failed request before its pod counts as failed")
 	f.StringVar(&o.Prefix, "prefix", "", "pod name prefix (default bench-<unix time>)")
-	f.StringVar(&compare, "compare-endpoint", "", "run the same workload on this endpoint too, alternating, and report the ratio of p50 latencies (endpoint / this)")
+	f.StringArrayVar(&compare, "compare-endpoint", nil, "run the same workload on this endpoint too, alternating, and report the ratio of p50 latencies (endpoint / this); repeated, against each of them in the same rounds")
 	f.IntVar(&rounds, "rounds", 3, "with --compare-endpoint, runs on each endpoint")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.StringVar(&workload, "workload", "pods", "pods: bring pods up and down and time it; idle: bring --pods up and poll them kubelet-style for --duration, reading the daemon's CPU time; scale: fill the node to --pods and measure one more pod and the List calls every --scale-step; floor: time runc and the CNI plugin by themselves")
