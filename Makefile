@@ -149,8 +149,8 @@ deps:
 # no_btrfs` of its commands (not the release's static build); quiet when it is there.
 bench-deps: deps
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES='containerd jq'
-	@have="$$($(CONTAINERD2_DIR)/containerd --version 2>/dev/null | awk '{print $$3}' || true)"; \
-	if [ "$$have" != "$(CONTAINERD2_VERSION)" ] || [ ! -x $(CONTAINERD2_DIR)/containerd-shim-runc-v2 ] || [ ! -x $(CONTAINERD2_DIR)/ctr ]; then \
+	@have="$$($(CONTAINERD2_DIR)/containerd --version 2>/dev/null | awk '{sub(/\+.*/, "", $$3); print $$3}' || true)"; \
+	if [ "$$have" != "$(CONTAINERD2_VERSION:v%=%)" ] || [ ! -x $(CONTAINERD2_DIR)/containerd-shim-runc-v2 ] || [ ! -x $(CONTAINERD2_DIR)/ctr ]; then \
 		echo "bench-deps: building containerd $(CONTAINERD2_VERSION) into $(CONTAINERD2_DIR) (found: $${have:-none})"; \
 		tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
 		for c in containerd containerd-shim-runc-v2 ctr; do \
