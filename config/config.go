@@ -483,7 +483,7 @@ func (c Config) Layout() layout.Node {
 	return layout.Node{
 		Root: c.Root, RunRoot: c.RunRoot, Socket: c.Socket, NamespaceDir: c.NamespaceDir,
 		JournalPath: c.JournalPath, StorageRoot: c.StorageRoot, StorageRunRoot: c.StorageRunRoot,
-		CNICacheDir: c.CNICacheDir, RuntimeRoots: roots,
+		CNIConfDir: c.CNIConfDir, CNICacheDir: c.CNICacheDir, RuntimeRoots: roots,
 	}
 }
 

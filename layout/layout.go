@@ -26,6 +26,7 @@ type Node struct {
 	JournalPath    string // journal_path ("" = <root>/journal.db)
 	StorageRoot    string // storage_root ("" = <root>/storage)
 	StorageRunRoot string // storage_run_root ("" = <run_root>/storage)
+	CNIConfDir     string // cni_conf_dir: the CNI networks (bridges, IPAM directories)
 	CNICacheDir    string // cni_cache_dir ("" = libcni's /var/lib/cni)
 	// RuntimeRoots is each runtime handler's configured root ("" = <run_root>/<handler>).
 	RuntimeRoots map[string]string
@@ -175,6 +176,10 @@ func (n Node) CNICache() string {
 	}
 	return DefaultCNICacheDir
 }
+
+// DefaultHostLocalDataDir is where the host-local IPAM plugin keeps its allocations, one
+// directory per network, when its configuration names no dataDir.
+const DefaultHostLocalDataDir = "/var/lib/cni/networks"
 
 // CNIResultsDir holds libcni's cached ADD results, one file per attachment:
 // <cache>/results/<network>-<sandbox ID>-<interface>.

@@ -179,7 +179,7 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 		// A slice of the node's own; each pod gets one below it (podCgroupParent).
 		d.cgroupParent = nodeSlice(base)
 	}
-	d.node = layout.Node{Root: d.root, RunRoot: d.runRoot, Socket: d.socket, NamespaceDir: d.nsDir,
+	d.node = layout.Node{Root: d.root, RunRoot: d.runRoot, Socket: d.socket, NamespaceDir: d.nsDir, CNIConfDir: d.confDir,
 		CNICacheDir: d.cacheDir, RuntimeRoots: map[string]string{"runc": filepath.Join(d.runRoot, "runc")}}
 	if opts.journalDir != "" {
 		d.node.JournalPath = filepath.Join(opts.journalDir, "journal.db")

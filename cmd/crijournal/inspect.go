@@ -25,8 +25,8 @@ func init() {
 }
 
 type inspectOptions struct {
-	asJSON, watch, check bool
-	states, kinds        []string
+	asJSON, watch, check, leaks  bool
+	states, kinds, cgroupParents []string
 }
 
 func newInspectCommand() *cobra.Command {
@@ -40,7 +40,13 @@ the journal file read-only. With an argument it shows one record with every step
 --watch follows changes as the daemon makes them (with --json, one JSON list per
 change); while the daemon is down it reads the file every second.
 --check verifies the file (bbolt's check and the journal's invariants) and exits non-zero
-listing the problems.`,
+listing the problems.
+--leaks lists what the node holds that no journal record owns, that its record says is
+undone, and records left half done while the daemon is down: namespace pins and mounts,
+host-local IP files, veths on the CNI bridges, libcni cache entries, the pods' files,
+storage containers and layer directories, runtime containers, conmon processes and
+state, cgroups; it exits non-zero when something leaked. With --json it prints
+{"leaks": [...], "held": [...]}, held being what the records own.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd)
@@ -51,6 +57,9 @@ listing the problems.`,
 			out := cmd.OutOrStdout()
 			if o.check {
 				return runCheck(cmd.Context(), src, out)
+			}
+			if o.leaks {
+				return runLeaks(cmd.Context(), cfg, src, out, o)
 			}
 			if o.watch {
 				return runWatch(cmd.Context(), src, out, o, args)
@@ -66,6 +75,8 @@ listing the problems.`,
 	f.BoolVar(&o.asJSON, "json", false, "print JSON")
 	f.BoolVar(&o.watch, "watch", false, "follow changes live until interrupted (with --json: one JSON list per change)")
 	f.BoolVar(&o.check, "check", false, "verify the journal file and its invariants; exit non-zero on problems")
+	f.BoolVar(&o.leaks, "leaks", false, "list what the node holds that no journal record owns; exit non-zero when something leaked")
+	f.StringSliceVar(&o.cgroupParents, "cgroup-parent", nil, "with --leaks: search cgroups only below these parents, where every cgroup is listed (default: the daemon's own cgroups anywhere)")
 	f.StringSliceVar(&o.states, "state", nil, "only records in these states (creating, ready, cached, created, undoing, removing)")
 	f.StringSliceVar(&o.kinds, "kind", nil, "only records of these kinds (sandbox, container)")
 	return cmd

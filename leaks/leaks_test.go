@@ -1,0 +1,201 @@
+package leaks
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/crijournal/crijournal/internal/testenv"
+	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/layout"
+)
+
+// testNode is a node of its own in a temporary directory, with a CNI network whose
+// host-local directory and bridge are the test's.
+type testNode struct {
+	l       layout.Node
+	ipamDir string
+	bridge  string
+	cgroup  string // the cgroup parent of the test (cgroupfs path)
+}
+
+func newTestNode(t *testing.T) *testNode {
+	t.Helper()
+	base := t.TempDir()
+	n := &testNode{
+		l: layout.Node{Root: filepath.Join(base, "root"), RunRoot: filepath.Join(base, "run"), Socket: filepath.Join(base, "cri.sock"),
+			NamespaceDir: filepath.Join(base, "ns"), CNIConfDir: filepath.Join(base, "net.d"), CNICacheDir: filepath.Join(base, "cni-cache"),
+			RuntimeRoots: map[string]string{"runc": filepath.Join(base, "run", "runc")}},
+		ipamDir: filepath.Join(base, "ipam"),
+		bridge:  "cjlk" + testenv.RandomHex(t, 3),
+		cgroup:  "/cjleaks-" + testenv.RandomHex(t, 4),
+	}
+	conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "leaknet", "plugins": [{"type": "bridge", "bridge": %q,
+		"ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": "10.99.0.0/24"}]]}}]}`, n.bridge, n.ipamDir)
+	write(t, filepath.Join(n.l.CNIConfDir, "10-leak.conflist"), conf)
+	return n
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkdir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// find runs Find on the node with the records.
+func (n *testNode) find(t *testing.T, down bool, records ...journal.Record) Report {
+	t.Helper()
+	rep, err := Find(context.Background(), Node{Layout: n.l, Records: records, DaemonDown: down, CgroupParents: []string{n.cgroup}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func id(c byte) string { return strings.Repeat(string(c), 64) }
+
+// TestFindEachKind plants each kind of leak on a clean node and sees Find report it, of
+// the right owner; the same thing owned by a record is held, not leaked.
+func TestFindEachKind(t *testing.T) {
+	testenv.RequireRoot(t, "mounts, cgroups, interfaces and processes of a node")
+	sb, ctr := id('a'), id('b')
+	for _, tc := range []struct {
+		kind  string
+		plant func(t *testing.T, n *testNode) // plants something of sb or ctr
+		owner string
+	}{
+		{KindPin, func(t *testing.T, n *testNode) { write(t, n.l.Pin("net", sb), "") }, sb},
+		{KindPodFiles, func(t *testing.T, n *testNode) { write(t, filepath.Join(n.l.PodDir(sb), "hostname"), "h\n") }, sb},
+		{KindMount, func(t *testing.T, n *testNode) {
+			dir := filepath.Join(n.l.PodDir(sb), "shm")
+			mkdir(t, dir)
+			if err := syscall.Mount("shm", dir, "tmpfs", 0, "size=64k"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+		}, sb},
+		{KindIP, func(t *testing.T, n *testNode) {
+			write(t, filepath.Join(n.ipamDir, "leaknet", "10.99.0.2"), sb+"\r\neth0")
+		}, sb},
+		{KindCNICache, func(t *testing.T, n *testNode) { write(t, n.l.CNIResult("leaknet", sb, "eth0"), "{}") }, sb},
+		{KindStorageContainer, func(t *testing.T, n *testNode) {
+			write(t, filepath.Join(n.l.StorageRunRootDir(), "vfs-containers", "volatile-containers.json"), `[{"id": "`+ctr+`", "layer": "`+id('c')+`"}]`)
+		}, ctr},
+		{KindUsernsRootfs, func(t *testing.T, n *testNode) { mkdir(t, filepath.Join(n.l.UsernsRootfsDir(), ctr)) }, ctr},
+		{KindRuntimeContainer, func(t *testing.T, n *testNode) {
+			write(t, filepath.Join(n.l.RuntimeRoot("runc"), ctr, "state.json"), "{}")
+		}, ctr},
+		{KindConmonState, func(t *testing.T, n *testNode) { write(t, filepath.Join(n.l.ConmonState("runc").ExitsDir(), ctr), "0") }, ctr},
+		{KindConmon, func(t *testing.T, n *testNode) {
+			// A process whose command line names the state directory, as a conmon's does.
+			cmd := exec.Command("sh", "-c", "sleep 60", "conmon", "-c", ctr, "--exit-dir", n.l.ConmonState("runc").ExitsDir()+"/")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		}, ctr},
+		{KindCgroup, func(t *testing.T, n *testNode) {
+			dir := filepath.Join(cgroupHierarchies()[0], n.cgroup, "crijournal-"+ctr)
+			mkdir(t, dir)
+			t.Cleanup(func() { _ = syscall.Rmdir(dir); _ = syscall.Rmdir(filepath.Dir(dir)) })
+		}, ctr},
+		{KindInterface, func(t *testing.T, n *testNode) {
+			br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: n.bridge}}
+			if err := netlink.LinkAdd(br); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = netlink.LinkDel(br) })
+			veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.bridge + "v", MasterIndex: 0}, PeerName: n.bridge + "p"}
+			if err := netlink.LinkAdd(veth); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = netlink.LinkDel(veth) })
+			if err := netlink.LinkSetMaster(veth, br); err != nil {
+				t.Fatal(err)
+			}
+		}, ""}, // a port whose peer is in no pinned namespace: nobody's
+	} {
+		t.Run(tc.kind, func(t *testing.T) {
+			n := newTestNode(t)
+			if rep := n.find(t, true); len(rep.Leaks) != 0 || len(rep.Held) != 0 {
+				t.Fatalf("a clean node: %+v", rep)
+			}
+			tc.plant(t, n)
+			rep := n.find(t, true)
+			i := slices.IndexFunc(rep.Leaks, func(it Item) bool { return it.Kind == tc.kind })
+			if i < 0 || rep.Leaks[i].Owner != tc.owner || rep.Leaks[i].Reason == "" {
+				t.Fatalf("planted a %s of %q: leaks %v", tc.kind, tc.owner, rep.Leaks)
+			}
+			if tc.owner == "" {
+				return
+			}
+			// Owned by records: held, no leak.
+			records := []journal.Record{{ID: sb, Kind: journal.KindSandbox, State: journal.StateCreated},
+				{ID: ctr, Kind: journal.KindContainer, Parent: sb, State: journal.StateCreated}}
+			rep = n.find(t, true, records...)
+			if len(rep.Leaks) != 0 || !slices.ContainsFunc(rep.Held, func(it Item) bool { return it.Kind == tc.kind && it.Owner == tc.owner }) {
+				t.Errorf("with records of %s: leaks %v, held %v", tc.owner, rep.Leaks, rep.Held)
+			}
+		})
+	}
+}
+
+// TestFindRecords: a record left half done is a leak while the daemon is down, not while
+// it runs; a thing whose record's step is undone is a leak.
+func TestFindRecords(t *testing.T) {
+	n := newTestNode(t)
+	sb := id('d')
+	creating := journal.Record{ID: sb, Kind: journal.KindSandbox, State: journal.StateCreating, Stage: "network"}
+	if rep := n.find(t, false, creating); len(rep.Leaks) != 0 || len(rep.Held) != 1 {
+		t.Errorf("a creation under way while the daemon runs: %+v", rep)
+	}
+	rep := n.find(t, true, creating)
+	if len(rep.Leaks) != 1 || rep.Leaks[0].Kind != KindRecord || !strings.Contains(rep.Leaks[0].Reason, "creating") {
+		t.Errorf("a creation left half done while the daemon is down: %+v", rep)
+	}
+
+	pin := n.l.Pin("ipc", sb)
+	write(t, pin, "")
+	ready := journal.Record{ID: sb, Kind: journal.KindSandbox, State: journal.StateCreated,
+		Steps: []journal.Step{{Seq: 1, Kind: "pin", Args: map[string]string{"path": pin}, Status: journal.StepUndone}}}
+	rep = n.find(t, true, ready)
+	if len(rep.Leaks) != 1 || rep.Leaks[0].What != pin || !strings.Contains(rep.Leaks[0].Reason, "undone") {
+		t.Errorf("a pin whose step is undone: %+v", rep)
+	}
+	ready.Steps = append(ready.Steps, journal.Step{Seq: 2, Kind: "pin", Args: map[string]string{"path": pin}, Status: journal.StepDone})
+	if rep := n.find(t, true, ready); len(rep.Leaks) != 0 {
+		t.Errorf("a pin made again after its undo: %+v", rep)
+	}
+}
+
+// TestFindLayerDirs: a layer directory no layer record names is a leak whoever's it is.
+func TestFindLayerDirs(t *testing.T) {
+	n := newTestNode(t)
+	recorded, left := id('e'), id('f')
+	write(t, filepath.Join(n.l.StorageRootDir(), "vfs-layers", "layers.json"), `[{"id": "`+recorded+`"}]`)
+	mkdir(t, filepath.Join(n.l.StorageRootDir(), "vfs", "dir", recorded))
+	mkdir(t, filepath.Join(n.l.StorageRootDir(), "vfs", "dir", left))
+	rep := n.find(t, true)
+	if len(rep.Leaks) != 1 || rep.Leaks[0].Kind != KindLayerDir || !strings.HasSuffix(rep.Leaks[0].What, left) {
+		t.Errorf("leaks %v, want the unrecorded layer directory %s", rep.Leaks, left)
+	}
+}
