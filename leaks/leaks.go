@@ -686,16 +686,19 @@ func (f *finder) classify() Report {
 	return rep
 }
 
-// undoneStep finds the last step of r whose arguments name what (a path), and reports
-// whether it is undone: the record says the node no longer holds it.
+// ArgPath is the argument of a step that names the path of what the step made (a
+// pinned namespace, a pod's file, its /dev/shm mount), as the steps of netns write it.
+// Other arguments may name paths the step only used (CNI ADD's network namespace).
+const ArgPath = "path"
+
+// undoneStep finds the last step of r whose ArgPath is what, and reports whether it is
+// undone: the record says the node no longer holds it.
 func undoneStep(r journal.Record, what string) (journal.Step, bool) {
 	var last journal.Step
 	found := false
 	for _, s := range r.Steps {
-		for _, v := range s.Args {
-			if v == what && (!found || s.Seq > last.Seq) {
-				last, found = s, true
-			}
+		if s.Args[ArgPath] == what && (!found || s.Seq > last.Seq) {
+			last, found = s, true
 		}
 	}
 	return last, found && last.Status == journal.StepUndone

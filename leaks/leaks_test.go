@@ -176,12 +176,12 @@ func TestFindRecords(t *testing.T) {
 	pin := n.l.Pin("ipc", sb)
 	write(t, pin, "")
 	ready := journal.Record{ID: sb, Kind: journal.KindSandbox, State: journal.StateCreated,
-		Steps: []journal.Step{{Seq: 1, Kind: "pin", Args: map[string]string{"path": pin}, Status: journal.StepUndone}}}
+		Steps: []journal.Step{{Seq: 1, Kind: "pin", Args: map[string]string{ArgPath: pin}, Status: journal.StepUndone}}}
 	rep = n.find(t, true, ready)
 	if len(rep.Leaks) != 1 || rep.Leaks[0].What != pin || !strings.Contains(rep.Leaks[0].Reason, "undone") {
 		t.Errorf("a pin whose step is undone: %+v", rep)
 	}
-	ready.Steps = append(ready.Steps, journal.Step{Seq: 2, Kind: "pin", Args: map[string]string{"path": pin}, Status: journal.StepDone})
+	ready.Steps = append(ready.Steps, journal.Step{Seq: 2, Kind: "pin", Args: map[string]string{ArgPath: pin}, Status: journal.StepDone})
 	if rep := n.find(t, true, ready); len(rep.Leaks) != 0 {
 		t.Errorf("a pin made again after its undo: %+v", rep)
 	}
@@ -197,5 +197,20 @@ func TestFindLayerDirs(t *testing.T) {
 	rep := n.find(t, true)
 	if len(rep.Leaks) != 1 || rep.Leaks[0].Kind != KindLayerDir || !strings.HasSuffix(rep.Leaks[0].What, left) {
 		t.Errorf("leaks %v, want the unrecorded layer directory %s", rep.Leaks, left)
+	}
+}
+
+// TestFindUsedPath: a step that only used a path (CNI ADD's network namespace) says
+// nothing of it when it is undone.
+func TestFindUsedPath(t *testing.T) {
+	n := newTestNode(t)
+	sb := id('9')
+	pin := n.l.Pin("net", sb)
+	write(t, pin, "")
+	r := journal.Record{ID: sb, Kind: journal.KindSandbox, State: journal.StateCreated, Steps: []journal.Step{
+		{Seq: 1, Kind: "netns-pin", Args: map[string]string{ArgPath: pin}, Status: journal.StepDone},
+		{Seq: 2, Kind: "cni-attach", Args: map[string]string{"netns": pin}, Status: journal.StepUndone}}}
+	if rep := n.find(t, true, r); len(rep.Leaks) != 0 {
+		t.Errorf("a pin a stopped pod keeps: %+v", rep.Leaks)
 	}
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/layout"
+	"github.com/crijournal/crijournal/leaks"
 	"github.com/crijournal/crijournal/server"
 )
 
@@ -78,7 +79,10 @@ func keptList(keep []string) string {
 }
 
 // leaks lists, one a line, what the node holds that does not belong to a
-// kept sandbox.
+// kept sandbox: what the daemon's own check, `crijournal inspect --leaks`, finds
+// on the node (with the journal's records only while the daemon is stopped; a
+// kept one's thing its record says is undone is a leak too), what it does not
+// look at (leaksBeside), and the systemd units of the node's pods.
 func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 	t.Helper()
 	kept := func(s string) bool {
@@ -90,104 +94,103 @@ func (d *daemon) leaks(t *testing.T, keep ...string) []string {
 		return false
 	}
 	d.waitRemovals(t)
-	var leaks []string
-
-	// Namespace pins (files, mounted or not).
-	for _, kind := range []string{"netns", "ipcns", "utsns", "pidns", "userns"} {
-		dir := filepath.Join(d.nsDir, kind)
-		entries, err := os.ReadDir(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Fatal(err)
+	alive, _ := d.running()
+	rep := d.inspectLeaks(t)
+	var found []string
+	for _, it := range append(rep.Leaks, rep.Held...) {
+		if it.Kind == leaks.KindRecord && alive {
+			continue // the journal is checked when the daemon is stopped
 		}
-		for _, e := range entries {
-			if !kept(e.Name()) {
-				p := filepath.Join(dir, e.Name())
-				leaks = append(leaks, fmt.Sprintf("namespace pin %s (a live namespace: %v)", p, isNamespace(p)))
-			}
+		if d.nodeLeak(it, kept) {
+			found = append(found, it.String())
 		}
 	}
+	found = append(found, d.leaksBeside(t, rep, kept, keep)...)
+	// systemd units: scopes and pod slices (cgroup_manager = "systemd").
+	found = append(found, d.unitLeaks(t, kept, len(keep) > 0)...)
+	slices.Sort(found)
+	return found
+}
 
-	// Mounts under the namespace directory. The directories themselves may
-	// be mount points (a runtime may make them shared or private).
-	for _, m := range mountsBelow(d.nsDir) {
-		switch m {
-		case d.nsDir, filepath.Join(d.nsDir, "netns"), filepath.Join(d.nsDir, "ipcns"), filepath.Join(d.nsDir, "utsns"), filepath.Join(d.nsDir, "pidns"), filepath.Join(d.nsDir, "userns"):
+// nodeLeak reports whether an item of inspect --leaks is a leak of a test: whatever
+// belongs to no kept sandbox or container, and what a kept one's record says is undone.
+// The pods' slices of the systemd driver, named after the pod, are checked as units
+// (unitLeaks), their scopes' directories below them here.
+func (d *daemon) nodeLeak(it leaks.Item, kept func(string) bool) bool {
+	if it.Kind == leaks.KindCgroup && e2eSystemd() && strings.HasSuffix(it.What, ".slice") {
+		return false
+	}
+	if kept(it.What) || (it.Owner != "" && kept(it.Owner)) {
+		return it.Reason != "" && it.Kind != leaks.KindRecord && strings.Contains(it.Reason, "undone")
+	}
+	return true
+}
+
+// inspectLeaks runs `crijournal inspect --leaks --json` on the test's node: the daemon's
+// leak check, which knows the node's paths (package layout), with the cgroups below the
+// node's cgroup parent.
+func (d *daemon) inspectLeaks(t *testing.T) leaks.Report {
+	t.Helper()
+	cmd := exec.Command(daemonBinary(t), "inspect", "--leaks", "--json", "--config", d.configPath, "--cgroup-parent", d.cgroupRoot())
+	cmd.Env = daemonEnv(d.opts.env)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var rep leaks.Report
+	if jerr := json.Unmarshal(stdout.Bytes(), &rep); jerr != nil {
+		t.Fatalf("crijournal inspect --leaks: %v (%v)\nstdout: %s\nstderr: %s", err, jerr, stdout.Bytes(), stderr.Bytes())
+	}
+	if (err != nil) != (len(rep.Leaks) > 0) {
+		t.Errorf("crijournal inspect --leaks exited with %v, reporting %d leak(s); stderr: %s", err, len(rep.Leaks), stderr.Bytes())
+	}
+	return rep
+}
+
+// leaksBeside lists what inspect --leaks does not look at but the test's node may hold:
+// mounts below the node's directory outside the daemon's directories, IP files and
+// bridge ports of the test's network when its configuration is gone from the daemon's
+// CNI directory.
+func (d *daemon) leaksBeside(t *testing.T, rep leaks.Report, kept func(string) bool, keep []string) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, it := range append(rep.Leaks, rep.Held...) {
+		seen[it.Kind+" "+it.What] = true
+	}
+	var out []string
+	for _, m := range mountsBelow(d.base) {
+		switch {
+		case seen[leaks.KindMount+" "+m], m == d.nsDir || strings.HasPrefix(m, d.nsDir+"/"),
+			m == filepath.Join(d.storageRoot(), "overlay"), kept(m):
 			continue
 		}
-		if !kept(filepath.Base(m)) {
-			leaks = append(leaks, "mount "+m)
-		}
+		out = append(out, "mount "+m)
 	}
-
-	// host-local's IP allocations: one file per IP holding the owner's ID.
 	for ip, owner := range d.ipamAllocations(t) {
-		if !kept(owner) {
-			leaks = append(leaks, fmt.Sprintf("IP allocation %s of %s (%s)", ip, owner, filepath.Join(d.ipamDir, d.network, ip)))
+		p := filepath.Join(d.ipamDir, d.network, ip)
+		if !seen[leaks.KindIP+" "+p] && !kept(owner) {
+			out = append(out, fmt.Sprintf("IP allocation %s of %s (%s)", ip, owner, p))
 		}
 	}
-
-	// veths on the test bridge: the host end of each kept sandbox's eth0 is
-	// allowed, found through the peer index of eth0 in its namespace.
 	keptIfindex := map[string]bool{}
 	for _, id := range keep {
 		if !isNamespace(d.netnsPin(id)) {
 			continue
 		}
-		out, err := exec.Command("nsenter", "--net="+d.netnsPin(id), "ip", "-o", "link", "show", "eth0").CombinedOutput()
+		o, err := exec.Command("nsenter", "--net="+d.netnsPin(id), "ip", "-o", "link", "show", "eth0").CombinedOutput()
 		if err != nil {
 			continue // a kept sandbox with no network (stopped, host network)
 		}
-		if m := peerRE.FindStringSubmatch(string(out)); m != nil {
+		if m := peerRE.FindStringSubmatch(string(o)); m != nil {
 			keptIfindex[m[1]] = true
 		}
 	}
 	for _, v := range d.bridgePorts(t) {
-		if !keptIfindex[v.index] {
-			leaks = append(leaks, fmt.Sprintf("interface %s (index %s) on bridge %s", v.name, v.index, d.bridge))
+		what := fmt.Sprintf("%s (index %s) on bridge %s", v.name, v.index, d.bridge)
+		if !seen[leaks.KindInterface+" "+what] && !keptIfindex[v.index] {
+			out = append(out, "interface "+what)
 		}
 	}
-
-	// libcni's cache of ADD results (needed for DEL).
-	_ = filepath.WalkDir(d.cacheDir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil || e.IsDir() {
-			return nil
-		}
-		if !kept(e.Name()) {
-			leaks = append(leaks, "CNI cache entry "+p)
-		}
-		return nil
-	})
-
-	// The pods' files (resolv.conf, hostname, /dev/shm): a pod's directory,
-	// which a mount left there keeps too.
-	podFiles, err := os.ReadDir(d.podFilesDir())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		t.Fatal(err)
-	}
-	for _, e := range podFiles {
-		if !kept(e.Name()) {
-			leaks = append(leaks, "pod files "+filepath.Join(d.podFilesDir(), e.Name()))
-		}
-	}
-
-	// Containers: runtime containers, conmons, storage containers, cgroups,
-	// conmon's state files, mounts (see container_test.go).
-	leaks = append(leaks, d.containerLeaks(t, kept)...)
-	// systemd units: scopes and pod slices (cgroup_manager = "systemd").
-	leaks = append(leaks, d.unitLeaks(t, kept, len(keep) > 0)...)
-
-	// The journal, when it can be read (the daemon holds its lock).
-	if alive, _ := d.running(); !alive {
-		if _, err := os.Stat(d.journalPath()); err == nil {
-			for _, r := range d.records(t) {
-				if !slices.Contains(keep, r.ID) && !slices.Contains(keep, r.Parent) {
-					leaks = append(leaks, "journal record "+describeRecord(r))
-				}
-			}
-		}
-	}
-	slices.Sort(leaks)
-	return leaks
+	return out
 }
 
 // waitRemovals waits, while the daemon runs and answers, until it has no removal
@@ -349,49 +352,6 @@ func storageContainers(roots ...string) (map[string]string, error) {
 	return ids, nil
 }
 
-// unrecordedLayerDirs lists the graph driver's layer directories under
-// storageRoot (overlay's, vfs's) that no layers.json in storageRoot or runRoot
-// records: what a container left behind, for instance when its record went with
-// a transient run root in a reboot.
-func unrecordedLayerDirs(storageRoot, runRoot string) ([]string, error) {
-	recorded := map[string]bool{}
-	for _, root := range []string{storageRoot, runRoot} {
-		for _, name := range []string{"layers.json", "volatile-layers.json"} {
-			files, _ := filepath.Glob(filepath.Join(root, "*-layers", name))
-			for _, f := range files {
-				b, err := os.ReadFile(f)
-				if err != nil {
-					return nil, err
-				}
-				var ls []struct {
-					ID string `json:"id"`
-				}
-				if len(bytes.TrimSpace(b)) > 0 {
-					if err := json.Unmarshal(b, &ls); err != nil {
-						return nil, fmt.Errorf("%s: %w", f, err)
-					}
-				}
-				for _, l := range ls {
-					recorded[l.ID] = true
-				}
-			}
-		}
-	}
-	var out []string
-	for _, dir := range []string{filepath.Join(storageRoot, "overlay"), filepath.Join(storageRoot, "vfs", "dir")} {
-		entries, err := os.ReadDir(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-		for _, e := range entries {
-			if e.IsDir() && len(e.Name()) == 64 && !recorded[e.Name()] {
-				out = append(out, filepath.Join(dir, e.Name()))
-			}
-		}
-	}
-	return out, nil
-}
-
 // cgroupHierarchies lists the mounted cgroup hierarchies: on cgroup v1 each
 // controller's (and name=systemd's, and the unified one beside them); on a cgroup v2
 // node the one unified hierarchy, /sys/fs/cgroup itself.
@@ -426,84 +386,24 @@ func cgroupDirs(parent string) []string {
 // directory (but the namespace pins and the pods' files, checked apart).
 func (d *daemon) containerLeaks(t *testing.T, kept func(string) bool) []string {
 	t.Helper()
-	var leaks []string
-	ids, err := runcList(d.runcRoot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range ids {
-		if !kept(id) {
-			leaks = append(leaks, "runtime container "+id)
-		}
-	}
-	for _, p := range conmonProcesses(d.ociStateDir) {
-		if !kept(p.cmdline) {
-			leaks = append(leaks, fmt.Sprintf("conmon process %d: %s", p.pid, p.cmdline))
-		}
-	}
-	sids, err := storageContainers(d.storageRoot(), d.storageRunRoot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keptLayers []string // the root filesystems of kept containers
-	for id, layer := range sids {
-		if !kept(id) {
-			leaks = append(leaks, "storage container "+id)
-		} else if layer != "" {
-			keptLayers = append(keptLayers, layer)
-		}
-	}
-	layerDirs, err := unrecordedLayerDirs(d.storageRoot(), d.storageRunRoot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, dir := range layerDirs {
-		leaks = append(leaks, "storage layer directory no record names "+dir)
-	}
-	// The directories of the bind mounts of user-namespace root filesystems (the
-	// mounts themselves are checked with the others, below).
-	bound, err := os.ReadDir(d.usernsRootfsDir())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		t.Fatal(err)
-	}
-	for _, e := range bound {
-		if !kept(e.Name()) {
-			leaks = append(leaks, "user namespace root filesystem "+filepath.Join(d.usernsRootfsDir(), e.Name()))
-		}
-	}
-	for _, sub := range []string{"containers", "exits", "attach"} {
-		entries, err := os.ReadDir(filepath.Join(d.ociStateDir, sub))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			t.Fatal(err)
-		}
-		for _, e := range entries {
-			if !kept(e.Name()) {
-				leaks = append(leaks, "conmon state "+filepath.Join(d.ociStateDir, sub, e.Name()))
+	rep := d.inspectLeaks(t)
+	var out []string
+	for _, it := range append(rep.Leaks, rep.Held...) {
+		switch it.Kind {
+		case leaks.KindRuntimeContainer, leaks.KindConmon, leaks.KindStorageContainer, leaks.KindLayerDir,
+			leaks.KindUsernsRootfs, leaks.KindConmonState, leaks.KindCgroup:
+		case leaks.KindMount:
+			if it.What == d.nsDir || strings.HasPrefix(it.What, d.nsDir+"/") || strings.HasPrefix(it.What, d.podFilesDir()+"/") {
+				continue // namespace pins and the pods' own files: leaks checks them
 			}
+		default:
+			continue
+		}
+		if d.nodeLeak(it, kept) {
+			out = append(out, it.String())
 		}
 	}
-	for _, cg := range cgroupDirs(d.cgroupRoot()) {
-		// A pod's slice is named after the pod, not its sandbox: its unit is checked
-		// (unitLeaks), and its scopes' directories below it here.
-		if !kept(cg) && !(e2eSystemd() && strings.HasSuffix(cg, ".slice")) {
-			leaks = append(leaks, "cgroup "+cg)
-		}
-	}
-	for _, m := range mountsBelow(d.base) {
-		if m == d.nsDir || strings.HasPrefix(m, d.nsDir+"/") {
-			continue // namespace pins: checked by leaks
-		}
-		if strings.HasPrefix(m, d.podFilesDir()+"/") {
-			continue // the pods' own files (their /dev/shm): leaks checks their directories
-		}
-		if m == filepath.Join(d.storageRoot(), "overlay") {
-			continue // the overlay driver's home, made private once and left mounted
-		}
-		if !kept(m) && !slices.ContainsFunc(keptLayers, func(l string) bool { return strings.Contains(m, l) }) {
-			leaks = append(leaks, "mount "+m)
-		}
-	}
-	return leaks
+	return out
 }
 
 // removeContainersLeft removes what containers a test left on its node once
