@@ -49,10 +49,12 @@ func init() {
 const gracefulStopTimeout = 5 * time.Second
 
 // staticWindow is the gRPC server's flow-control window, per call and per connection
-// (see where the server is made in runServe).
+// (see newGRPCServer).
 const staticWindow = 1 << 20
 
-// runServe opens the journal, recovers it, and serves the CRI until SIGINT or SIGTERM.
+// runServe assembles the daemon stage by stage (each a method of serving with one job,
+// whose cleanup runs when serving ends, in the reverse order) and serves the CRI until
+// SIGINT or SIGTERM.
 func runServe(cmd *cobra.Command, args []string) error {
 	cfg, err := loadConfig(cmd)
 	if err != nil {
@@ -67,10 +69,61 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 	slog.SetDefault(log)
 
-	var m *metrics.Metrics
-	var j *journal.Journal
+	d := &serving{cfg: cfg, log: log}
+	defer d.close()
+	for _, stage := range []func() error{
+		d.checkNode,       // the pause program, systemd, becoming the subreaper
+		d.openRuntimes,    // before anything is opened: a runtime refused stops the daemon here
+		d.openStorage,     // images and root filesystems
+		d.openJournal,     // NRI, the undo registry, the journal, the CNI networks
+		d.recover,         // the server, recovery, NRI plugins started
+		d.serveDiagnostic, // metrics and profiles
+		d.startBackground, // exit watches, stats, journal maintenance, the CNI watch
+	} {
+		if err := stage(); err != nil {
+			return err
+		}
+	}
+	return d.serve()
+}
+
+// serving is the daemon runServe assembles: what each stage made, for the stages after
+// it, and the cleanups of each.
+type serving struct {
+	cfg config.Config
+	log *slog.Logger
+
+	ctx  context.Context // ends at SIGINT or SIGTERM, or when serving ends
+	stop context.CancelFunc
+
+	metrics  *metrics.Metrics
+	runtimes *runtimeSet
+	images   *storage.Store
+	plugins  *nri.NRI
+	networks *netns.Networks
+	journal  *journal.Journal
+	srv      *server.Server
+
+	cleanups []func() // run by close, last first
+}
+
+// onClose adds a cleanup, run by close before those added earlier.
+func (d *serving) onClose(f func()) { d.cleanups = append(d.cleanups, f) }
+
+// close runs the cleanups, last first.
+func (d *serving) close() {
+	for i := len(d.cleanups) - 1; i >= 0; i-- {
+		d.cleanups[i]()
+	}
+}
+
+// checkNode checks what the daemon needs of the node (the pause program, systemd for
+// its cgroup driver), makes the metrics, and becomes the child subreaper that reaps the
+// containers' processes it inherits, until serving ends.
+func (d *serving) checkNode() error {
+	cfg, log := d.cfg, d.log
 	if cfg.MetricsAddress != "" {
-		m = metrics.New(func() []journal.Record { return j.List(nil) })
+		d.metrics = metrics.New(func() []journal.Record { return d.journal.List(nil) })
 	}
 	if err := checkPauseProgram(cfg, log); err != nil {
 		return err
@@ -83,30 +136,36 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if subreaper != nil {
 		log.Warn("cannot become a child subreaper: processes killed by ExecSync timeouts may linger as zombies", "err", subreaper)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	d.ctx, d.stop = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	d.onClose(d.stop)
 	if subreaper == nil {
 		// Zombies of containers' processes the daemon inherits would keep their
 		// containers from exiting (see oci.ReapOrphans).
 		reaperDone := make(chan struct{})
 		go func() {
 			defer close(reaperDone)
-			oci.ReapOrphans(ctx, time.Second, func(pid, nsPid int) {
+			oci.ReapOrphans(d.ctx, time.Second, func(pid, nsPid int) {
 				log.Info("reaped a container's process the daemon inherited", "pid", pid, "pid_in_container", nsPid)
 			})
 		}()
-		defer func() { stop(); <-reaperDone }()
+		d.onClose(func() { d.stop(); <-reaperDone })
 	}
+	return nil
+}
 
-	// Before anything is opened: a runtime refused stops the daemon here.
-	runtimes := newRuntimeSet(cfg, logSizeMax(ctx, cfg, log))
-	if err := checkRuntimeVersions(ctx, cfg, runtimes, log); err != nil {
-		return err
-	}
+// openRuntimes makes the OCI runtime handlers and checks their versions: a runtime
+// refused stops the daemon before anything is opened.
+func (d *serving) openRuntimes() error {
+	d.runtimes = newRuntimeSet(d.cfg, logSizeMax(d.ctx, d.cfg, d.log))
+	return checkRuntimeVersions(d.ctx, d.cfg, d.runtimes, d.log)
+}
 
-	images, err := storage.Open(ctx, storage.Options{
-		Root: cfg.Layout().StorageRootDir(), RunRoot: cfg.Layout().StorageRunRootDir(), Driver: cfg.StorageDriver,
-		Registries: storageRegistries(cfg), ImageCacheDir: cfg.Layout().ImageCacheDir(), Logger: log,
+// openStorage opens the image storage (containers/storage and containers/image).
+func (d *serving) openStorage() error {
+	cfg, node := d.cfg, d.cfg.Layout()
+	images, err := storage.Open(d.ctx, storage.Options{
+		Root: node.StorageRootDir(), RunRoot: node.StorageRunRootDir(), Driver: cfg.StorageDriver,
+		Registries: storageRegistries(cfg), ImageCacheDir: node.ImageCacheDir(), Logger: d.log,
 		RegistriesConf: cfg.RegistriesConf, RegistriesConfDir: cfg.RegistriesConfDir,
 		SignaturePolicy: cfg.SignaturePolicy, AuthFile: cfg.GlobalAuthFile,
 		TransientStore: cfg.StorageTransientStore,
@@ -114,9 +173,16 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
-	defer images.Close()
-	log.Info("image storage ready", "driver", images.Driver(), "root", cfg.Layout().StorageRootDir())
+	d.images = images
+	d.onClose(func() { images.Close() })
+	d.log.Info("image storage ready", "driver", images.Driver(), "root", node.StorageRootDir())
+	return nil
+}
 
+// openJournal makes NRI and the CNI networks, registers every step kind's undo and opens
+// the journal.
+func (d *serving) openJournal() error {
+	cfg, log := d.cfg, d.log
 	// NRI: made before the undo registry, which its steps' undos need; started once
 	// recovery has run, so that plugins are synchronized with what the journal holds.
 	plugins, err := nri.New(nri.Options{Enable: cfg.EnableNRI, Socket: cfg.NRIListen, PluginDir: cfg.NRIPluginDir,
@@ -126,16 +192,17 @@ func runServe(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	d.plugins = plugins
 
 	registry := journal.NewRegistry()
-	networks := &netns.Networks{ConfDir: cfg.CNIConfDir, PluginDirs: cfg.CNIPluginDirs, CacheDir: cfg.CNICacheDir}
-	netns.RegisterUndos(registry, networks)
-	storage.RegisterUndos(registry, func() (*storage.Store, error) { return images, nil })
-	oci.RegisterUndos(registry, runtimes.Runtime)
+	d.networks = &netns.Networks{ConfDir: cfg.CNIConfDir, PluginDirs: cfg.CNIPluginDirs, CacheDir: cfg.CNICacheDir}
+	netns.RegisterUndos(registry, d.networks)
+	storage.RegisterUndos(registry, func() (*storage.Store, error) { return d.images, nil })
+	oci.RegisterUndos(registry, d.runtimes.Runtime)
 	nri.RegisterUndos(registry, plugins)
 	units.RegisterUndos(registry)
 
-	j, err = journal.Open(cfg.Layout().JournalFile(), journal.Options{
+	j, err := journal.Open(cfg.Layout().JournalFile(), journal.Options{
 		LockTimeout:  cfg.JournalLockTimeout,
 		NoSync:       cfg.JournalNoSync,
 		CacheTTL:     cfg.CacheTTL,
@@ -145,46 +212,59 @@ func runServe(cmd *cobra.Command, args []string) error {
 		SpaceReserve: cfg.JournalReserve(),
 		Registry:     registry,
 		Logger:       log,
-		Hooks:        m.JournalHooks(),
+		Hooks:        d.metrics.JournalHooks(),
 	})
 	if err != nil {
 		return err
 	}
-	defer j.Close()
+	d.journal = j
+	d.onClose(func() { j.Close() })
 	if cfg.JournalNoSync {
 		log.Warn("journal_no_sync is on: commits are not fsynced; THIS IS UNSAFE, a crash can lose or corrupt the journal; for benchmarks only")
 	}
-	if _, err := networks.Network(); err != nil {
+	if _, err := d.networks.Network(); err != nil {
 		log.Warn("no CNI network yet; pods that need one will fail until a configuration appears", "err", err)
 	}
+	return nil
+}
 
-	srv := server.New(server.Deps{Config: cfg, Journal: j, Networks: networks, Metrics: m,
-		Images: images, Runtimes: runtimes, Version: version, Log: log, NRI: plugins})
-	defer srv.Close()
+// recover makes the server, recovers the journal (rolls back what a crash cut short,
+// keeps what finished late) and starts the NRI plugins, synchronized with what it holds.
+func (d *serving) recover() error {
+	cfg, log, j, m := d.cfg, d.log, d.journal, d.metrics
+	d.srv = server.New(server.Deps{Config: cfg, Journal: j, Networks: d.networks, Metrics: m,
+		Images: d.images, Runtimes: d.runtimes, Version: version, Log: log, NRI: d.plugins})
+	d.onClose(d.srv.Close)
 	start := time.Now()
-	sum := recovery.Run(ctx, j, log, srv.Reconcile)
+	sum := recovery.Run(d.ctx, j, log, d.srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
 	if err := j.Err(); err != nil {
 		return failStop(cfg, "during recovery", err)
 	}
-	if err := plugins.Start(srv.NRISource()); err != nil {
+	if err := d.plugins.Start(d.srv.NRISource()); err != nil {
 		return err
 	}
-	defer plugins.Stop()
-	if plugins.Enabled() {
+	d.onClose(d.plugins.Stop)
+	if d.plugins.Enabled() {
 		log.Info("NRI enabled", "socket", cfg.NRIListen, "plugin_dir", cfg.NRIPluginDir)
 	}
 	for outcome, n := range map[string]int{"rolled_back": sum.RolledBack, "cached": sum.Cached, "kept": sum.Kept,
 		"resumed": sum.Resumed, "reconciled": sum.Reconciled, "retrying": sum.Retrying} {
 		m.Recovered(outcome, n)
 	}
+	return nil
+}
+
+// serveDiagnostic serves the metrics and Go's profiles, when configured.
+func (d *serving) serveDiagnostic() error {
+	cfg, log, m := d.cfg, d.log, d.metrics
 	if m != nil {
 		var tlsFiles *metrics.TLSFiles
 		scheme := "http"
 		if cfg.MetricsCert != "" {
 			tlsFiles, scheme = &metrics.TLSFiles{CertFile: cfg.MetricsCert, KeyFile: cfg.MetricsKey}, "https"
 		}
-		addr, err := m.Serve(ctx, cfg.MetricsAddress, tlsFiles)
+		addr, err := m.Serve(d.ctx, cfg.MetricsAddress, tlsFiles)
 		if err != nil {
 			return err
 		}
@@ -195,15 +275,22 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 
 	if cfg.PprofAddress != "" {
-		prof, err := profiling.Serve(ctx, cfg.PprofAddress)
+		prof, err := profiling.Serve(d.ctx, cfg.PprofAddress)
 		if err != nil {
 			return err
 		}
-		defer prof.Close()
+		d.onClose(func() { prof.Close() })
 		log.Info("profiles served", "address", "http://"+prof.Addr()+"/debug/pprof/")
 	}
+	return nil
+}
 
-	for _, rt := range runtimes.all() {
+// startBackground starts the daemon's background work: the watches of container exits,
+// the writable layers' usage, the journal's maintenance and the watch of the CNI
+// configuration directory.
+func (d *serving) startBackground() error {
+	cfg, log, ctx, srv := d.cfg, d.log, d.ctx, d.srv
+	for _, rt := range d.runtimes.all() {
 		go func() {
 			if err := rt.WatchExits(ctx, srv.OnContainerExit); err != nil && ctx.Err() == nil {
 				log.Error("watching container exits failed; exits are noticed on status calls only", "handler", rt.Handler(), "err", err)
@@ -211,37 +298,43 @@ func runServe(cmd *cobra.Command, args []string) error {
 		}()
 	}
 
-	// The writable layers' usage is measured in the background; srv.Close (deferred
-	// above) stops that and waits for it.
+	// The writable layers' usage is measured in the background; srv.Close (a cleanup of
+	// recover) stops that and waits for it.
 	srv.StartStatsCollection()
 
 	maintained := make(chan struct{})
 	go func() {
 		defer close(maintained)
-		j.Maintain(ctx, cfg.CacheSweepInterval)
+		d.journal.Maintain(ctx, cfg.CacheSweepInterval)
 	}()
 	// The CNI configuration directory is watched for the life of the daemon: new pods use
 	// the network configured now, and NetworkReady follows the directory.
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		if err := networks.Watch(ctx); err != nil {
+		if err := d.networks.Watch(ctx); err != nil {
 			log.Warn("the CNI configuration directory is no longer watched: a changed network is noticed only after a restart", "dir", cfg.CNIConfDir, "err", err)
 		}
 	}()
 	// However serving ends, the journal's maintenance and the watch stop before the
 	// journal closes.
-	defer func() {
-		stop()
+	d.onClose(func() {
+		d.stop()
 		<-maintained
 		<-watched
-	}()
+	})
+	return nil
+}
 
+// serve serves the CRI, the inspection socket and the streaming server until SIGINT or
+// SIGTERM, a failed journal, or a failed server; then stops them in order.
+func (d *serving) serve() error {
+	cfg, log, j, srv := d.cfg, d.log, d.journal, d.srv
 	lis, err := server.Listen(cfg.Socket)
 	if err != nil {
 		return err
 	}
-	if err := srv.ServeInspect(ctx, cfg.Layout().InspectSocket()); err != nil {
+	if err := srv.ServeInspect(d.ctx, cfg.Layout().InspectSocket()); err != nil {
 		lis.Close()
 		return err
 	}
@@ -253,23 +346,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	}
 	log.Info("streaming server listening", "url", streams.URL)
 	procs.Serving() // one processor from now on, but for image pulls (package procs)
-	// Stream workers: as many as the processors just set (one, unless GOMAXPROCS says
-	// otherwise): a few goroutines that serve the calls one after another, their
-	// stacks grown once, instead of a new goroutine per call whose stack grows on every
-	// call (about 6 % of the CPU of the kubelet's status calls). A call that finds every
-	// worker busy still gets a goroutine of its own, so nothing waits for a worker.
-	//
-	// Static flow-control windows: with the default dynamic window, gRPC estimates the
-	// connection's bandwidth with a PING after the first DATA frame of each burst, which
-	// for a client that sends one small request at a time is a PING per call (mostly
-	// written with the answer) and a read of its ACK: about 7 % of the socket reads and
-	// writes of a kubelet-style poll, measured. CRI requests are small (the big payloads,
-	// exec and attach streams and image layers, do not travel over this connection): a
-	// fixed window of staticWindow is larger than any the kubelet sends, and a larger
-	// one (up to gRPC's 4 MiB limit) still passes, a window at a time.
-	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(staticWindow))
-	srv.Register(g)
+	g := newGRPCServer(srv)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.Layout().JournalFile(), "version", version)
@@ -280,7 +357,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 
 	var failed error // the journal's failure, when that is why the daemon stops
 	select {
-	case <-ctx.Done():
+	case <-d.ctx.Done():
 		log.Info("stopping")
 	case err := <-served:
 		_ = streams.Stop()
@@ -290,7 +367,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		// now on (see server.UnaryInterceptor); requests in flight fail on their next
 		// journal call. The error is returned, and printed once, at the end.
 		failed = j.Err()
-		stop()
+		d.stop()
 	}
 	// Sessions end first: their processes are killed, their clients see the end. So do
 	// the container event streams, which the graceful stop would wait for.
@@ -298,17 +375,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 		log.Warn("stopping the streaming server", "err", err)
 	}
 	srv.StopEvents()
-	stopped := make(chan struct{})
-	go func() {
-		g.GracefulStop()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-time.After(gracefulStopTimeout):
-		log.Warn("requests still running after the graceful stop timeout: cutting them off; the next start recovers what they left", "timeout", gracefulStopTimeout)
-		g.Stop()
-	}
+	stopGRPC(g, log)
 	os.Remove(cfg.Socket)
 	if failed != nil {
 		return failStop(cfg, "while serving", failed)
@@ -322,6 +389,45 @@ func runServe(cmd *cobra.Command, args []string) error {
 		log.Warn("finishing the removals under way at the stop failed; the next start finishes them", "err", err)
 	}
 	return nil
+}
+
+// newGRPCServer makes the CRI's gRPC server with the server's services.
+//
+// Stream workers: as many as the processors procs.Serving set (one, unless GOMAXPROCS
+// says otherwise): a few goroutines that serve the calls one after another, their
+// stacks grown once, instead of a new goroutine per call whose stack grows on every
+// call (about 6 % of the CPU of the kubelet's status calls). A call that finds every
+// worker busy still gets a goroutine of its own, so nothing waits for a worker.
+//
+// Static flow-control windows: with the default dynamic window, gRPC estimates the
+// connection's bandwidth with a PING after the first DATA frame of each burst, which
+// for a client that sends one small request at a time is a PING per call (mostly
+// written with the answer) and a read of its ACK: about 7 % of the socket reads and
+// writes of a kubelet-style poll, measured. CRI requests are small (the big payloads,
+// exec and attach streams and image layers, do not travel over this connection): a
+// fixed window of staticWindow is larger than any the kubelet sends, and a larger
+// one (up to gRPC's 4 MiB limit) still passes, a window at a time.
+func newGRPCServer(srv *server.Server) *grpc.Server {
+	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(staticWindow))
+	srv.Register(g)
+	return g
+}
+
+// stopGRPC stops g gracefully, cutting off the requests still running after
+// gracefulStopTimeout.
+func stopGRPC(g *grpc.Server, log *slog.Logger) {
+	stopped := make(chan struct{})
+	go func() {
+		g.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(gracefulStopTimeout):
+		log.Warn("requests still running after the graceful stop timeout: cutting them off; the next start recovers what they left", "timeout", gracefulStopTimeout)
+		g.Stop()
+	}
 }
 
 // failStop is the error the daemon exits with (non-zero) when a journal commit failed:
