@@ -6,7 +6,7 @@ import "context"
 // (Kind, Stage and the undo's Args) and what acts (Run), made together by the one
 // constructor of the package that owns the resource, from the same fields, so that the
 // recorded intent and the action cannot disagree. A caller records the intent
-// (Journal.Intent with Stage, Kind and Args), then calls Run, then marks the step done.
+// (Journal.Intents with Stage, Kind and Args), then calls Run, then marks the step done.
 // T is what the step hands back to the flow that runs it (paths, IPs, ...).
 type Action[T any] struct {
 	// Kind names the step and its undo (registered by the same package); it is stored

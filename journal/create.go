@@ -88,13 +88,6 @@ func (j *Journal) Begin(req BeginRequest) (Record, error) {
 	return rec, nil
 }
 
-// Intent appends a step in status intent and returns once it is durable: only then may the
-// caller act. stage becomes the record's current stage. It returns the step's sequence
-// number, for Done.
-func (j *Journal) Intent(id, stage string, kind StepKind, args map[string]string) (int, error) {
-	return j.Intents(id, Intended{Kind: kind, Stage: stage, Args: args})
-}
-
 // Intended is one step whose intent Intents commits: its kind, stage and undo arguments.
 type Intended struct {
 	Kind  StepKind

@@ -19,8 +19,8 @@
 //
 // # States
 //
-//	Begin ─> creating ─(Intent/Done)*─Settle─┬─ request live ──> created
-//	                                         └─ deadline passed ─> cached
+//	Begin ─> creating ─(Intents/Done)*─Settle─┬─ request live ──> created
+//	                                          └─ deadline passed ─> cached
 //	ready (left by an earlier version, which stored the object and the answer in two
 //	       commits) ─Cache (recovery)─> cached
 //	creating|ready|cached ─Rollback─> undoing ─> (gone, name free)
@@ -46,7 +46,7 @@
 // is rebuilt from the file at Open. Every change is applied to the index under one mutex and
 // queued, in that same order, to a single committer goroutine that writes everything queued
 // so far in one bbolt transaction (group commit): it commits as soon as the previous commit
-// finishes, never waiting for more work. Calls that must be durable (Intent, Settle, Cache,
+// finishes, never waiting for more work. Calls that must be durable (Intents, Settle, Cache,
 // Claim, Remove's removing mark, ...) wait for their commit; Done rides on the next commit,
 // which is safe because every undo is idempotent; Begin rides too, since nothing exists
 // outside the journal before the first intent; and so does the delete that ends a Remove,

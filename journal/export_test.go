@@ -60,3 +60,9 @@ func (j *Journal) retryUndos(ctx context.Context) (int, error) {
 	}
 	return len(due), errors.Join(errs...)
 }
+
+// Intent commits one step's intent (Intents of one step): the package's tests take steps
+// one at a time.
+func (j *Journal) Intent(id, stage string, kind StepKind, args map[string]string) (int, error) {
+	return j.Intents(id, Intended{Kind: kind, Stage: stage, Args: args})
+}

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -78,7 +79,7 @@ func TestOpenRefusesDamagedFiles(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			db.Update(func(tx *bolt.Tx) error { return migrations.SetVersionForTest(tx, migrations.Latest()+1) })
+			db.Update(func(tx *bolt.Tx) error { return setSchemaVersion(tx, migrations.Latest()+1) })
 			db.Close()
 		}, migrations.ErrNewerSchema},
 		{"record that is not JSON", func(t *testing.T, path string) {
@@ -310,7 +311,7 @@ func TestOpenMigratesSchema1(t *testing.T) {
 		if err := tx.Bucket(migrations.BucketNames).Put(nameKey(KindSandbox, "pod"), []byte(rec.ID)); err != nil {
 			return err
 		}
-		return migrations.SetVersionForTest(tx, 1)
+		return setSchemaVersion(tx, 1)
 	})
 	db.Close()
 	if err != nil {
@@ -327,4 +328,16 @@ func TestOpenMigratesSchema1(t *testing.T) {
 	if problems := j.Check(); len(problems) != 0 {
 		t.Errorf("check after the migration: %v", problems)
 	}
+}
+
+// setSchemaVersion writes a schema version as migrations stores it (big-endian, at
+// KeyVersion of BucketMeta), to build old or future layouts.
+func setSchemaVersion(tx *bolt.Tx, v uint64) error {
+	meta, err := tx.CreateBucketIfNotExists(migrations.BucketMeta)
+	if err != nil {
+		return err
+	}
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], v)
+	return meta.Put(migrations.KeyVersion, b[:])
 }

@@ -117,10 +117,6 @@ func setVersion(tx *bolt.Tx, v uint64) error {
 	return meta.Put(KeyVersion, b[:])
 }
 
-// SetVersionForTest writes a schema version directly; tests use it to build old or
-// future layouts.
-func SetVersionForTest(tx *bolt.Tx, v uint64) error { return setVersion(tx, v) }
-
 // rekeyRecords moves every record from its ID to RecordKey(ID). Schema 1 keyed records by
 // their ID; keys that are not IDs (damage) are left for the journal's check to report.
 func rekeyRecords(tx *bolt.Tx) error {

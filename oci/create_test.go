@@ -198,7 +198,7 @@ func TestJournalUndoDeletesContainer(t *testing.T) {
 				t.Fatal(err)
 			}
 			args := map[string]string{ArgHandler: "runc", ArgID: rec.ID}
-			if _, err := j.Intent(rec.ID, "stage", tc.kind, args); err != nil {
+			if _, err := j.Intents(rec.ID, journal.Intended{Stage: "stage", Kind: tc.kind, Args: args}); err != nil {
 				t.Fatal(err)
 			}
 			conmon := tc.make(t, r, rec.ID)

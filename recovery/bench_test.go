@@ -65,7 +65,7 @@ func BenchmarkRecovery10k(b *testing.B) {
 				kinds[1] = stepBroken
 			}
 			for _, kind := range kinds {
-				seq, err := j.Intent(rec.ID, "s", kind, map[string]string{"path": "/run/x/" + rec.ID})
+				seq, err := j.Intents(rec.ID, journal.Intended{Stage: "s", Kind: kind, Args: map[string]string{"path": "/run/x/" + rec.ID}})
 				if err != nil {
 					errs <- err
 					return

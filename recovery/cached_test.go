@@ -28,7 +28,7 @@ func TestRunChecksCachedRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		seq, err := j.Intent(rec.ID, "s", stepOK, nil)
+		seq, err := j.Intents(rec.ID, journal.Intended{Stage: "s", Kind: stepOK})
 		if err != nil {
 			t.Fatal(err)
 		}

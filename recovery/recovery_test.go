@@ -63,7 +63,7 @@ func TestRunReplaysEveryState(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range kinds {
-			seq, err := j.Intent(rec.ID, "s", k, nil)
+			seq, err := j.Intents(rec.ID, journal.Intended{Stage: "s", Kind: k})
 			if err != nil {
 				t.Fatal(err)
 			}

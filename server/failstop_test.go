@@ -45,7 +45,7 @@ func TestFullDiskStopsTheRuntime(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if _, err := j.Intent(rec.ID, "s", "test-step", map[string]string{"pad": strings.Repeat("x", 8<<10)}); err != nil {
+		if _, err := j.Intents(rec.ID, journal.Intended{Stage: "s", Kind: "test-step", Args: map[string]string{"pad": strings.Repeat("x", 8<<10)}}); err != nil {
 			return err
 		}
 		committed = append(committed, rec.ID)

@@ -99,7 +99,7 @@ func TestVerboseStatusCountsPendingRemovals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := j.Intent(rec.ID, "making it", deferredKind, nil)
+	seq, err := j.Intents(rec.ID, journal.Intended{Stage: "making it", Kind: deferredKind})
 	if err != nil {
 		t.Fatal(err)
 	}

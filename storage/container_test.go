@@ -217,7 +217,7 @@ func TestUndoDeletesContainer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			seq, err := j.Intent(rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args)
+			seq, err := j.Intents(rec.ID, journal.Intended{Stage: StageContainer, Kind: StepContainerStorage, Args: ContainerStep(nil, ContainerRequest{ID: id}).Args})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -309,7 +309,7 @@ func TestRemovalDefersTheDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := ContainerStep(s.Store, ContainerRequest{ID: id, Name: "c", ImageID: img.ID})
-	seq, err := j.Intent(rec.ID, step.Stage, step.Kind, step.Args)
+	seq, err := j.Intents(rec.ID, journal.Intended{Stage: step.Stage, Kind: step.Kind, Args: step.Args})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func TestUndoWithoutStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := j.Intent(rec.ID, StageContainer, StepContainerStorage, ContainerStep(nil, ContainerRequest{ID: id}).Args); err != nil {
+	if _, err := j.Intents(rec.ID, journal.Intended{Stage: StageContainer, Kind: StepContainerStorage, Args: ContainerStep(nil, ContainerRequest{ID: id}).Args}); err != nil {
 		t.Fatal(err)
 	}
 	var uerr *journal.UndoError

@@ -350,7 +350,7 @@ func TestUndoUnbindsUserRootfs(t *testing.T) {
 			t.Fatal(err)
 		}
 		step := ContainerStep(s.Store, ContainerRequest{ID: id, ImageID: img.ID, UIDMap: maps, GIDMap: maps})
-		seq, err := j.Intent(rec.ID, StageContainer, step.Kind, step.Args)
+		seq, err := j.Intents(rec.ID, journal.Intended{Stage: StageContainer, Kind: step.Kind, Args: step.Args})
 		if err != nil {
 			t.Fatal(err)
 		}

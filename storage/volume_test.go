@@ -126,7 +126,7 @@ func TestUndoDeletesImageVolume(t *testing.T) {
 				t.Fatal(err)
 			}
 			step := ImageVolumeStep(s.Store, ImageVolumeRequest{ContainerID: ctr, ImageID: img.ID, Destination: "/vol"})
-			seq, err := j.Intent(rec.ID, step.Stage, step.Kind, step.Args)
+			seq, err := j.Intents(rec.ID, journal.Intended{Stage: step.Stage, Kind: step.Kind, Args: step.Args})
 			if err != nil {
 				t.Fatal(err)
 			}

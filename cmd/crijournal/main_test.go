@@ -47,9 +47,9 @@ func TestInspectOffline(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: "k8s_a_ns_u_0", Fingerprint: "f"})
-	j.Intent(a.ID, "sandbox network creation", "cni-attach", map[string]string{"netns": "/run/x"})
+	j.Intents(a.ID, journal.Intended{Stage: "sandbox network creation", Kind: "cni-attach", Args: map[string]string{"netns": "/run/x"}})
 	b, _ := j.Begin(journal.BeginRequest{Kind: journal.KindContainer, Name: "k8s_c_a_ns_u_0", Fingerprint: "f"})
-	j.Intent(b.ID, "container storage creation", "storage-container", nil)
+	j.Intents(b.ID, journal.Intended{Stage: "container storage creation", Kind: "storage-container"})
 	j.Close()
 
 	common := []string{"--config", filepath.Join(dir, "none.toml"), "--journal-path", path, "--socket", filepath.Join(dir, "cri.sock")}
