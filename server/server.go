@@ -4,9 +4,10 @@
 //
 // Every creation follows one straight line (see RunPodSandbox) through one handle
 // (creation.go): validate; reserve the name in the journal (begin), or settle the request
-// from the record that already holds it; then one runStep per step, which records the
-// step's intent, acts and marks it done, and rolls the creation back when the step fails;
-// finally finish, which makes the record created when the request is still live and
+// from the record that already holds it; then the steps, as plans (addStep, addStepBeside,
+// plan.run: the intents of a plan's steps in one commit, then each step acts, alone or
+// beside others, and is marked done) or one at a time (runStep), the creation rolled back
+// when a step fails; finally finish, which makes the record created when the request is still live and
 // cached when it is not. The steps themselves are values (journal.Action) made by the
 // packages that own the resources (netns, storage, oci, nri).
 //
