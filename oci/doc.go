@@ -49,9 +49,8 @@
 //     container has a UTS namespace other than the host's.
 //   - Resources (spec_resources.go): cpu period, quota and shares, cpuset cpus and mems, memory limit
 //     (and swap, hugepages and unified settings where the machine supports them)
-//     in the cgroup <parent>/crijournal-<id> (cgroupfs). The parent is
-//     SpecInput.CgroupParent, else the sandbox's cgroup_parent, else
-//     [DefaultCgroupParent].
+//     in the cgroup <parent>/crijournal-<id> (cgroupfs). The parent is the
+//     sandbox's cgroup_parent, else [DefaultCgroupParent].
 //   - oom_score_adj is kept within [-1000, 1000] and, when the daemon lacks
 //     CAP_SYS_RESOURCE in its effective set (CapEff), clamped to be at least the
 //     daemon's own (/proc/self/oom_score_adj): without it the runtime cannot lower

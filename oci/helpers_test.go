@@ -260,14 +260,14 @@ func tryCreateCtx(ctx context.Context, t *testing.T, r *Runtime, args []string, 
 			Metadata: &runtimeapi.ContainerMetadata{Name: "test"},
 			Command:  args,
 		},
-		Sandbox:      &runtimeapi.PodSandboxConfig{Hostname: "testpod"},
-		Rootfs:       newRootfs(t),
-		CgroupParent: parent,
+		Sandbox: &runtimeapi.PodSandboxConfig{Hostname: "testpod",
+			Linux: &runtimeapi.LinuxPodSandboxConfig{CgroupParent: parent}},
+		Rootfs: newRootfs(t),
 	}
 	if edit != nil {
 		edit(&in)
 	}
-	id, parent = in.ID, in.CgroupParent
+	id, parent = in.ID, in.Sandbox.GetLinux().GetCgroupParent()
 	spec, err := Spec(t.Context(), in)
 	if err != nil {
 		t.Fatalf("Spec: %v", err)

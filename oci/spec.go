@@ -66,11 +66,6 @@ type SpecInput struct {
 	// Hostname is set in the container's UTS namespace when it has one (it defaults
 	// to the sandbox config's hostname); with the host's UTS namespace it is ignored.
 	Hostname string
-	// CgroupParent is the cgroupfs parent of the container's cgroup, an absolute path
-	// such as "/kubepods/burstable/pod<uid>". Empty means the sandbox config's
-	// cgroup_parent, and if that is empty too, DefaultCgroupParent. The container's
-	// cgroup is <parent>/crijournal-<ID>.
-	CgroupParent string
 	// SystemdCgroup says the cgroup driver is systemd: the parent is a slice name and
 	// the container's cgroup the scope <parent>:crijournal:<ID> (see cgroupsPath).
 	SystemdCgroup bool
@@ -217,11 +212,9 @@ func buildSpec(ctx context.Context, in SpecInput, h host) (*specs.Spec, error) {
 	s.Mounts = mounts
 	s.Linux.RootfsPropagation = propagation
 
-	parent := in.CgroupParent
-	if parent == "" {
-		parent = in.Sandbox.GetLinux().GetCgroupParent()
-	}
-	if s.Linux.CgroupsPath, err = cgroupsPath(parent, in.ID, in.SystemdCgroup); err != nil {
+	// The sandbox's cgroup_parent, such as "/kubepods/burstable/pod<uid>" (empty:
+	// DefaultCgroupParent); the container's cgroup is <parent>/crijournal-<ID>.
+	if s.Linux.CgroupsPath, err = cgroupsPath(in.Sandbox.GetLinux().GetCgroupParent(), in.ID, in.SystemdCgroup); err != nil {
 		return nil, err
 	}
 

@@ -537,18 +537,16 @@ func TestSpecResources(t *testing.T) {
 
 func TestSpecCgroupPath(t *testing.T) {
 	for _, tc := range []struct {
-		name, parent, sandboxParent, want string
-		invalid                           bool
+		name, sandboxParent, want string
+		invalid                   bool
 	}{
 		{name: "default", want: "/crijournal/crijournal-c1"},
 		{name: "sandbox's parent", sandboxParent: "/kubepods/pod1", want: "/kubepods/pod1/crijournal-c1"},
-		{name: "input wins", parent: "/mine", sandboxParent: "/kubepods/pod1", want: "/mine/crijournal-c1"},
-		{name: "systemd slice refused", parent: "kubepods.slice", invalid: true},
-		{name: "dotdot refused", parent: "/a/../b", invalid: true},
+		{name: "systemd slice refused", sandboxParent: "kubepods.slice", invalid: true},
+		{name: "dotdot refused", sandboxParent: "/a/../b", invalid: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := baseInput(t)
-			in.CgroupParent = tc.parent
 			in.Sandbox.Linux = &runtimeapi.LinuxPodSandboxConfig{CgroupParent: tc.sandboxParent}
 			s := specOrInvalid(t, in, testHost(), tc.invalid)
 			if s == nil {
