@@ -25,8 +25,8 @@ func init() {
 }
 
 type inspectOptions struct {
-	asJSON, watch, check, leaks  bool
-	states, kinds, cgroupParents []string
+	asJSON, watch, check, leaks, paths bool
+	states, kinds, cgroupParents       []string
 }
 
 func newInspectCommand() *cobra.Command {
@@ -46,7 +46,9 @@ undone, and records left half done while the daemon is down: namespace pins and 
 host-local IP files, veths on the CNI bridges, libcni cache entries, the pods' files,
 storage containers and layer directories, runtime containers, conmon processes and
 state, cgroups; it exits non-zero when something leaked. With --json it prints
-{"leaks": [...], "held": [...]}, held being what the records own.`,
+{"leaks": [...], "held": [...]}, held being what the records own.
+--paths prints, as JSON, where the node keeps things (every path the daemon derives
+from the configuration), for scripts.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := loadConfig(cmd)
@@ -60,6 +62,9 @@ state, cgroups; it exits non-zero when something leaked. With --json it prints
 			}
 			if o.leaks {
 				return runLeaks(cmd.Context(), cfg, src, out, o)
+			}
+			if o.paths {
+				return writeJSON(out, nodePaths(cfg.Layout()))
 			}
 			if o.watch {
 				return runWatch(cmd.Context(), src, out, o, args)
@@ -76,6 +81,7 @@ state, cgroups; it exits non-zero when something leaked. With --json it prints
 	f.BoolVar(&o.watch, "watch", false, "follow changes live until interrupted (with --json: one JSON list per change)")
 	f.BoolVar(&o.check, "check", false, "verify the journal file and its invariants; exit non-zero on problems")
 	f.BoolVar(&o.leaks, "leaks", false, "list what the node holds that no journal record owns; exit non-zero when something leaked")
+	f.BoolVar(&o.paths, "paths", false, "print the node's paths derived from the configuration (JSON), for scripts")
 	f.StringSliceVar(&o.cgroupParents, "cgroup-parent", nil, "with --leaks: search cgroups only below these parents, where every cgroup is listed (default: the daemon's own cgroups anywhere)")
 	f.StringSliceVar(&o.states, "state", nil, "only records in these states (creating, ready, cached, created, undoing, removing)")
 	f.StringSliceVar(&o.kinds, "kind", nil, "only records of these kinds (sandbox, container)")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/layout"
 	"github.com/crijournal/crijournal/leaks"
 )
 
@@ -66,4 +67,17 @@ func printLeaks(w io.Writer, rep leaks.Report, from string) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", l.Kind, l.What, l.Owner, l.Reason)
 	}
 	return tw.Flush()
+}
+
+// nodePaths is what inspect --paths prints: the node's paths (package layout).
+func nodePaths(l layout.Node) map[string]any {
+	handlers := map[string]any{}
+	for _, h := range l.Handlers() {
+		handlers[h] = map[string]string{"runtime_root": l.RuntimeRoot(h), "conmon_state": l.ConmonState(h).Dir()}
+	}
+	return map[string]any{
+		"journal": l.JournalFile(), "storage_root": l.StorageRootDir(), "storage_run_root": l.StorageRunRootDir(),
+		"userns_rootfs": l.UsernsRootfsDir(), "image_cache": l.ImageCacheDir(), "inspect_socket": l.InspectSocket(),
+		"namespace_dir": l.NamespaceDir, "pod_files": l.PodFilesDir(), "cni_cache": l.CNICache(), "handlers": handlers,
+	}
 }

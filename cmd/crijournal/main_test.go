@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -101,5 +102,50 @@ func TestVersionFlagAndCompletion(t *testing.T) {
 	out, err := run(t, "completion", "bash")
 	if err != nil || !strings.Contains(out, "__start_crijournal") {
 		t.Fatalf("completion bash = %v:\n%.200s", err, out)
+	}
+}
+
+// TestInspectLeaksAndPaths: inspect --leaks on a node of its own passes while it holds
+// nothing, and fails naming a namespace pin no record owns, a record left creating while
+// the daemon is down, and the pin in --json; --paths prints the node's paths.
+func TestInspectLeaksAndPaths(t *testing.T) {
+	dir := t.TempDir()
+	// The default runc root is the node's /run/crijournal/runc, not this node's.
+	os.WriteFile(filepath.Join(dir, "node.toml"), []byte("[runtimes.runc]\nroot = \""+filepath.Join(dir, "run", "runc")+"\"\n"), 0o600)
+	common := []string{"--config", filepath.Join(dir, "node.toml"), "--root", filepath.Join(dir, "root"), "--run-root", filepath.Join(dir, "run"),
+		"--socket", filepath.Join(dir, "run", "cri.sock"), "--namespace-dir", filepath.Join(dir, "ns"),
+		"--cni-conf-dir", filepath.Join(dir, "net.d"), "--cni-cache-dir", filepath.Join(dir, "cni-cache")}
+	args := func(a ...string) []string { return append(a, common...) }
+	// cgroups: only below a parent no one uses.
+	leakArgs := args("inspect", "--leaks", "--cgroup-parent", "/crijournal-cmd-test-none")
+
+	out, err := run(t, leakArgs...)
+	if err != nil || !strings.Contains(out, "no leaks") {
+		t.Fatalf("a clean node: %v\n%s", err, out)
+	}
+	pin := filepath.Join(dir, "ns", "netns", strings.Repeat("a", 64))
+	os.MkdirAll(filepath.Dir(pin), 0o755)
+	os.WriteFile(pin, nil, 0o644)
+	j, err := journal.Open(filepath.Join(dir, "root", "journal.db"), journal.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := j.Begin(journal.BeginRequest{Kind: journal.KindSandbox, Name: "k8s_a_ns_u_0", Fingerprint: "f"})
+	j.Close()
+	out, err = run(t, leakArgs...)
+	if err == nil || !strings.Contains(out, pin) || !strings.Contains(out, rec.ID) || !strings.Contains(out, "left creating") {
+		t.Errorf("a pin no record owns and a record left creating: %v\n%s", err, out)
+	}
+	out, _ = run(t, append(leakArgs, "--json")...)
+	var rep struct{ Leaks []struct{ Kind, What string } }
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Leaks) != 2 {
+		t.Errorf("--json: %v, %+v\n%s", err, rep, out)
+	}
+
+	out, err = run(t, args("inspect", "--paths")...)
+	var paths map[string]any
+	if err != nil || json.Unmarshal([]byte(out), &paths) != nil || paths["pod_files"] != filepath.Join(dir, "run", "sandboxes") ||
+		paths["journal"] != filepath.Join(dir, "root", "journal.db") {
+		t.Errorf("--paths: %v\n%s", err, out)
 	}
 }

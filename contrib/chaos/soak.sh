@@ -4,9 +4,9 @@
 # CLIENT_TIMEOUT is abandoned and retried with the same name), then stops and removes them;
 # all the while the daemon is SIGKILLed at random every KILL_MIN..KILL_MAX seconds and
 # started again at once, as a service manager would. At the end every pod must have
-# converged (come up) or been removed cleanly, and the node must hold nothing of them:
-# namespace pins and mounts, the pods' files, host-local IP files, veths, libcni cache entries, storage and
-# runc containers, conmons, journal records. It prints its figures and exits non-zero when
+# converged (come up) or been removed cleanly, and the node must hold nothing of them, as
+# `crijournal inspect --leaks` sees it: namespace pins and mounts, the pods' files, host-local
+# IP files, veths, libcni cache entries, storage and runc containers, conmons, journal records. It prints its figures and exits non-zero when
 # something leaked or did not converge.
 #
 # Run as root from the repository after `make build` (not part of `make test`):
@@ -264,32 +264,30 @@ stop_pid "$daemon_pid" TERM
 daemon_pid=""
 
 # --- the leak check -----------------------------------------------------------
+# crijournal inspect --leaks looks at the node with the daemon's own paths: namespace pins
+# and the mounts below its directories, the pods' files, host-local IP files, veths on the
+# network's bridge, libcni cache entries, storage containers (graph and run roots) and
+# layer directories, runc containers, conmon processes and state, journal records. With
+# every pod removed, what a record still holds is a leak as well. Its cgroups are left
+# out: the pods have no cgroup_parent, so theirs are in the node's shared /crijournal.
 leaks=()
-for kind in netns ipcns utsns pidns userns; do
-	for f in "$run/ns/$kind"/*; do [ -e "$f" ] && leaks+=("namespace pin $f"); done
-done
-# The pods' files (resolv.conf, hostname, the /dev/shm mount point), one directory a pod.
-for d in "$run/sandboxes"/*; do [ -e "$d" ] && leaks+=("pod files $d"); done
-while read -r m; do
-	case "$m" in "$run/ns" | "$run/ns/"*ns) continue ;; esac
-	leaks+=("mount $m")
-done < <(awk -v r="$run" -v b="$base" 'index($5, r) == 1 || index($5, b) == 1 {print $5}' /proc/self/mountinfo)
-for f in "$base/ipam/$network"/*; do
-	case "$(basename "$f")" in last_reserved_ip.* | lock | '*') continue ;; esac
-	leaks+=("IP allocation $f")
-done
-for v in $(ip -o link show master "$bridge" 2>/dev/null | awk -F': ' '{print $2}'); do leaks+=("veth $v on $bridge"); done
-for f in "$base/cni-cache"/results/*; do [ -e "$f" ] && leaks+=("CNI cache entry $f"); done
-for id in $("$runc_bin" --root "$run/runc" list -q 2>/dev/null); do leaks+=("runc container $id"); done
-if [ -f "$base/root/storage/vfs-containers/containers.json" ]; then
-	n="$(jq 'length' "$base/root/storage/vfs-containers/containers.json")"
-	[ "$n" = 0 ] || leaks+=("$n storage containers")
+inspect_json="$("$bin" inspect --config "$cfg" --leaks --json 2>"$base/inspect-leaks.err")" || true
+if ! jq -e .leaks >/dev/null 2>&1 <<<"$inspect_json"; then
+	echo "soak: crijournal inspect --leaks failed: $(cat "$base/inspect-leaks.err")" >&2
+	exit 1
 fi
+while IFS= read -r l; do
+	[ -n "$l" ] && leaks+=("$l")
+done < <(jq -r '(.leaks + .held)[] | select(.kind != "cgroup") | "\(.kind) \(.what)\(if .reason then ": " + .reason else "" end)"' <<<"$inspect_json")
+# What inspect does not look at: mounts below the soak's directory outside the daemon's
+# root, and any process whose command line names the run root.
+while read -r m; do
+	case "$m" in "$base/root" | "$base/root/"*) continue ;; esac
+	leaks+=("mount $m")
+done < <(awk -v b="$base" 'index($5, b) == 1 {print $5}' /proc/self/mountinfo)
 for pid in $(our_processes); do
 	leaks+=("process $pid: $(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null)")
 done
-journal_left="$("$bin" inspect --config "$cfg" --json | jq -r '.[] | "\(.kind) \(.name) \(.state)"')"
-[ -z "$journal_left" ] || while read -r r; do leaks+=("journal record $r"); done <<<"$journal_left"
 
 # --- figures ------------------------------------------------------------------
 up="$(jq '[.per_pod[]? | select(.error == null)] | length' "$base/bench.json" 2>/dev/null || echo "?")"
