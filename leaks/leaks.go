@@ -183,24 +183,23 @@ func (f *finder) cniNetworks() ([]network, error) {
 	}
 	var out []network
 	for _, file := range files {
-		var plugins [][]byte
-		var name string
-		if strings.HasSuffix(file, ".conflist") {
-			list, err := libcni.ConfListFromFile(file)
-			if err != nil {
-				continue // the daemon says so; a network that does not parse has no pods
-			}
-			name = list.Name
-			for _, p := range list.Plugins {
-				plugins = append(plugins, p.Bytes)
-			}
-		} else {
-			conf, err := libcni.ConfFromFile(file)
-			if err != nil {
-				continue
-			}
-			name, plugins = conf.Network.Name, [][]byte{conf.Bytes}
+		// A list of plugins (.conflist), or one plugin (.conf, .json).
+		data, err := os.ReadFile(file)
+		if err != nil {
+			continue // gone meanwhile
 		}
+		var conf struct {
+			Name    string            `json:"name"`
+			Plugins []json.RawMessage `json:"plugins"`
+		}
+		if json.Unmarshal(data, &conf) != nil {
+			continue // the daemon says so; a network that does not parse has no pods
+		}
+		plugins := conf.Plugins
+		if plugins == nil {
+			plugins = []json.RawMessage{data}
+		}
+		name := conf.Name
 		nw := network{name: name}
 		for _, b := range plugins {
 			var p struct {
