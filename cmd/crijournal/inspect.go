@@ -106,6 +106,9 @@ func newRecordSource(cfg config.Config) *recordSource {
 	}}
 }
 
+// fromDaemon is recordSource.from when the records came from the running daemon.
+const fromDaemon = "live, from the daemon"
+
 // errDaemonDown means nothing answers on the inspection socket.
 var errDaemonDown = errors.New("daemon not running")
 
@@ -156,7 +159,7 @@ func (s *recordSource) records(ctx context.Context) ([]journal.Record, error) {
 	var records []journal.Record
 	err := s.get(ctx, "/records", &records)
 	if err == nil {
-		s.from = "live, from the daemon"
+		s.from = fromDaemon
 		return records, nil
 	}
 	if !errors.Is(err, errDaemonDown) {
@@ -186,7 +189,7 @@ func (s *recordSource) stream(ctx context.Context, fn func([]journal.Record)) er
 		if err := dec.Decode(&records); err != nil {
 			return nil // the daemon stopped, or ctx ended
 		}
-		s.from = "live, from the daemon"
+		s.from = fromDaemon
 		fn(records)
 	}
 }

@@ -23,7 +23,7 @@ func runLeaks(ctx context.Context, cfg config.Config, src *recordSource, out io.
 	if n.Records, err = leakRecords(ctx, cfg, src); err != nil {
 		return err
 	}
-	n.DaemonDown = src.from != "live, from the daemon"
+	n.DaemonDown = src.from != fromDaemon
 	rep, err := leaks.Find(ctx, n)
 	if err != nil {
 		return fmt.Errorf("look for leaks: %w", err)
