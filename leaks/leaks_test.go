@@ -6,12 +6,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
 
 	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
@@ -212,5 +214,68 @@ func TestFindUsedPath(t *testing.T) {
 		{Seq: 2, Kind: "cni-attach", Args: map[string]string{"netns": pin}, Status: journal.StepUndone}}}
 	if rep := n.find(t, true, r); len(rep.Leaks) != 0 {
 		t.Errorf("a pin a stopped pod keeps: %+v", rep.Leaks)
+	}
+}
+
+// TestFindInterfaceOfPinnedSandbox: a bridge port whose peer is in a sandbox's pinned
+// network namespace is that sandbox's: held while its record is there, a leak once not.
+func TestFindInterfaceOfPinnedSandbox(t *testing.T) {
+	testenv.RequireRoot(t, "network namespaces and interfaces")
+	n := newTestNode(t)
+	sb := id('7')
+	pin := n.l.Pin("net", sb)
+	write(t, pin, "")
+	// A new network namespace, pinned at pin by a bind mount of this thread's.
+	runtime.LockOSThread()
+	orig, err := vnetns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := vnetns.New()
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	err = syscall.Mount(fmt.Sprintf("/proc/self/task/%d/ns/net", syscall.Gettid()), pin, "", syscall.MS_BIND, "")
+	if serr := vnetns.Set(orig); serr != nil {
+		t.Fatalf("back to the test's network namespace: %v", serr) // the thread stays locked, and dies
+	}
+	runtime.UnlockOSThread()
+	orig.Close()
+	if err != nil {
+		ns.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close(); _ = syscall.Unmount(pin, syscall.MNT_DETACH) })
+
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: n.bridge}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netlink.LinkDel(br) })
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: n.bridge + "v"}, PeerName: n.bridge + "p"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netlink.LinkDel(veth) })
+	peer, err := netlink.LinkByName(n.bridge + "p")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetMaster(veth, br); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetNsFd(peer, int(ns)); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := journal.Record{ID: sb, Kind: journal.KindSandbox, State: journal.StateCreated}
+	rep := n.find(t, false, rec)
+	if len(rep.Leaks) != 0 || !slices.ContainsFunc(rep.Held, func(it Item) bool { return it.Kind == KindInterface && it.Owner == sb }) {
+		t.Errorf("with the sandbox's record: leaks %v, held %v; want its interface held", rep.Leaks, rep.Held)
+	}
+	rep = n.find(t, false)
+	if !slices.ContainsFunc(rep.Leaks, func(it Item) bool { return it.Kind == KindInterface && it.Owner == sb }) {
+		t.Errorf("without a record: leaks %v; want the sandbox's interface", rep.Leaks)
 	}
 }
