@@ -43,6 +43,11 @@ func newTestNode(t *testing.T) *testNode {
 	conf := fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "leaknet", "plugins": [{"type": "bridge", "bridge": %q,
 		"ipam": {"type": "host-local", "dataDir": %q, "ranges": [[{"subnet": "10.99.0.0/24"}]]}}]}`, n.bridge, n.ipamDir)
 	write(t, filepath.Join(n.l.CNIConfDir, "10-leak.conflist"), conf)
+	// A temporary directory's run root is too long for conmon: its state directory is
+	// under /run (layout.StateDirFor), outside the test's directory.
+	if dir := n.l.ConmonState("runc").Dir(); strings.HasPrefix(dir, layout.ShortStateDirPrefix) {
+		t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	}
 	return n
 }
 
