@@ -6,6 +6,8 @@ import (
 	"iter"
 	"maps"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // BeginRequest describes a creation about to start.
@@ -18,6 +20,9 @@ type BeginRequest struct {
 	Fingerprint string
 	Deadline    time.Time // the request's deadline, zero if none
 	Stage       string
+	// Trace is the span the spans of the creation's steps are children of (the
+	// request's), when Options.Tracer is set; zero: they are roots of traces of their own.
+	Trace trace.SpanContext
 }
 
 // Begin reserves req.Name for a new record in state creating; the reservation becomes
@@ -74,6 +79,9 @@ func (j *Journal) Begin(req BeginRequest) (Record, error) {
 		Fingerprint: req.Fingerprint, State: StateCreating, Stage: req.Stage,
 		Deadline: req.Deadline, Created: now, HoldsName: true,
 	}}
+	if j.opts.Tracer != nil {
+		e.spans = &stepSpans{parent: req.Trace}
+	}
 	j.byID[req.ID] = e
 	j.byName[string(nameKey(req.Kind, req.Name))] = e
 	j.indexIdentity(e)
@@ -123,12 +131,21 @@ func (j *Journal) Intents(id string, steps ...Intended) (int, error) {
 			r.Steps = append(r.Steps, Step{Seq: seq + i, Kind: s.Kind, Stage: s.Stage, Args: maps.Clone(s.Args), Status: StepIntent, Started: now})
 		}
 	})
+	if err == nil {
+		j.startSteps(e, seq, len(steps))
+	}
 	j.mu.Unlock()
 	if err != nil {
 		return 0, err
 	}
 	if err := wait(p); err != nil {
-		return 0, fmt.Errorf("intent %s on record %s: %w", steps[0].Kind, id, err)
+		err = fmt.Errorf("intent %s on record %s: %w", steps[0].Kind, id, err)
+		j.mu.Lock()
+		for i := range steps {
+			j.endStep(e, seq+i, err)
+		}
+		j.mu.Unlock()
+		return 0, err
 	}
 	return seq, nil
 }
@@ -161,6 +178,9 @@ func (j *Journal) Noted(id string, step Intended) (int, error) {
 	_, err = j.change(e, false, func(r *Record) {
 		r.Steps = append(r.Steps, Step{Seq: seq, Kind: step.Kind, Stage: step.Stage, Args: maps.Clone(step.Args), Status: StepDone, Started: now, Finished: now})
 	})
+	if err == nil {
+		j.noteStep(e, seq)
+	}
 	return seq, err
 }
 
@@ -198,6 +218,7 @@ func (j *Journal) Done(id string, seq int) error {
 		r.Steps[seq].Status = StepDone
 		r.Steps[seq].Finished = j.opts.Now()
 	})
+	j.endStep(e, seq, err)
 	return err
 }
 

@@ -16,6 +16,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/crijournal/crijournal/migrations"
 )
@@ -50,6 +51,9 @@ type Options struct {
 	Now func() time.Time
 	// Hooks receive the journal's events, for metrics. Each may be nil.
 	Hooks Hooks
+	// Tracer, when set, makes a span of every step, from its intent to its done mark,
+	// and of every undo (see trace.go). nil (the default): no spans, at no cost.
+	Tracer trace.Tracer
 	// SpaceReserve is how many bytes of disk are kept allocated to the file ahead of its
 	// growth, so that stops, removals and undos still commit on a full disk (see space):
 	// while the reserve cannot be kept whole, or the disk has less room than it, the
@@ -154,6 +158,8 @@ type entry struct {
 	// durablePending counts the durable writes queued and not yet published.
 	version, shownVersion uint64
 	durablePending        int
+	// spans are the spans of its steps in progress; nil without Options.Tracer.
+	spans *stepSpans
 }
 
 // Open opens (creating if needed) the journal at path, runs migrations and rebuilds the

@@ -79,6 +79,7 @@ func (r *Registry) undo(ctx context.Context, rec Record, step Step) (err error) 
 func (j *Journal) undoStep(ctx context.Context, rec Record, step Step) error {
 	uctx, cancel := context.WithTimeout(ctx, j.opts.UndoTimeout)
 	defer cancel()
+	endSpan := j.startUndo(ctx, &rec, step)
 	started := time.Now()
 	err := j.opts.Registry.undo(uctx, rec, step)
 	j.log.Debug("step undone", "kind", rec.Kind, "id", rec.ID, "name", rec.Name, "step", step.Kind, "took", time.Since(started), "err", err)
@@ -88,6 +89,7 @@ func (j *Journal) undoStep(ctx context.Context, rec Record, step Step) error {
 	if j.opts.Hooks.Undone != nil {
 		j.opts.Hooks.Undone(step.Kind, step.UndoAttempts > 0, err)
 	}
+	endSpan(err)
 	return err
 }
 
@@ -244,6 +246,9 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal, deferring boo
 		}
 		r.Stage = "undo"
 	})
+	if err == nil {
+		j.endOpenSteps(e)
+	}
 	rec := e.rec.Clone()
 	j.mu.Unlock()
 	if err != nil {
@@ -252,12 +257,14 @@ func (j *Journal) runUndo(ctx context.Context, id string, removal, deferring boo
 	if err := wait(p); err != nil {
 		return err
 	}
+	var failures []StepFailure
+	ctx, endRun := j.startUndoRun(ctx, &rec, removal)
+	defer func() { endRun(len(failures)) }()
 
 	flow := "journal/rollback/"
 	if removal {
 		flow = "journal/remove/"
 	}
-	var failures []StepFailure
 	left := false // undos left to Maintain (deferring)
 	for i := len(rec.Steps) - 1; i >= 0; i-- {
 		step := rec.Steps[i]
