@@ -192,6 +192,29 @@ type Config struct {
 	// Default: "", meaning no profiling endpoint.
 	PprofAddress string `toml:"pprof_address" help:"loopback host:port of the Go pprof endpoint (empty: off)"`
 
+	// TracingEndpoint is the OpenTelemetry collector the daemon exports its traces to,
+	// over OTLP/gRPC: host:port (plain gRPC, as CRI-O's tracing_endpoint; a collector
+	// on the node, such as 127.0.0.1:4317), http://host:port (plain) or
+	// https://host:port (TLS; OTEL_EXPORTER_OTLP_CERTIFICATE names a CA). Each CRI call
+	// is a server span, a child of the kubelet's trace when its request carries a W3C
+	// traceparent, and each journaled step a span within it (see the README). The
+	// standard OTEL_* environment is honoured: OTEL_EXPORTER_OTLP_ENDPOINT (or
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) turns tracing on when this key is empty,
+	// OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none turn it off, and
+	// OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_EXPORTER_OTLP_HEADERS and the
+	// like apply.
+	// Default: "", meaning off unless the environment names a collector.
+	TracingEndpoint string `toml:"tracing_endpoint" help:"OTLP/gRPC collector of traces: host:port, http://host:port or https://host:port (empty: OTEL_EXPORTER_OTLP_ENDPOINT, else off)"`
+
+	// TracingSamplingRatePerMillion is how many of a million traces that start in the
+	// daemon are sampled: calls that carry no trace context (crictl's), recovery at
+	// start and the background undos. A call that carries one (a kubelet with tracing
+	// on) is sampled as its caller decided, whatever this says. 1000000 samples every
+	// trace. OTEL_TRACES_SAMPLER, when set, replaces this. CRI-O's key of the same name,
+	// and its default.
+	// Default: 0, meaning only callers' sampled traces.
+	TracingSamplingRatePerMillion int `toml:"tracing_sampling_rate_per_million" help:"traces started here sampled per million, 0 to 1000000; a caller's trace context is always followed"`
+
 	// StorageDriver is the containers/storage graph driver: "overlay",
 	// "vfs", or "" to choose overlay when the kernel supports it and vfs
 	// otherwise. Default: "".

@@ -328,6 +328,15 @@ func TestLoadInvalid(t *testing.T) {
 		{"pprof on a node address", source{env: map[string]string{"CRIJOURNAL_PPROF_ADDRESS": "10.0.0.1:6060"}}, "pprof_address", "loopback"},
 		{"pprof bad port", source{flags: []string{"--pprof-address=127.0.0.1:http"}}, "pprof_address", "port"},
 		{"metrics cert without key", source{file: `metrics_cert = "/etc/m.crt"`}, "metrics_cert", "together"},
+		{"tracing endpoint without port", source{file: `tracing_endpoint = "127.0.0.1"`}, "tracing_endpoint", "host:port"},
+		{"tracing endpoint without host", source{env: map[string]string{"CRIJOURNAL_TRACING_ENDPOINT": ":4317"}}, "tracing_endpoint", "no host"},
+		{"tracing endpoint bad port", source{flags: []string{"--tracing-endpoint=collector:otlp"}}, "tracing_endpoint", `invalid port "otlp"`},
+		{"tracing endpoint port zero", source{file: `tracing_endpoint = "127.0.0.1:0"`}, "tracing_endpoint", `invalid port "0"`},
+		{"tracing endpoint unix scheme", source{file: `tracing_endpoint = "unix:///run/otel.sock"`}, "tracing_endpoint", `scheme "unix"`},
+		{"tracing endpoint with a path", source{file: `tracing_endpoint = "http://127.0.0.1:4318/v1/traces"`}, "tracing_endpoint", "nothing more"},
+		{"negative sampling rate", source{file: `tracing_sampling_rate_per_million = -1`}, "tracing_sampling_rate_per_million", "between 0 (follow callers only) and 1000000"},
+		{"sampling rate above a million", source{env: map[string]string{"CRIJOURNAL_TRACING_SAMPLING_RATE_PER_MILLION": "1000001"}}, "tracing_sampling_rate_per_million", "got 1000001"},
+		{"sampling rate as a ratio", source{file: `tracing_sampling_rate_per_million = 0.5`}, "tracing_sampling_rate_per_million", "float 0.5"},
 		{"relative signature policy", source{file: `signature_policy = "policy.json"`}, "signature_policy", "absolute"},
 		{"no signature policy", source{file: `signature_policy = ""`}, "signature_policy", "must be set"},
 		{"relative registries.conf", source{file: `registries_conf = "registries.conf"`}, "registries_conf", "absolute"},
@@ -389,34 +398,36 @@ func TestLoadReportsEveryError(t *testing.T) {
 
 func TestTOMLRoundTrip(t *testing.T) {
 	custom := Config{
-		Root:               "/srv/crijournal",
-		RunRoot:            "/run/cj",
-		JournalPath:        "/srv/journal \"quoted\".db",
-		Socket:             "/run/cj/cj.sock",
-		NamespaceDir:       "/run/cj/ns",
-		CNIConfDir:         "/etc/cni/conf",
-		CNIPluginDirs:      []string{"/opt/cni/bin"},
-		CNICacheDir:        "/var/cache/cni",
-		NetworkTimeout:     7*time.Minute + 30*time.Second,
-		CacheTTL:           90 * time.Second,
-		CacheSweepInterval: 1500 * time.Millisecond,
-		StatsCollectPeriod: 30 * time.Second,
-		IncludedPodMetrics: []string{"cpu", "memory", "network"},
-		UndoRetryMin:       250 * time.Millisecond,
-		UndoRetryMax:       time.Hour,
-		UndoTimeout:        30 * time.Second,
-		ExecDrainTimeout:   5 * time.Second,
-		JournalLockTimeout: 3 * time.Second,
-		JournalReserveMiB:  64,
-		JournalNoSync:      true,
-		LogLevel:           "debug",
-		LogFormat:          "json",
-		MetricsAddress:     "[::1]:9090",
-		PprofAddress:       "127.0.0.1:6060",
-		StorageDriver:      "vfs",
-		StorageRoot:        "/srv/storage",
-		StorageRunRoot:     "/run/storage",
-		DefaultRuntime:     "crun",
+		Root:                          "/srv/crijournal",
+		RunRoot:                       "/run/cj",
+		JournalPath:                   "/srv/journal \"quoted\".db",
+		Socket:                        "/run/cj/cj.sock",
+		NamespaceDir:                  "/run/cj/ns",
+		CNIConfDir:                    "/etc/cni/conf",
+		CNIPluginDirs:                 []string{"/opt/cni/bin"},
+		CNICacheDir:                   "/var/cache/cni",
+		NetworkTimeout:                7*time.Minute + 30*time.Second,
+		CacheTTL:                      90 * time.Second,
+		CacheSweepInterval:            1500 * time.Millisecond,
+		StatsCollectPeriod:            30 * time.Second,
+		IncludedPodMetrics:            []string{"cpu", "memory", "network"},
+		UndoRetryMin:                  250 * time.Millisecond,
+		UndoRetryMax:                  time.Hour,
+		UndoTimeout:                   30 * time.Second,
+		ExecDrainTimeout:              5 * time.Second,
+		JournalLockTimeout:            3 * time.Second,
+		JournalReserveMiB:             64,
+		JournalNoSync:                 true,
+		LogLevel:                      "debug",
+		LogFormat:                     "json",
+		MetricsAddress:                "[::1]:9090",
+		PprofAddress:                  "127.0.0.1:6060",
+		TracingEndpoint:               "https://otel-collector.example:4317",
+		TracingSamplingRatePerMillion: 250,
+		StorageDriver:                 "vfs",
+		StorageRoot:                   "/srv/storage",
+		StorageRunRoot:                "/run/storage",
+		DefaultRuntime:                "crun",
 		Runtimes: map[string]Runtime{
 			"runc": {Path: "/usr/sbin/runc", Root: "/run/runc"},
 			"crun": {Path: "/usr/bin/crun"},
@@ -601,6 +612,14 @@ func TestPodMetrics(t *testing.T) {
 		}
 		if got := c.PodMetrics(); !slices.Equal(got, tt.want) {
 			t.Errorf("PodMetrics of %q = %q, want %q", tt.included, got, tt.want)
+		}
+	}
+}
+
+func TestValidTracingEndpoints(t *testing.T) {
+	for _, endpoint := range []string{"", "127.0.0.1:4317", "localhost:4317", "[::1]:4317", "http://127.0.0.1:4317", "https://otel.example:4317/"} {
+		if err := ValidateTracingEndpoint(endpoint); err != nil {
+			t.Errorf("tracing_endpoint %q refused: %v", endpoint, err)
 		}
 	}
 }

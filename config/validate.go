@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -141,6 +142,13 @@ func (c Config) Validate() error {
 		}
 	}
 
+	if err := ValidateTracingEndpoint(c.TracingEndpoint); err != nil {
+		bad("tracing_endpoint", "%v", err)
+	}
+	if r := c.TracingSamplingRatePerMillion; r < 0 || r > MaxTracingSamplingRatePerMillion {
+		bad("tracing_sampling_rate_per_million", "must be between 0 (follow callers only) and %d (sample every trace), got %d", MaxTracingSamplingRatePerMillion, r)
+	}
+
 	oneOf("storage_driver", c.StorageDriver, storageDrivers)
 	absolute("storage_root", c.StorageRoot, false)
 	absolute("storage_run_root", c.StorageRunRoot, false)
@@ -244,6 +252,43 @@ func quoteList(values []string) string {
 		quoted[i] = strconv.Quote(v)
 	}
 	return strings.Join(quoted, ", ")
+}
+
+// MaxTracingSamplingRatePerMillion is the largest tracing_sampling_rate_per_million:
+// every trace sampled.
+const MaxTracingSamplingRatePerMillion = 1_000_000
+
+// ValidateTracingEndpoint says what is wrong with a tracing_endpoint: it must be
+// host:port, http://host:port or https://host:port ("" is valid: off).
+func ValidateTracingEndpoint(endpoint string) error {
+	if endpoint == "" {
+		return nil
+	}
+	hostPort := endpoint
+	if strings.Contains(endpoint, "://") {
+		u, err := url.Parse(endpoint)
+		if err != nil {
+			return fmt.Errorf("not a URL: %w", err)
+		}
+		if u.Scheme != "http" && u.Scheme != "https" {
+			return fmt.Errorf("scheme %q: want http:// (plain gRPC), https:// (gRPC over TLS) or none (host:port, plain), got %q", u.Scheme, endpoint)
+		}
+		if u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/") {
+			return fmt.Errorf("want scheme://host:port and nothing more, got %q", endpoint)
+		}
+		hostPort = u.Host
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if err != nil {
+		return fmt.Errorf("want host:port, http://host:port or https://host:port, got %q", endpoint)
+	}
+	if host == "" {
+		return fmt.Errorf("no host in %q", endpoint)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return fmt.Errorf("invalid port %q in %q", port, endpoint)
+	}
+	return nil
 }
 
 // loopbackHost reports whether host names a loopback address: "localhost" or a
