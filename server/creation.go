@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 )
@@ -26,6 +28,7 @@ type creation struct {
 // settled from a record that already exists, it returns no creation and the reservation
 // says which record.
 func (s *Server) begin(ctx context.Context, flow string, req journal.BeginRequest, same sameRequest) (*creation, reservation, error) {
+	req.Trace = trace.SpanContextFromContext(ctx) // the steps' spans are the request's children
 	res, err := s.reserve(ctx, req, same)
 	if err != nil || res.existingID != "" {
 		return nil, res, err

@@ -30,6 +30,7 @@ import (
 	"github.com/crijournal/crijournal/recovery"
 	"github.com/crijournal/crijournal/server"
 	"github.com/crijournal/crijournal/storage"
+	"github.com/crijournal/crijournal/tracing"
 	"github.com/crijournal/crijournal/units"
 )
 
@@ -103,6 +104,7 @@ type serving struct {
 	networks *netns.Networks
 	journal  *journal.Journal
 	srv      *server.Server
+	traces   *tracing.Tracing // nil when tracing is off
 
 	cleanups []func() // run by close, last first
 }
@@ -194,6 +196,24 @@ func (d *serving) openJournal() error {
 	}
 	d.plugins = plugins
 
+	// Tracing, when configured: off, nothing of it is made (package tracing).
+	traces, err := tracing.Start(d.ctx, tracing.Settings{Endpoint: cfg.TracingEndpoint,
+		SamplingRatePerMillion: cfg.TracingSamplingRatePerMillion, Version: version}, os.Getenv, log)
+	if err != nil {
+		return err
+	}
+	if traces != nil {
+		d.traces = traces
+		log.Info("tracing on", traces.LogAttrs()...)
+		// After the journal's close (a cleanup added later runs earlier): the spans of
+		// the whole stop are flushed, within tracing.ShutdownTimeout.
+		d.onClose(func() {
+			if err := traces.Shutdown(); err != nil {
+				log.Warn("spans lost at the stop", "err", err)
+			}
+		})
+	}
+
 	registry := journal.NewRegistry()
 	d.networks = &netns.Networks{ConfDir: cfg.CNIConfDir, PluginDirs: cfg.CNIPluginDirs, CacheDir: cfg.CNICacheDir}
 	netns.RegisterUndos(registry, d.networks)
@@ -213,6 +233,7 @@ func (d *serving) openJournal() error {
 		Registry:     registry,
 		Logger:       log,
 		Hooks:        d.metrics.JournalHooks(),
+		Tracer:       d.traces.Tracer(),
 	})
 	if err != nil {
 		return err
@@ -346,7 +367,7 @@ func (d *serving) serve() error {
 	}
 	log.Info("streaming server listening", "url", streams.URL)
 	procs.Serving() // one processor from now on, but for image pulls (package procs)
-	g := newGRPCServer(srv)
+	g := newGRPCServer(srv, d.traces.ServerOptions()...)
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.Layout().JournalFile(), "version", version)
@@ -391,7 +412,8 @@ func (d *serving) serve() error {
 	return nil
 }
 
-// newGRPCServer makes the CRI's gRPC server with the server's services.
+// newGRPCServer makes the CRI's gRPC server with the server's services, and opts (the
+// tracing's stats handler, when tracing is on).
 //
 // Stream workers: as many as the processors procs.Serving set (one, unless GOMAXPROCS
 // says otherwise): a few goroutines that serve the calls one after another, their
@@ -407,9 +429,9 @@ func (d *serving) serve() error {
 // exec and attach streams and image layers, do not travel over this connection): a
 // fixed window of staticWindow is larger than any the kubelet sends, and a larger
 // one (up to gRPC's 4 MiB limit) still passes, a window at a time.
-func newGRPCServer(srv *server.Server) *grpc.Server {
-	g := grpc.NewServer(grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(staticWindow))
+func newGRPCServer(srv *server.Server, opts ...grpc.ServerOption) *grpc.Server {
+	g := grpc.NewServer(append([]grpc.ServerOption{grpc.UnaryInterceptor(srv.UnaryInterceptor), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.StaticStreamWindowSize(staticWindow), grpc.StaticConnWindowSize(staticWindow)}, opts...)...)
 	srv.Register(g)
 	return g
 }
