@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/crijournal/crijournal/checkpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/nri"
@@ -64,6 +65,7 @@ var classes = []struct {
 	{journal.ErrLowSpace, codes.ResourceExhausted},
 	{netns.ErrInvalid, codes.InvalidArgument},
 	{netns.ErrNoNetwork, codes.FailedPrecondition},
+	{checkpoint.ErrInvalidLocation, codes.InvalidArgument},
 	{oci.ErrInvalidSpec, codes.InvalidArgument},
 	{oci.ErrExecTimeout, codes.DeadlineExceeded},
 	{oci.ErrNoDefaultAppArmor, codes.FailedPrecondition},

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/crijournal/crijournal/checkpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
@@ -25,6 +26,21 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	if rec.Kind == journal.KindContainer {
 		if rec.State != journal.StateCreated {
 			return false, nil
+		}
+		if pendingCheckpoint(rec) {
+			// A checkpoint export a crash cut short: its work files and partial
+			// archive go, and the container is thawed if CRIU left it frozen.
+			uctx, cancel := detached(ctx, undoTimeout)
+			err := s.journal.UndoSteps(uctx, rec.ID, nil, checkpoint.StepExport)
+			cancel()
+			if err != nil {
+				return true, fmt.Errorf("container %s: undo of an interrupted checkpoint: %w", rec.ID, err)
+			}
+			if rec, err = s.journal.Get(rec.ID); err != nil {
+				return true, err
+			}
+			_, err = s.reconcileContainer(ctx, rec)
+			return true, err
 		}
 		return s.reconcileContainer(ctx, rec)
 	}

@@ -70,26 +70,27 @@ const RuntimeName = "crijournal"
 // Server is the CRI service. Build it with New and attach it with Register.
 type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
-	cfg       config.Config
-	journal   *journal.Journal
-	networks  netns.NetworkSource
-	metrics   *metrics.Metrics
-	images    *storage.Store
-	runtimes  RuntimeSource
-	version   string
-	log       *slog.Logger
-	pods      podGates                      // keeps a pod's container creations and its removal apart
-	teardowns teardowns                     // keeps the stops and removals of one sandbox apart
-	streams   atomic.Pointer[stream.Server] // set by StartStreaming
-	stats     statsState
-	layers    *layerCollector // the writable layers' usage; nil without storage
-	collected chan struct{}   // closed when the collecting goroutine ends; nil until started
-	node      nodeConfig      // what UpdateRuntimeConfig said
-	cdi       *oci.CDI        // CDI devices, from cdi_spec_dirs
-	nri       *nri.NRI        // NRI plugins; nil when disabled
-	nriStops  nriStops        // keeps a container's StopContainer events apart
-	reaper    *exitReaper     // deletes the runtime containers of exited containers
-	execSyncs execSlots       // the ExecSync calls running (exec_sync_max_concurrent)
+	cfg         config.Config
+	journal     *journal.Journal
+	networks    netns.NetworkSource
+	metrics     *metrics.Metrics
+	images      *storage.Store
+	runtimes    RuntimeSource
+	version     string
+	log         *slog.Logger
+	pods        podGates                      // keeps a pod's container creations and its removal apart
+	teardowns   teardowns                     // keeps the stops and removals of one sandbox apart
+	streams     atomic.Pointer[stream.Server] // set by StartStreaming
+	stats       statsState
+	layers      *layerCollector // the writable layers' usage; nil without storage
+	collected   chan struct{}   // closed when the collecting goroutine ends; nil until started
+	node        nodeConfig      // what UpdateRuntimeConfig said
+	cdi         *oci.CDI        // CDI devices, from cdi_spec_dirs
+	nri         *nri.NRI        // NRI plugins; nil when disabled
+	nriStops    nriStops        // keeps a container's StopContainer events apart
+	reaper      *exitReaper     // deletes the runtime containers of exited containers
+	execSyncs   execSlots       // the ExecSync calls running (exec_sync_max_concurrent)
+	checkpoints sync.Map        // container ID -> struct{}: the checkpoint exports under way
 
 	events       eventFeed // the container events' streams (GetContainerEvents)
 	pauseWatches sync.Map  // sandbox ID -> struct{}: pause processes watched (watchPause)

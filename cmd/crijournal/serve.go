@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
+	"github.com/crijournal/crijournal/checkpoint"
 	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/internal/pause"
@@ -219,6 +220,7 @@ func (d *serving) openJournal() error {
 	netns.RegisterUndos(registry, d.networks)
 	storage.RegisterUndos(registry, func() (*storage.Store, error) { return d.images, nil })
 	oci.RegisterUndos(registry, d.runtimes.Runtime)
+	checkpoint.RegisterUndos(registry, d.runtimes.Runtime)
 	nri.RegisterUndos(registry, plugins)
 	units.RegisterUndos(registry)
 
