@@ -363,16 +363,24 @@ func TestCheckpointCrash(t *testing.T) {
 	for _, tc := range []struct {
 		point     string
 		afterDump bool
+		// frozen freezes the container first (runc pause), as a CRIU killed while it
+		// dumped leaves it: the restart must thaw it.
+		frozen bool
 	}{
-		{checkpoint.FailpointAfterSetup, false},
-		{checkpoint.FailpointAfterDump, true},
-		{checkpoint.FailpointBeforePublish, true},
+		{checkpoint.FailpointAfterSetup, false, true},
+		{checkpoint.FailpointAfterDump, true, false},
+		{checkpoint.FailpointBeforePublish, true, false},
 	} {
 		t.Run(filepath.Base(tc.point), func(t *testing.T) {
 			if tc.afterDump {
 				requireCriuWorks(t)
 			}
 			d.restartArmed(t, tc.point)
+			if tc.frozen {
+				if out, err := exec.Command(runcBinary(t), "--root", d.runcRoot(), "pause", id).CombinedOutput(); err != nil {
+					t.Fatalf("runc pause %s: %v: %s", id, err, out)
+				}
+			}
 			dir := t.TempDir()
 			archive := filepath.Join(dir, "x.tar")
 			if _, _, err := d.crictl(t, "checkpoint", "--export="+archive, id); err == nil {
