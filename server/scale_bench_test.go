@@ -83,7 +83,7 @@ func benchCreate(b testing.TB, s *Server, kind journal.Kind, name, parent string
 }
 
 // populate makes pods sandboxes with one container each, created and running.
-func populate(b *testing.B, s *Server, pods int) (podIDs, ctrIDs []string) {
+func populate(b testing.TB, s *Server, pods int) (podIDs, ctrIDs []string) {
 	b.Helper()
 	now := time.Now()
 	for i := range pods {
