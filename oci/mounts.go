@@ -217,10 +217,39 @@ var defaultReadonlyPaths = []string{
 	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 }
 
-// allowedMountOptions are the CRI mount_options a bind mount may carry.
+// allowedMountOptions are the CRI mount_options (Mount.mount_options, the kubelet's
+// VolumeMount.bindMountOptions) a bind mount may carry: those that take something away
+// (the API's noexec, nodev and nosuid, and ro) and the access-time ones, which change
+// nothing a container could use against the node. Options that would give back what the
+// node's file system withholds (exec, dev, suid, rw) are refused (loosenedMountOptions),
+// as is every other option (a remount, bind or propagation option is the runtime's to
+// choose).
 var allowedMountOptions = []string{
-	"nosuid", "suid", "nodev", "dev", "noexec", "exec", "noatime", "atime",
-	"nodiratime", "diratime", "relatime", "norelatime", "strictatime", "nostrictatime",
+	"nosuid", "nodev", "noexec", "ro", "noatime", "nodiratime", "relatime", "norelatime",
+	"strictatime", "nostrictatime",
+}
+
+// loosenedMountOptions are the options that undo a restriction, with what they undo.
+var loosenedMountOptions = map[string]string{
+	"suid": "nosuid", "dev": "nodev", "exec": "noexec", "rw": "ro",
+}
+
+// mountOptions checks the CRI mount_options of the bind mount at dst and returns them,
+// each once, in the order asked. Refusals wrap ErrInvalidSpec.
+func mountOptions(dst string, opts []string) ([]string, error) {
+	var out []string
+	for _, o := range opts {
+		if undoes, ok := loosenedMountOptions[o]; ok {
+			return nil, invalid("mount %s: mount option %q is refused: it would lift %q where the node's file system sets it (allowed: %s)", dst, o, undoes, strings.Join(allowedMountOptions, ", "))
+		}
+		if !slices.Contains(allowedMountOptions, o) {
+			return nil, invalid("mount %s: unknown or unsupported mount option %q (allowed: %s)", dst, o, strings.Join(allowedMountOptions, ", "))
+		}
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
 }
 
 // containerMounts returns the container's mounts (the standard ones, the sandbox's
@@ -350,24 +379,24 @@ func criMount(m *runtimeapi.Mount, in SpecInput) (specs.Mount, string, error) {
 	default:
 		return specs.Mount{}, "", invalid("mount %s: unknown propagation %v", dst, m.GetPropagation())
 	}
+	extra, err := mountOptions(dst, m.GetMountOptions())
+	if err != nil {
+		return specs.Mount{}, "", err
+	}
 	opts := []string{"rbind", prop}
-	if m.GetReadonly() {
+	if m.GetReadonly() || slices.Contains(extra, "ro") {
 		opts = append(opts, "ro")
 	} else {
 		opts = append(opts, "rw")
 	}
+	extra = slices.DeleteFunc(extra, func(o string) bool { return o == "ro" })
 	if m.GetRecursiveReadOnly() {
 		if err := recursiveReadOnly(m, dst, prop, in.RecursiveReadOnly); err != nil {
 			return specs.Mount{}, "", err
 		}
 		opts = append(opts, "rro")
 	}
-	for _, o := range m.GetMountOptions() {
-		if !slices.Contains(allowedMountOptions, o) {
-			return specs.Mount{}, "", invalid("mount %s: mount option %q is not allowed", dst, o)
-		}
-		opts = append(opts, o)
-	}
+	opts = append(opts, extra...)
 	om := specs.Mount{Destination: dst, Type: "bind", Source: real, Options: opts}
 	if userns {
 		om.Options = append(om.Options, "idmap")

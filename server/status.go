@@ -110,7 +110,9 @@ func (s *Server) UpdateRuntimeConfig(ctx context.Context, req *runtimeapi.Update
 // describeRuntime adds to a Status answer the runtime handlers with their features, the
 // runtime's own features and, when verbose, the effective configuration.
 func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtimeapi.StatusResponse) {
-	resp.Features = &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true}
+	// mount_options: bind mounts honour Mount.mount_options (noexec, nodev, nosuid; see
+	// oci.criMount), whatever the handler: runc applies them as it applies ro.
+	resp.Features = &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true}
 	supported := map[string]oci.Features{}
 	names := sortedHandlers(s.cfg.Runtimes)
 	for _, name := range names {

@@ -37,6 +37,9 @@ func TestStatusListsHandlers(t *testing.T) {
 	if !resp.GetFeatures().GetSupplementalGroupsPolicy() {
 		t.Error("features.supplemental_groups_policy is false")
 	}
+	if !resp.GetFeatures().GetMountOptions() {
+		t.Error("features.mount_options is false: the kubelet then drops bindMountOptions")
+	}
 	if resp.GetInfo()["config"] == "" || resp.GetInfo()["runtimeFeatures"] == "" {
 		t.Errorf("verbose info %v, want config and runtimeFeatures", resp.GetInfo())
 	}
