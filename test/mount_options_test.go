@@ -61,7 +61,7 @@ func TestMountOptions(t *testing.T) {
 		map[string]any{"container_path": "/data", "host_path": host, "mount_options": []string{"exec"}},
 	)), pod)
 	requireCode(t, "crictl create with mount option exec", err, stderr, "InvalidArgument")
-	if !strings.Contains(stderr, `mount option "exec" is refused`) {
+	if !strings.Contains(stderr, `exec\" is refused`) {
 		t.Errorf("the refusal %q does not name the option", stderr)
 	}
 	if ids := d.ps(t, true); len(ids) != 1 || ids[0] != id {
@@ -70,6 +70,7 @@ func TestMountOptions(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(host, "run.sh")); err != nil {
 		t.Error(err)
 	}
+	d.removeCtr(t, id)
 	d.assertNoLeaks(t, podID)
 	d.removePod(t, podID)
 	d.stopClean(t)
