@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // RuntimeName is the runtime name NRI plugins are told.
@@ -230,6 +231,26 @@ func (n *NRI) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 		return nil
 	}
 	return pluginError("RemovePodSandbox", n.a.RemovePodSandbox(ctx, &api.RemovePodSandboxRequest{Pod: pod}))
+}
+
+// UpdatePodSandbox asks the plugins about new pod-level resources of a pod (the CRI's
+// UpdatePodSandboxResources): its overhead and the sum of its containers' resources. An
+// error refuses the update.
+func (n *NRI) UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, resources *runtimeapi.LinuxContainerResources) error {
+	if !n.Enabled() {
+		return nil
+	}
+	_, err := n.a.UpdatePodSandbox(ctx, &api.UpdatePodSandboxRequest{Pod: pod,
+		OverheadLinuxResources: criResources(overhead), LinuxResources: criResources(resources)})
+	return pluginError("UpdatePodSandbox", err)
+}
+
+// PostUpdatePodSandbox tells the plugins a pod's pod-level resources changed.
+func (n *NRI) PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
+	if !n.Enabled() {
+		return nil
+	}
+	return pluginError("PostUpdatePodSandbox", n.a.PostUpdatePodSandbox(ctx, &api.PostUpdatePodSandboxRequest{Pod: pod}))
 }
 
 // Created is the plugins' answer to a container's creation: the adjustment of its spec,

@@ -69,6 +69,7 @@ var classes = []struct {
 	{oci.ErrInvalidSpec, codes.InvalidArgument},
 	{oci.ErrExecTimeout, codes.DeadlineExceeded},
 	{oci.ErrNoDefaultAppArmor, codes.FailedPrecondition},
+	{oci.ErrNoPodCgroup, codes.FailedPrecondition},
 	{nri.ErrPlugin, codes.FailedPrecondition},
 	{storage.ErrImageNotFound, codes.NotFound},
 	{storage.ErrImageInUse, codes.FailedPrecondition},

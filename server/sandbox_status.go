@@ -38,6 +38,8 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 	if req.GetVerbose() {
 		resp.Info = map[string]string{"info": infoJSON(map[string]any{
 			"namespaces": sb.obj.Namespaces, "host_network": sb.obj.HostNetwork,
+			// The pod-level resources as created or last updated (UpdatePodSandboxResources).
+			"overhead": sb.config.GetLinux().GetOverhead(), "resources": sb.config.GetLinux().GetResources(),
 			"journal": map[string]any{"state": sb.rec.State, "steps": sb.rec.Steps, "markers": sb.rec.Markers},
 		})}
 	}

@@ -365,3 +365,28 @@ func activeState(ctx context.Context, conn bus, unit string) (string, error) {
 	}
 	return "", nil // systemd lists every name asked for; one it does not know is gone
 }
+
+// ErrNotActive is returned by SetSlice for a slice systemd does not have (active).
+var ErrNotActive = errors.New("systemd unit not active")
+
+// SetSlice sets res on slice name, an active slice: systemd's unit properties (CPU
+// weight or shares, quota, memory limit; kept by systemd for the unit's life) and the
+// cgroup files, through the library's Set, as the kubelet sets its pods' slices. It
+// does not start a slice systemd does not have: that is ErrNotActive.
+func SetSlice(ctx context.Context, name string, res *cgroups.Resources) error {
+	active, err := Active(ctx, name)
+	if err != nil {
+		return err
+	}
+	if !active {
+		return fmt.Errorf("systemd slice %s: %w", name, ErrNotActive)
+	}
+	m, err := sliceManager(name)
+	if err != nil {
+		return err
+	}
+	if err := m.Set(res); err != nil {
+		return fmt.Errorf("set the limits of systemd slice %s: %w", name, err)
+	}
+	return nil
+}

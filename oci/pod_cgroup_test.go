@@ -1,0 +1,100 @@
+package oci
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/opencontainers/cgroups"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestPodResources(t *testing.T) {
+	type lcr = runtimeapi.LinuxContainerResources
+	for _, tc := range []struct {
+		name                string
+		overhead, resources *lcr
+		want                *cgroups.Resources
+		invalid             bool
+	}{
+		{name: "neither", invalid: true},
+		{name: "negative shares", resources: &lcr{CpuShares: -2}, invalid: true},
+		{name: "negative memory", overhead: &lcr{MemoryLimitInBytes: -1}, invalid: true},
+		{name: "period under 1 ms", resources: &lcr{CpuPeriod: 999, CpuQuota: 50000}, invalid: true},
+		{name: "period over 1 s", resources: &lcr{CpuPeriod: 1000001, CpuQuota: 50000}, invalid: true},
+		{name: "quota under 1 ms", resources: &lcr{CpuPeriod: 100000, CpuQuota: 999}, invalid: true},
+		{name: "memory overflows", overhead: &lcr{MemoryLimitInBytes: 1 << 62}, resources: &lcr{MemoryLimitInBytes: 1 << 62}, invalid: true},
+		{
+			// The kubelet's figures for a pod of 500m CPU and 128 MiB, 250m and 64 MiB of overhead:
+			// 750m is 768 shares, 75000 µs of 100000.
+			name:      "kubelet pod with overhead",
+			overhead:  &lcr{CpuShares: 256, CpuPeriod: 100000, CpuQuota: 25000, MemoryLimitInBytes: 64 << 20},
+			resources: &lcr{CpuShares: 512, CpuPeriod: 100000, CpuQuota: 50000, MemoryLimitInBytes: 128 << 20},
+			want:      &cgroups.Resources{SkipDevices: true, CpuShares: 768, CpuPeriod: 100000, CpuQuota: 75000, Memory: 192 << 20},
+		},
+		{
+			name:      "overhead quota over another period",
+			overhead:  &lcr{CpuPeriod: 50000, CpuQuota: 10000},
+			resources: &lcr{CpuPeriod: 100000, CpuQuota: 50000},
+			want:      &cgroups.Resources{SkipDevices: true, CpuPeriod: 100000, CpuQuota: 70000},
+		},
+		{
+			// A container without a CPU limit: the kubelet sends the pod's unlimited quota
+			// (-1) less the overhead's.
+			name:      "unlimited quota",
+			overhead:  &lcr{CpuShares: 256, CpuPeriod: 100000, CpuQuota: 25000},
+			resources: &lcr{CpuShares: 2, CpuPeriod: 100000, CpuQuota: -1 - 25000},
+			want:      &cgroups.Resources{SkipDevices: true, CpuShares: 258, CpuPeriod: 100000, CpuQuota: -1},
+		},
+		{
+			name:      "best effort: least shares, no limits",
+			overhead:  &lcr{},
+			resources: &lcr{CpuShares: 2},
+			want:      &cgroups.Resources{SkipDevices: true, CpuShares: 2},
+		},
+		{
+			name:      "only resources",
+			resources: &lcr{MemoryLimitInBytes: 256 << 20, CpuShares: 1024},
+			want:      &cgroups.Resources{SkipDevices: true, CpuShares: 1024, Memory: 256 << 20},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := PodResources(tc.overhead, tc.resources)
+			if tc.invalid {
+				if !errors.Is(err, ErrInvalidSpec) {
+					t.Fatalf("PodResources = %+v, %v; want ErrInvalidSpec", got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("PodResources = %+v\nwant %+v", *got, *tc.want)
+			}
+		})
+	}
+}
+
+func TestSetPodResourcesNeedsAPodCgroup(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		parent  string
+		systemd bool
+		want    error
+	}{
+		{"no cgroup_parent", "", false, ErrNoPodCgroup},
+		{"no cgroup_parent, systemd", "", true, ErrNoPodCgroup},
+		{"relative", "kubepods/pod1", false, ErrInvalidSpec},
+		{"dot dot", "/kubepods/../pod1", false, ErrInvalidSpec},
+		{"not a slice, systemd", "/kubepods/pod1", true, ErrInvalidSpec},
+		{"missing cgroup", "/crijournal-test-missing-pod-cgroup", false, ErrNoPodCgroup},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := SetPodResources(t.Context(), tc.parent, tc.systemd, &cgroups.Resources{SkipDevices: true, CpuShares: 512})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("SetPodResources(%q) = %v, want %v", tc.parent, err, tc.want)
+			}
+		})
+	}
+}
