@@ -1,10 +1,14 @@
 package journal
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // BenchmarkIntent measures durable intent commits with 1, 4 and 16 creations running at
@@ -101,4 +105,62 @@ func BenchmarkRemove(b *testing.B) {
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(commits)/float64(b.N), "commits/op")
+}
+
+// discardExporter drops the spans of BenchmarkStepTracing.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkStepTracing measures one journaled step (its intent's durable commit and its
+// done mark, in creations of five steps, as BenchmarkIntent) with tracing off (no
+// Tracer, the daemon's default) and on (the SDK's provider, every trace sampled, a batch
+// processor in front of an exporter that drops the spans: what a span costs the daemon,
+// not its export), with fsync and without (where the commit costs least, so the spans'
+// share is largest). One op is one step (every fifth begins a creation and rolls the
+// previous one back); compare the pairs.
+func BenchmarkStepTracing(b *testing.B) {
+	const stepsPerCreation = 5
+	for _, noSync := range []bool{false, true} {
+		for _, traced := range []bool{false, true} {
+			b.Run(fmt.Sprintf("nosync=%v/tracing=%v", noSync, traced), func(b *testing.B) {
+				opts := Options{NoSync: noSync, Registry: NewRegistry()}
+				parent := trace.SpanContext{}
+				if traced {
+					tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}),
+						sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())))
+					b.Cleanup(func() { tp.Shutdown(context.Background()) })
+					opts.Tracer = tp.Tracer("bench")
+					_, span := tp.Tracer("bench").Start(context.Background(), "request")
+					parent = span.SpanContext()
+				}
+				opts.Registry.Register(kindA, func(context.Context, Record, Step) error { return nil })
+				j, _ := testJournal(b, opts)
+				var rec Record
+				steps := 0 // one per iteration: ns/op is per step
+				for i := 0; b.Loop(); i++ {
+					if steps%stepsPerCreation == 0 {
+						if rec.ID != "" {
+							if err := j.Rollback(context.Background(), rec.ID); err != nil {
+								b.Fatal(err)
+							}
+						}
+						var err error
+						if rec, err = j.Begin(BeginRequest{Kind: KindSandbox, Name: fmt.Sprintf("pod-%d", i), Trace: parent}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					seq, err := j.Intents(rec.ID, Intended{Kind: kindA, Stage: "bench", Args: map[string]string{"path": "/run/crijournal/ns/netns/" + rec.ID}})
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := j.Done(rec.ID, seq); err != nil {
+						b.Fatal(err)
+					}
+					steps++
+				}
+			})
+		}
+	}
 }
