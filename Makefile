@@ -110,7 +110,7 @@ help:
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
 	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
 	@echo 'make uninstall  remove what install added (never the journal or the storage)'
-	@echo 'make lint   gofmt, go vet, staticcheck; the daemon links no benchmark package'
+	@echo 'make lint   gofmt, go vet, staticcheck; the daemon links no benchmark package, creation no CRI type'
 	@echo 'make bench  every benchmark, 5 times'
 	@echo 'make clean  remove build and test outputs'
 
@@ -307,6 +307,8 @@ lint:
 	staticcheck -tags '$(GOTAGS)' ./...
 	@linked="$$(go list -tags '$(GOTAGS)' -deps ./cmd/crijournal | grep -E '^($(DAEMON_FORBIDDEN_DEPS))' || true)"; \
 	if [ -n "$$linked" ]; then echo "lint: the daemon links benchmark packages (see BENCH_BIN):"; echo "$$linked"; exit 1; fi
+	@cri="$$(go list -tags '$(GOTAGS)' -deps ./creation | grep '^k8s.io/cri-api' || true)"; \
+	if [ -n "$$cri" ]; then echo "lint: the creation engine imports CRI types (the server maps them):"; echo "$$cri"; exit 1; fi
 
 bench: build
 	go test -tags '$(GOTAGS)' -run '^$$' -bench . -count 5 ./...

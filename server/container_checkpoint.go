@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/checkpoint"
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
 )
@@ -84,7 +85,7 @@ func (s *Server) CheckpointContainer(ctx context.Context, req *runtimeapi.Checkp
 	err = checkpoint.Export(ctx, rt, job, src)
 	// Whatever happened, what the export gathered goes (never the archive); a failed
 	// undo is retried by the journal with the container's removal.
-	uctx, cancel := detached(ctx, undoTimeout)
+	uctx, cancel := detached(ctx, creation.UndoTimeout)
 	defer cancel()
 	if uerr := s.journal.UndoSteps(uctx, c.rec.ID, nil, checkpoint.StepExport); uerr != nil {
 		s.log.Warn("checkpoint: removing its work files failed; retried at the container's removal", "id", c.rec.ID, "err", uerr)

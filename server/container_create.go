@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/nri"
@@ -98,10 +99,10 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 
 	deadline, _ := ctx.Deadline()
-	c, existing, err := s.begin(ctx, flowContainerCreate, journal.BeginRequest{
+	c, existing, err := s.creations.Begin(ctx, flowContainerCreate, journal.BeginRequest{
 		Kind: journal.KindContainer, Name: name, Identity: containerIdentity(sb.rec.ID, cfg), Parent: sb.rec.ID,
 		Deadline: deadline, Stage: stageContainerReserve, Fingerprint: fingerprint(cfg, sb.rec.ID),
-	}, sameRequest{older: olderFingerprints(cfg, sb.rec.ID), asRetried: func(made journal.Record) (any, error) {
+	}, creation.Same{Older: olderFingerprints(cfg, sb.rec.ID), AsRetried: func(made journal.Record) (any, error) {
 		// The same container: it is recorded with this call's attempt, restart count
 		// and log path, and its log is moved there once claimed (answerContainer).
 		ctr, err := decodeContainer(made)
@@ -115,7 +116,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if c == nil {
 		return s.answerContainer(ctx, existing, err)
 	}
-	id := c.rec.ID
+	id := c.ID()
 	obj := containerObject{
 		Config: mustMarshal(cfg), SandboxID: sb.rec.ID, Image: cfg.GetImage().GetImage(), ImageID: img.ID,
 		Handler: handler, LogPath: logFile, StopSig: img.Config.StopSignal, CreatedAt: time.Now(),
@@ -141,12 +142,12 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if u := sb.config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions(); u.GetMode() == runtimeapi.NamespaceMode_POD {
 		fsReq.UIDMap, fsReq.GIDMap = idMaps(u.GetUids()), idMaps(u.GetGids())
 	}
-	first := &plan{c: c}
-	addStep(first, limit{d: runtimeCreateTimeout}, oci.ConmonStep(rt, id, logFile, cfg.GetTty(), oci.StdinModeOf(cfg)),
+	first := c.Plan()
+	creation.AddStep(first, creation.Limit{Max: runtimeCreateTimeout}, oci.ConmonStep(rt, id, logFile, cfg.GetTty(), oci.StdinModeOf(cfg)),
 		func(p *oci.Pending) { conmon, obj.Bundle = p, p.Bundle() })
-	addStep(first, limit{d: storageCreateTimeout}, storage.ContainerStep(s.images, fsReq),
+	creation.AddStep(first, creation.Limit{Max: storageCreateTimeout}, storage.ContainerStep(s.images, fsReq),
 		func(rootfs string) { obj.Rootfs = rootfs })
-	if err := first.run(); err != nil {
+	if err := first.Run(); err != nil {
 		return nil, err
 	}
 
@@ -159,7 +160,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	// Missing host paths of bind mounts become directories; not a step (see
 	// oci.CreateHostPaths).
 	if err := s.createHostPaths(cfg, name); err != nil {
-		return nil, c.fail(stageContainerSpec, err)
+		return nil, c.Fail(stageContainerSpec, err)
 	}
 
 	spec, err := oci.Spec(ctx, oci.SpecInput{
@@ -176,7 +177,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		err = s.injectCDI(spec, cfg) // may add groups: before the user is recorded
 	}
 	if err != nil {
-		return nil, c.fail(stageContainerSpec, err)
+		return nil, c.Fail(stageContainerSpec, err)
 	}
 
 	// The NRI plugins, asked about the spec; the spec they adjusted is the one created.
@@ -190,11 +191,11 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	obj.User = specUser(spec)
 
 	// The OCI container, created by the runtime under conmon.
-	if _, err := runStep(c, limit{d: runtimeCreateTimeout}, oci.CreateStep(conmon, spec)); err != nil {
+	if _, err := creation.Step(c, creation.Limit{Max: runtimeCreateTimeout}, oci.CreateStep(conmon, spec)); err != nil {
 		return nil, err
 	}
 
-	if _, err := c.finish(obj); err != nil {
+	if _, err := c.Finish(obj); err != nil {
 		return nil, err
 	}
 	unblock()
@@ -206,25 +207,25 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 // answerContainer answers a CreateContainer settled by its reservation: the container
 // that already holds the name, or the reservation's error. A container claimed from the
 // cache has its log moved to the path its record now names (see placeLog).
-func (s *Server) answerContainer(ctx context.Context, res reservation, err error) (*runtimeapi.CreateContainerResponse, error) {
+func (s *Server) answerContainer(ctx context.Context, res creation.Reservation, err error) (*runtimeapi.CreateContainerResponse, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res.claimed {
+	if res.Outcome == creation.Claimed {
 		// Failure point "container-create/claimed": the claim (with the retry's log
 		// path) is committed, the log not yet moved.
 		if err := failpoint.Inject(flowContainerCreate + "/claimed"); err != nil {
 			return nil, err
 		}
-		if c, err := s.findContainer(res.existingID); err != nil {
-			s.log.Warn("claimed container not readable: its log stays where it is", "id", res.existingID, "err", err)
+		if c, err := s.findContainer(res.ExistingID); err != nil {
+			s.log.Warn("claimed container not readable: its log stays where it is", "id", res.ExistingID, "err", err)
 		} else {
 			s.placeLog(c)
 		}
 		// Its creation ended cached, without PostCreateContainer: sent now, once.
-		s.nriCreated(ctx, res.existingID, nri.Created{})
+		s.nriCreated(ctx, res.ExistingID, nri.Created{})
 	}
-	return &runtimeapi.CreateContainerResponse{ContainerId: res.existingID}, nil
+	return &runtimeapi.CreateContainerResponse{ContainerId: res.ExistingID}, nil
 }
 
 // placeLog moves a container's log to the path its record names, when a claim gave it

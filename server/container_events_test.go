@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -78,7 +79,7 @@ func subscribe(t *testing.T, s *Server) *eventSub {
 // lifecycles' order, each after the commit that makes it true, with the pod's sandbox
 // status (its metadata, which the kubelet reads) and the statuses of its containers.
 func TestEventsFollowTheLifecycle(t *testing.T) {
-	s, _ := flowServer(t)
+	s := flowServer(t)
 	sub := subscribe(t, s)
 	pod := eventPod(t, s, 1)
 	ctr := eventContainer(t, s, pod, "web")
@@ -134,21 +135,21 @@ func TestEventsFollowTheLifecycle(t *testing.T) {
 // nothing, nor does one cached because its request ended; the cached one's claim is its
 // creation for the kubelet, and sends CREATED.
 func TestNoEventForWhatCouldRollBack(t *testing.T) {
-	s, _ := flowServer(t)
+	s := flowServer(t)
 	sub := subscribe(t, s)
 
 	failed := beginFlow(t, s, context.Background(), "failed")
-	if _, err := runStep(failed, long, fakeStep(fakeFirst, "first", fails(errors.New("boom")))); err == nil {
+	if _, err := creation.Step(failed, long, fakeStep(fakeFirst, "first", fails(errors.New("boom")))); err == nil {
 		t.Fatal("the failing step succeeded")
 	}
 
 	ended, cancel := context.WithCancel(context.Background())
 	late := beginFlow(t, s, ended, "late")
-	if _, err := runStep(late, long, fakeStep(fakeFirst, "first", returns(1))); err != nil {
+	if _, err := creation.Step(late, long, fakeStep(fakeFirst, "first", returns(1))); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
-	if _, err := late.finish(sandboxObject{Config: mustMarshal(benchPodConfig(2))}); err == nil {
+	if _, err := late.Finish(sandboxObject{Config: mustMarshal(benchPodConfig(2))}); err == nil {
 		t.Fatal("a creation whose request ended was answered")
 	}
 	// A barrier: an event after everything above.
@@ -221,7 +222,7 @@ func withMarker(r journal.Record, key string) journal.Record {
 // loses the rest, without holding up the sender or the other subscribers; once it reads
 // again it gets new ones.
 func TestEventBufferIsBounded(t *testing.T) {
-	s, _ := flowServer(t) // nothing changes in the journal: the feed's goroutine sends nothing
+	s := flowServer(t) // nothing changes in the journal: the feed's goroutine sends nothing
 	slow, fast := subscribe(t, s), subscribe(t, s)
 	batch := func(n int) []*runtimeapi.ContainerEventResponse {
 		out := make([]*runtimeapi.ContainerEventResponse, n)
@@ -270,7 +271,7 @@ func (f *fakeEventStream) Send(ev *runtimeapi.ContainerEventResponse) error {
 // TestEventStreamEnds: a stream ends when its client goes, and when the server stops
 // the events (with Unavailable); later subscriptions are refused.
 func TestEventStreamEnds(t *testing.T) {
-	s, _ := flowServer(t)
+	s := flowServer(t)
 	serve := func(ctx context.Context) (*fakeEventStream, chan error) {
 		st := &fakeEventStream{ctx: ctx, sent: make(chan *runtimeapi.ContainerEventResponse, 10)}
 		ended := make(chan error, 1)
@@ -309,7 +310,7 @@ func TestEventStreamEnds(t *testing.T) {
 // together (the kubelet's Evented PLEG takes a timestamp to mean the statuses are the
 // whole pod), or not at all when a container cannot be read.
 func TestPodSandboxStatusTimestampWithStatuses(t *testing.T) {
-	s, _ := flowServer(t)
+	s := flowServer(t)
 	pod := eventPod(t, s, 1)
 	ask := func() *runtimeapi.PodSandboxStatusResponse {
 		t.Helper()

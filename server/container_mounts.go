@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage"
 )
@@ -44,13 +45,13 @@ func (s *Server) findImageVolumes(ctx context.Context, cfg *runtimeapi.Container
 
 // mountImageVolumes mounts the image volumes of container id, one step each (see
 // storage.ImageVolumeStep), and returns their mounted roots by container path.
-func (s *Server) mountImageVolumes(c *creation, id string, vols []imageVolume) (map[string]string, error) {
+func (s *Server) mountImageVolumes(c *creation.Creation, id string, vols []imageVolume) (map[string]string, error) {
 	if len(vols) == 0 {
 		return nil, nil
 	}
 	roots := make(map[string]string, len(vols))
 	for i, v := range vols {
-		root, err := runStep(c, limit{d: storageCreateTimeout}, storage.ImageVolumeStep(s.images, storage.ImageVolumeRequest{
+		root, err := creation.Step(c, creation.Limit{Max: storageCreateTimeout}, storage.ImageVolumeStep(s.images, storage.ImageVolumeRequest{
 			ContainerID: id, Index: i, ImageID: v.imageID, Destination: v.Destination}))
 		if err != nil {
 			return nil, err

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/crijournal/crijournal/checkpoint"
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/nri"
@@ -29,8 +30,6 @@ var (
 	// never handed to a client (in progress, or cached for a retry): hidden, as CRI-O
 	// hides it. It answers NotFound, but a stop or removal of it is not a success.
 	errNotYetCreated = errors.New("not yet created")
-	// errExists is the class of names held by a different request's resource.
-	errExists = errors.New("already exists")
 	// errWrongState is the class of operations the resource's state does not allow now.
 	errWrongState = errors.New("failed precondition")
 	// errUnavailable is the class of services this daemon does not offer.
@@ -51,12 +50,13 @@ var classes = []struct {
 	{errInvalid, codes.InvalidArgument},
 	{errNotFound, codes.NotFound},
 	{errNotYetCreated, codes.NotFound},
-	{errExists, codes.AlreadyExists},
 	{errWrongState, codes.FailedPrecondition},
 	{errUnavailable, codes.Unavailable},
 	{errTimedOut, codes.DeadlineExceeded},
 	{errBusy, codes.ResourceExhausted},
 
+	{creation.ErrTimedOut, codes.DeadlineExceeded},
+	{creation.ErrNameTaken, codes.AlreadyExists},
 	{journal.ErrInvalid, codes.InvalidArgument},
 	{journal.ErrNotFound, codes.NotFound},
 	{journal.ErrNameHeld, codes.AlreadyExists},

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 	"github.com/crijournal/crijournal/nri"
@@ -28,12 +29,13 @@ func TestToStatus(t *testing.T) {
 		{errInvalid, invalidf("config is required"), codes.InvalidArgument},
 		{errNotFound, newError(errNotFound, "sandbox %s not found", "abc"), codes.NotFound},
 		{errNotYetCreated, newError(errNotYetCreated, "sandbox abc is not yet created"), codes.NotFound},
-		{errExists, newError(errExists, "name is used"), codes.AlreadyExists},
 		{errWrongState, newError(errWrongState, "container is EXITED, want RUNNING"), codes.FailedPrecondition},
 		{errUnavailable, newError(errUnavailable, "no storage"), codes.Unavailable},
 		{errTimedOut, newError(errTimedOut, "not finished within network_timeout (1s): %w", errors.New("cni add")), codes.DeadlineExceeded},
 		{errBusy, newError(errBusy, "32 ExecSync calls are running"), codes.ResourceExhausted},
 
+		{creation.ErrTimedOut, fmt.Errorf("not finished within network_timeout (1s): %w", creation.ErrTimedOut), codes.DeadlineExceeded},
+		{creation.ErrNameTaken, fmt.Errorf("sandbox name \"pod\" is already used: %w", creation.ErrNameTaken), codes.AlreadyExists},
 		{journal.ErrInvalid, fmt.Errorf("begin: %w", journal.ErrInvalid), codes.InvalidArgument},
 		{netns.ErrInvalid, fmt.Errorf("x: %w", netns.ErrInvalid), codes.InvalidArgument},
 		{oci.ErrInvalidSpec, fmt.Errorf("spec: %w: working dir", oci.ErrInvalidSpec), codes.InvalidArgument},

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 )
@@ -35,7 +36,7 @@ func TestFullDiskStopsTheRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	s := &Server{journal: j, log: log, networks: networkSource{}}
+	s := &Server{journal: j, log: log, networks: networkSource{}, creations: creation.New(j, log, nil)}
 
 	ctx := context.Background()
 	var committed []string
@@ -129,7 +130,7 @@ func TestLowSpaceRefusesCreations(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer j.Close()
-	s := &Server{journal: j, log: log, networks: networkSource{}}
+	s := &Server{journal: j, log: log, networks: networkSource{}, creations: creation.New(j, log, nil)}
 	ctx := context.Background()
 	conditions := func() map[string]*runtimeapi.RuntimeCondition {
 		t.Helper()
@@ -155,7 +156,7 @@ func TestLowSpaceRefusesCreations(t *testing.T) {
 	if !conds[runtimeapi.RuntimeReady].GetStatus() {
 		t.Errorf("RuntimeReady = %+v on a full disk, want true: the kubelet must go on stopping pods", conds[runtimeapi.RuntimeReady])
 	}
-	_, err = s.reserve(ctx, beginReq("pod", "f"), sameRequest{})
+	_, err = s.creations.Reserve(ctx, beginReq("pod", "f"), creation.Same{})
 	st := status.Convert(toStatus(err))
 	if st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), path) || !strings.Contains(st.Message(), "space is freed") {
 		t.Errorf("a creation on a full disk: %v, want ResourceExhausted naming %s and what to do", st, path)
@@ -170,7 +171,7 @@ func TestLowSpaceRefusesCreations(t *testing.T) {
 	if c := conditions()[ConditionJournalHasSpace]; !c.GetStatus() {
 		t.Errorf("%s = %+v once space is freed, want true", ConditionJournalHasSpace, c)
 	}
-	if _, err := s.reserve(ctx, beginReq("pod", "f"), sameRequest{}); err != nil {
+	if _, err := s.creations.Reserve(ctx, beginReq("pod", "f"), creation.Same{}); err != nil {
 		t.Errorf("a creation once space is freed: %v", err)
 	}
 }

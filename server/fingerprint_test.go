@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -81,9 +82,9 @@ func TestRetryAfterKubeletRestartClaimsCached(t *testing.T) {
 		t.Fatal(err)
 	}
 	settle(t, s, r.ID, false)
-	res, err := s.reserve(context.Background(), journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: fingerprint(retry, "")},
-		sameRequest{older: olderFingerprints(retry, "")})
-	if err != nil || res.existingID != r.ID {
+	res, err := s.creations.Reserve(context.Background(), journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: fingerprint(retry, "")},
+		creation.Same{Older: olderFingerprints(retry, "")})
+	if err != nil || res.ExistingID != r.ID {
 		t.Fatalf("retry after a kubelet restart = %+v, %v; want the cached %s", res, err, r.ID)
 	}
 }
@@ -101,9 +102,9 @@ func TestLegacyFingerprintStillClaims(t *testing.T) {
 			}
 			settle(t, s, r.ID, state == "created")
 			again := proto.Clone(cfg).(*runtimeapi.PodSandboxConfig)
-			res, err := s.reserve(context.Background(), journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: fingerprint(again, "runc")},
-				sameRequest{older: olderFingerprints(again, "runc")})
-			if err != nil || res.existingID != r.ID {
+			res, err := s.creations.Reserve(context.Background(), journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: fingerprint(again, "runc")},
+				creation.Same{Older: olderFingerprints(again, "runc")})
+			if err != nil || res.ExistingID != r.ID {
 				t.Fatalf("same request, legacy record = %+v, %v; want %s", res, err, r.ID)
 			}
 		})

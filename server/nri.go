@@ -15,6 +15,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/nri"
 )
@@ -297,41 +298,41 @@ func (s *Server) nriEvict(ctx context.Context, evictions []*api.ContainerEvictio
 }
 
 // nriSandboxStep is the NRI step of a sandbox's creation (see nri.SandboxStep).
-func (s *Server) nriSandboxStep(c *creation, cfg *runtimeapi.PodSandboxConfig, obj sandboxObject) error {
+func (s *Server) nriSandboxStep(c *creation.Creation, cfg *runtimeapi.PodSandboxConfig, obj sandboxObject) error {
 	if !s.nri.Enabled() {
 		return nil
 	}
-	pod := nri.PodSandbox(nri.Pod{ID: c.rec.ID, Config: cfg, RuntimeHandler: obj.RuntimeHandler, IPs: obj.IPs,
+	pod := nri.PodSandbox(nri.Pod{ID: c.ID(), Config: cfg, RuntimeHandler: obj.RuntimeHandler, IPs: obj.IPs,
 		Namespaces: obj.Namespaces})
 	step := nri.SandboxStep(s.nri, pod)
 	if !s.nri.Plugged() {
 		// No plugin to tell, and none can register before the sandbox settles (the
 		// caller holds Block): the step is recorded, without a commit of its own, for
 		// its undo to tell the plugins registered by then of the pod's removal.
-		return noteStep(c, step)
+		return creation.Note(c, step)
 	}
-	_, err := runStep(c, limit{d: nriTimeout}, step)
+	_, err := creation.Step(c, creation.Limit{Max: nriTimeout}, step)
 	return err
 }
 
 // nriContainerStep is the NRI step of a container's creation (see nri.ContainerStep):
 // the plugins' adjustment is applied to spec, in place, and their answer returned.
-func (s *Server) nriContainerStep(c *creation, sb sandbox, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) (nri.Created, error) {
+func (s *Server) nriContainerStep(c *creation.Creation, sb sandbox, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) (nri.Created, error) {
 	if !s.nri.Enabled() {
 		return nri.Created{}, nil
 	}
-	ctr := nri.Container(nri.Ctr{ID: c.rec.ID, SandboxID: sb.rec.ID, Config: cfg, Spec: spec, State: api.ContainerState_CONTAINER_UNKNOWN})
+	ctr := nri.Container(nri.Ctr{ID: c.ID(), SandboxID: sb.rec.ID, Config: cfg, Spec: spec, State: api.ContainerState_CONTAINER_UNKNOWN})
 	step := nri.ContainerStep(s.nri, nriPod(sb), ctr)
 	if !s.nri.Plugged() {
 		// No plugin to ask (see nriSandboxStep): recorded for its undo only.
-		return nri.Created{}, noteStep(c, step)
+		return nri.Created{}, creation.Note(c, step)
 	}
-	created, err := runStep(c, limit{d: nriTimeout}, step)
+	created, err := creation.Step(c, creation.Limit{Max: nriTimeout}, step)
 	if err != nil {
 		return created, err
 	}
 	if err := nri.Adjust(spec, created.Adjust); err != nil {
-		return created, c.fail(nri.StageContainer, err)
+		return created, c.Fail(nri.StageContainer, err)
 	}
 	return created, nil
 }

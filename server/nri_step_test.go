@@ -52,11 +52,11 @@ func TestNRIStepWithoutPlugins(t *testing.T) {
 	if got := j.Stats().Commits - before; got != 0 {
 		t.Errorf("%d commits for an NRI step with no plugin, want 0", got)
 	}
-	rec, _ := j.Get(c.rec.ID)
+	rec, _ := j.Get(c.ID())
 	if len(rec.Steps) != 1 || rec.Steps[0].Kind != nri.StepPod || rec.Steps[0].Status != journal.StepDone {
 		t.Fatalf("steps %+v, want the NRI step, done", rec.Steps)
 	}
-	_ = c.fail("test", context.Canceled)
+	_ = c.Fail("test", context.Canceled)
 	if undone != 1 {
 		t.Errorf("the NRI step's undo ran %d times at the rollback, want 1", undone)
 	}

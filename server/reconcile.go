@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/crijournal/crijournal/checkpoint"
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
@@ -30,7 +31,7 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 		if pendingCheckpoint(rec) {
 			// A checkpoint export a crash cut short: its work files and partial
 			// archive go, and the container is thawed if CRIU left it frozen.
-			uctx, cancel := detached(ctx, undoTimeout)
+			uctx, cancel := detached(ctx, creation.UndoTimeout)
 			err := s.journal.UndoSteps(uctx, rec.ID, nil, checkpoint.StepExport)
 			cancel()
 			if err != nil {
@@ -60,7 +61,7 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 	}
 	if rec.State == journal.StateCached {
 		s.log.Warn("cached sandbox can never be ready: rolling it back", "id", rec.ID, "name", rec.Name, "lost", lost)
-		return true, s.rollback(ctx, rec)
+		return true, s.creations.Rollback(ctx, rec)
 	}
 	nctx, cancel := detached(ctx, s.cfg.NetworkTimeout)
 	defer cancel()

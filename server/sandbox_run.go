@@ -11,6 +11,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
@@ -71,10 +72,10 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	}
 
 	deadline, _ := ctx.Deadline()
-	c, existing, err := s.begin(ctx, flowSandboxCreate, journal.BeginRequest{
+	c, existing, err := s.creations.Begin(ctx, flowSandboxCreate, journal.BeginRequest{
 		Kind: journal.KindSandbox, Name: name, Identity: sandboxIdentity(cfg), Deadline: deadline, Stage: stageSandboxReserve,
 		Fingerprint: fingerprint(cfg, req.GetRuntimeHandler()),
-	}, sameRequest{older: olderFingerprints(cfg, req.GetRuntimeHandler()), asRetried: func(made journal.Record) (any, error) {
+	}, creation.Same{Older: olderFingerprints(cfg, req.GetRuntimeHandler()), AsRetried: func(made journal.Record) (any, error) {
 		// The same pod: it is recorded as this call asked for it (its attempt).
 		sb, err := decodeSandbox(made)
 		if err != nil {
@@ -84,9 +85,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		return sb.obj, nil
 	}})
 	if c == nil {
-		return s.answerSandbox(existing.existingID, err)
+		return s.answerSandbox(existing.ExistingID, err)
 	}
-	id := c.rec.ID
+	id := c.ID()
 	obj := sandboxObject{
 		Config:         mustMarshal(cfg),
 		RuntimeHandler: req.GetRuntimeHandler(),
@@ -101,21 +102,21 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	}
 	// The pod's files, namespaces (and pause process) and network, each a step: their
 	// intents are committed together, in one commit rather than one each, and they are
-	// made in turn (see plan), but for the network and a pause process, which are made
+	// made in turn (see creation.Plan), but for the network and a pause process, which are made
 	// at the same time. The undo of each finds nothing when the step never acted ("not
 	// there" is success), so journaling a later one before an earlier one has acted is
 	// as safe as journaling it just before it acts.
-	local := &plan{c: c}
+	local := c.Plan()
 	pausing := false // a pause process is started last, by pinHostUserNamespaces
 	// The pod's files its containers bind-mount: resolv.conf, hostname, and its own
 	// /dev/shm unless it shares the host's IPC namespace.
-	addStep(local, limit{d: namespaceTimeout}, netns.ResolvConfStep(s.podFilesDir(), id, dns, netns.HostResolvConf),
+	creation.AddStep(local, creation.Limit{Max: namespaceTimeout}, netns.ResolvConfStep(s.podFilesDir(), id, dns, netns.HostResolvConf),
 		func(p string) { obj.ResolvConf = p })
-	addStep(local, limit{d: namespaceTimeout}, netns.HostnameStep(s.podFilesDir(), id, hostname),
+	creation.AddStep(local, creation.Limit{Max: namespaceTimeout}, netns.HostnameStep(s.podFilesDir(), id, hostname),
 		func(p string) { obj.HostnameFile = p })
 	obj.Shm = netns.HostShm
 	if namespaces.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		addStep(local, limit{d: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id), func(p string) { obj.Shm = p })
+		creation.AddStep(local, creation.Limit{Max: namespaceTimeout}, netns.ShmStep(s.podFilesDir(), id), func(p string) { obj.Shm = p })
 	}
 	switch {
 	case ownUserns:
@@ -130,9 +131,9 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		uids, gids := idMaps(u.GetUids()), idMaps(u.GetGids())
 		pause, err := s.pauseFor(id, cfg, uids, gids)
 		if err != nil {
-			return nil, c.fail(netns.StageUserPin, err)
+			return nil, c.Fail(netns.StageUserPin, err)
 		}
-		addStep(local, limit{d: namespaceTimeout}, netns.UserPinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg),
+		creation.AddStep(local, creation.Limit{Max: namespaceTimeout}, netns.UserPinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg),
 			uids, gids, pause), func(pins netns.UserPins) {
 			for k, p := range pins.Paths {
 				obj.Namespaces[string(k)] = p
@@ -141,7 +142,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		})
 	default:
 		if pausing, err = s.pinHostUserNamespaces(local, id, cfg, namespaces, &obj); err != nil {
-			return nil, c.fail(netns.StagePause, err)
+			return nil, c.Fail(netns.StagePause, err)
 		}
 	}
 	// Last, the network, which may take long: it is cut off by network_timeout only.
@@ -152,15 +153,15 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 	// (netns.PauseStep): it is attached beside it.
 	if !hostNetwork {
 		md := cfg.GetMetadata()
-		attach := addStep[*netns.Result]
+		attach := creation.AddStep[*netns.Result]
 		if pausing {
-			attach = addStepBeside[*netns.Result]
+			attach = creation.AddStepBeside[*netns.Result]
 		}
-		attach(local, limit{s.cfg.NetworkTimeout, "network_timeout"}, netns.AttachStep(network, id,
+		attach(local, creation.Limit{Max: s.cfg.NetworkTimeout, Setting: "network_timeout"}, netns.AttachStep(network, id,
 			netns.PinPath(s.cfg.NamespaceDir, netns.Net, id), netns.DefaultIfName, netns.Pod{Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid()}, ports),
 			func(attached *netns.Result) { obj.IPs = attached.IPs })
 	}
-	if err := local.run(); err != nil {
+	if err := local.Run(); err != nil {
 		return nil, err
 	}
 	// The NRI plugins, told last so that they see the pod's network; a plugin's
@@ -171,7 +172,7 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		return nil, err
 	}
 
-	settled, err := c.finish(obj)
+	settled, err := c.Finish(obj)
 	if p := obj.Namespaces[string(netns.PID)]; p != "" && (settled.State == journal.StateCreated || settled.State == journal.StateCached) {
 		s.watchPause(id, name, p)
 	}
@@ -190,10 +191,10 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 // network in /proc/1/net): its step comes after theirs, and its undo before. Their
 // results go into obj. It says whether it added a pause process's step, which it adds
 // last.
-func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) (pausing bool, err error) {
+func (s *Server) pinHostUserNamespaces(p *creation.Plan, id string, cfg *runtimeapi.PodSandboxConfig, namespaces *runtimeapi.NamespaceOption, obj *sandboxObject) (pausing bool, err error) {
 	kinds := podNamespaces(namespaces)
 	if len(kinds) > 0 {
-		addStep(p, limit{d: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)), func(paths netns.Paths) {
+		creation.AddStep(p, creation.Limit{Max: namespaceTimeout}, netns.PinStep(s.cfg.NamespaceDir, id, kinds, sandboxHostname(cfg)), func(paths netns.Paths) {
 			for k, p := range paths {
 				obj.Namespaces[string(k)] = p
 			}
@@ -204,9 +205,9 @@ func (s *Server) pinHostUserNamespaces(p *plan, id string, cfg *runtimeapi.PodSa
 		if err != nil {
 			return false, err
 		}
-		addStep(p, limit{d: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, kinds, prog), func(pause netns.PauseProcess) {
+		creation.AddStep(p, creation.Limit{Max: namespaceTimeout}, netns.PauseStep(s.cfg.NamespaceDir, id, kinds, prog), func(pause netns.PauseProcess) {
 			obj.Namespaces[string(netns.PID)] = pause.Path
-			s.log.Debug("pause process started", "id", id, "name", p.c.rec.Name, "pid", pause.PID, "pidns", pause.Path)
+			s.log.Debug("pause process started", "id", id, "name", p.Creation().Name(), "pid", pause.PID, "pidns", pause.Path)
 		})
 		return true, nil
 	}
@@ -256,23 +257,23 @@ func (s *Server) systemdCgroup() bool { return s.cfg.CgroupManager == config.Cgr
 // scope was started in it would stay after the pod. A pod without a cgroup_parent is put
 // in units.DefaultSlice, shared, never a step. A parent that is neither a slice name nor
 // a slice's directory (units.SliceName) is refused.
-func (s *Server) podSlice(c *creation, cfg *runtimeapi.PodSandboxConfig) error {
+func (s *Server) podSlice(c *creation.Creation, cfg *runtimeapi.PodSandboxConfig) error {
 	parent := cfg.GetLinux().GetCgroupParent()
 	if !s.systemdCgroup() || parent == "" {
 		return nil
 	}
 	parent, err := units.SliceName(parent)
 	if err != nil {
-		return c.fail(units.StageSlice, invalidf("cgroup_parent %q is not a systemd slice (such as kubepods-burstable-pod<uid>.slice, or its directory): the cgroup driver is systemd", cfg.GetLinux().GetCgroupParent()))
+		return c.Fail(units.StageSlice, invalidf("cgroup_parent %q is not a systemd slice (such as kubepods-burstable-pod<uid>.slice, or its directory): the cgroup driver is systemd", cfg.GetLinux().GetCgroupParent()))
 	}
-	active, err := units.Active(context.WithoutCancel(c.ctx), parent)
+	active, err := units.Active(context.WithoutCancel(c.Context()), parent)
 	if err != nil {
-		return c.fail(units.StageSlice, newError(errUnavailable, "pod slice: %w", err))
+		return c.Fail(units.StageSlice, newError(errUnavailable, "pod slice: %w", err))
 	}
 	if active {
 		return nil
 	}
-	_, err = runStep(c, limit{d: units.Timeout}, units.SliceStep(parent))
+	_, err = creation.Step(c, creation.Limit{Max: units.Timeout}, units.SliceStep(parent))
 	return err
 }
 

@@ -141,7 +141,7 @@ func (s *Server) RemovePodSandbox(ctx context.Context, req *runtimeapi.RemovePod
 				return nil, fmt.Errorf("remove sandbox %s: %w", rec.ID, err)
 			}
 		} else if c.State == journal.StateCached {
-			if err := s.rollback(ctx, c); err != nil {
+			if err := s.creations.Rollback(ctx, c); err != nil {
 				return nil, fmt.Errorf("remove sandbox %s: rolling back its cached container %s: %w", rec.ID, c.ID, err)
 			}
 		}

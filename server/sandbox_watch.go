@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
 )
@@ -30,8 +31,8 @@ func (s *Server) watchPause(id, name, path string) {
 		switch rec.State {
 		case journal.StateCached:
 			s.log.Warn("the pause process of the cached sandbox exited: rolling it back", "id", id, "name", rec.Name)
-			uctx, cancel := context.WithTimeout(s.lifetime, undoTimeout)
-			err := s.undo(uctx, rec)
+			uctx, cancel := context.WithTimeout(s.lifetime, creation.UndoTimeout)
+			err := s.creations.Undo(uctx, rec)
 			cancel()
 			if err != nil {
 				s.log.Warn("cannot roll back the cached sandbox whose pause process exited; its expiry will", "id", id, "name", rec.Name, "err", err)

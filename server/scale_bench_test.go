@@ -10,6 +10,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 )
 
@@ -65,17 +66,17 @@ func benchContainerConfig() *runtimeapi.ContainerConfig {
 // benchCreate runs one creation-shaped flow (begin, two steps, finish) of kind under name and
 // returns its ID.
 func benchCreate(b testing.TB, s *Server, kind journal.Kind, name, parent string, object any) string {
-	c, existing, err := s.begin(context.Background(), "bench-create", journal.BeginRequest{Kind: kind, Name: name, Parent: parent, Fingerprint: "fp-" + name, Stage: "reserve"}, sameRequest{})
+	c, existing, err := s.creations.Begin(context.Background(), "bench-create", journal.BeginRequest{Kind: kind, Name: name, Parent: parent, Fingerprint: "fp-" + name, Stage: "reserve"}, creation.Same{})
 	if err != nil || c == nil {
-		b.Fatalf("begin %s = %q, %v; want a new creation", name, existing.existingID, err)
+		b.Fatalf("begin %s = %q, %v; want a new creation", name, existing.ExistingID, err)
 	}
-	if _, err := runStep(c, long, fakeStep(fakeFirst, "first "+name, returns(1))); err != nil {
+	if _, err := creation.Step(c, long, fakeStep(fakeFirst, "first "+name, returns(1))); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := runStep(c, long, fakeStep(fakeSecond, "second "+name, returns(2))); err != nil {
+	if _, err := creation.Step(c, long, fakeStep(fakeSecond, "second "+name, returns(2))); err != nil {
 		b.Fatal(err)
 	}
-	rec, err := c.finish(object)
+	rec, err := c.Finish(object)
 	if err != nil {
 		b.Fatal(err)
 	}

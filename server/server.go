@@ -2,14 +2,16 @@
 // crijournal on top of the journal: request validation, the create, claim, wait and remove
 // flows, and the mapping of errors to gRPC status codes.
 //
-// Every creation follows one straight line (see RunPodSandbox) through one handle
-// (creation.go): validate; reserve the name in the journal (begin), or settle the request
-// from the record that already holds it; then the steps, as plans (addStep, addStepBeside,
-// plan.run: the intents of a plan's steps in one commit, then each step acts, alone or
-// beside others, and is marked done) or one at a time (runStep), the creation rolled back
-// when a step fails; finally finish, which makes the record created when the request is still live and
-// cached when it is not. The steps themselves are values (journal.Action) made by the
-// packages that own the resources (netns, storage, oci, nri).
+// Every creation follows one straight line (see RunPodSandbox) through one handle of the
+// creation engine (package creation, which owns reservation, waiting, claiming and the
+// journaled steps): validate; reserve the name in the journal (creation.Engine.Begin), or
+// settle the request from the record that already holds it; then the steps, as plans
+// (creation.AddStep, creation.AddStepBeside, Plan.Run: the intents of a plan's steps in one
+// commit, then each step acts, alone or beside others, and is marked done) or one at a time
+// (creation.Step), the creation rolled back when a step fails; finally Finish, which makes
+// the record created when the request is still live and cached when it is not. The steps
+// themselves are values (journal.Action) made by the packages that own the resources
+// (netns, storage, oci, nri).
 //
 // Handlers return plain Go errors that wrap a class (errors.go) or a package's typed
 // error; toStatus, called by UnaryInterceptor, chooses the gRPC code in one table.
@@ -32,7 +34,7 @@
 // it in <noun>_<topic>.go (container_mounts.go, container_exit.go, sandbox_watch.go);
 // what several calls share has a file of its own: the record types (sandbox.go,
 // container.go), the look-ups of records (records.go), names and identities (name.go),
-// fingerprints (fingerprint.go), the creation flow (creation.go, reserve.go), the
+// fingerprints (fingerprint.go), the
 // session adapter of the streaming server (streaming.go; the server itself is package
 // stream). A new step goes in its resource package (netns, storage, oci), made as one
 // journal.Action by one constructor; a decision about the runtime (what a spec holds,
@@ -55,6 +57,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/config"
+	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/metrics"
 	"github.com/crijournal/crijournal/netns"
@@ -72,6 +75,7 @@ type Server struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
 	cfg         config.Config
 	journal     *journal.Journal
+	creations   *creation.Engine // reserves names and drives the creations' steps
 	networks    netns.NetworkSource
 	metrics     *metrics.Metrics
 	images      *storage.Store
@@ -129,7 +133,8 @@ type Deps struct {
 // New returns a server over an open journal. Close it to stop the work it starts by
 // itself.
 func New(d Deps) *Server {
-	s := &Server{cfg: d.Config, journal: d.Journal, networks: d.Networks, metrics: d.Metrics,
+	s := &Server{cfg: d.Config, journal: d.Journal, creations: creation.New(d.Journal, d.Log, d.Metrics),
+		networks: d.Networks, metrics: d.Metrics,
 		images: d.Images, runtimes: d.Runtimes, version: d.Version, log: d.Log,
 		cdi: oci.NewCDI(d.Config.CDISpecDirs), nri: d.NRI}
 	s.lifetime, s.end = context.WithCancel(context.Background())
@@ -216,4 +221,10 @@ func infoJSON(v any) string {
 		return fmt.Sprintf("%q", err.Error())
 	}
 	return string(b)
+}
+
+// detached returns a context for work that must finish whatever happens to the request:
+// removals, network teardowns, NRI events.
+func detached(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
 }

@@ -1,4 +1,4 @@
-package server
+package creation
 
 import (
 	"context"
@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -19,9 +16,9 @@ func attemptReq(attempt, fp string) journal.BeginRequest {
 	return journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod_" + attempt, Identity: "ns/pod/uid", Fingerprint: fp, Stage: "test stage"}
 }
 
-// asRetriedMark is a sameRequest whose claims record the object {"claimed by": name}.
-func asRetriedMark(name string) sameRequest {
-	return sameRequest{asRetried: func(made journal.Record) (any, error) {
+// asRetriedMark is a Same whose claims record the object {"claimed by": name}.
+func asRetriedMark(name string) Same {
+	return Same{AsRetried: func(made journal.Record) (any, error) {
 		return map[string]string{"claimed by": name, "made as": made.Name}, nil
 	}}
 }
@@ -37,29 +34,29 @@ func TestReserveFindsEarlierAttempt(t *testing.T) {
 	tests := []struct {
 		name    string
 		fp      string
-		holder  func(t *testing.T, s *Server, id string) // drives the attempt-0 record
-		during  func(t *testing.T, s *Server, id string) // runs while the request waits
+		holder  func(t *testing.T, s *Engine, id string) // drives the attempt-0 record
+		during  func(t *testing.T, s *Engine, id string) // runs while the request waits
 		want    string                                   // "claimed", "new", "waits"
-		wantErr codes.Code
+		wantErr error
 	}{
 		{name: "cached, same request: claimed under the new name", fp: "fp", want: "claimed",
-			holder: func(t *testing.T, s *Server, id string) { settle(t, s, id, false) }},
+			holder: func(t *testing.T, s *Engine, id string) { settle(t, s, id, false) }},
 		{name: "cached, different request: rolled back, a new creation", fp: "other", want: "new",
-			holder: func(t *testing.T, s *Server, id string) { settle(t, s, id, false) }},
+			holder: func(t *testing.T, s *Engine, id string) { settle(t, s, id, false) }},
 		{name: "created (answered): a new creation", fp: "fp", want: "new",
-			holder: func(t *testing.T, s *Server, id string) { settle(t, s, id, true) }},
+			holder: func(t *testing.T, s *Engine, id string) { settle(t, s, id, true) }},
 		{name: "creating, same request, never finishes: waits, DeadlineExceeded", fp: "fp", want: "waits",
-			wantErr: codes.DeadlineExceeded},
+			wantErr: ErrTimedOut},
 		{name: "creating, same request, cached while waiting: DeadlineExceeded, kept for the next", fp: "fp", want: "waits",
-			wantErr: codes.DeadlineExceeded, during: func(t *testing.T, s *Server, id string) { settle(t, s, id, false) }},
+			wantErr: ErrTimedOut, during: func(t *testing.T, s *Engine, id string) { settle(t, s, id, false) }},
 		{name: "creating, same request, created while waiting: a new creation", fp: "fp", want: "new",
-			during: func(t *testing.T, s *Server, id string) { settle(t, s, id, true) }},
+			during: func(t *testing.T, s *Engine, id string) { settle(t, s, id, true) }},
 		{name: "creating, different request, created while waiting: a new creation", fp: "other", want: "new",
-			during: func(t *testing.T, s *Server, id string) { settle(t, s, id, true) }},
+			during: func(t *testing.T, s *Engine, id string) { settle(t, s, id, true) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := testServer(t)
+			s := testEngine(t)
 			first, err := s.journal.Begin(attemptReq("0", "fp"))
 			if err != nil {
 				t.Fatal(err)
@@ -75,13 +72,13 @@ func TestReserveFindsEarlierAttempt(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 			defer cancel()
-			res, err := s.reserve(ctx, attemptReq("1", tt.fp), asRetriedMark("pod_1"))
-			if got := status.Code(toStatus(err)); err != nil && got != tt.wantErr || err == nil && tt.wantErr != codes.OK {
+			res, err := s.Reserve(ctx, attemptReq("1", tt.fp), asRetriedMark("pod_1"))
+			if err != nil && !errors.Is(err, tt.wantErr) || err == nil && tt.wantErr != nil {
 				t.Fatalf("reserve = %+v, %v; want code %v", res, err, tt.wantErr)
 			}
 			switch tt.want {
 			case "claimed":
-				if res.existingID != first.ID || !res.claimed {
+				if res.ExistingID != first.ID || !(res.Outcome == Claimed) {
 					t.Fatalf("reserve = %+v, want the claimed %s", res, first.ID)
 				}
 				rec, err := nameHolder(s.journal, journal.KindSandbox, "pod_1")
@@ -93,11 +90,11 @@ func TestReserveFindsEarlierAttempt(t *testing.T) {
 					t.Fatalf("pod_0 after the claim: %v, want free", err)
 				}
 			case "new":
-				if res.record.ID == "" || res.record.ID == first.ID || res.record.Name != "pod_1" {
+				if res.Record.ID == "" || res.Record.ID == first.ID || res.Record.Name != "pod_1" {
 					t.Fatalf("reserve = %+v, want a new record under pod_1", res)
 				}
 			case "waits":
-				if res.record.ID != "" || res.existingID != "" {
+				if res.Record.ID != "" || res.ExistingID != "" {
 					t.Fatalf("reserve = %+v, want nothing", res)
 				}
 				if rec, err := s.journal.Get(first.ID); err != nil || rec.Name != "pod_0" {
@@ -118,7 +115,7 @@ func TestReserveFindsEarlierAttempt(t *testing.T) {
 // under it; the next request, under yet another name, claims it: one creation served
 // three requests.
 func TestWaiterDoesNotTakeWhatBecameCachedThenNextRetryDoes(t *testing.T) {
-	s := testServer(t)
+	s := testEngine(t)
 	first, err := s.journal.Begin(attemptReq("0", "fp"))
 	if err != nil {
 		t.Fatal(err)
@@ -129,11 +126,11 @@ func TestWaiterDoesNotTakeWhatBecameCachedThenNextRetryDoes(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	if res, err := s.reserve(ctx, attemptReq("1", "fp"), asRetriedMark("pod_1")); status.Code(toStatus(err)) != codes.DeadlineExceeded {
+	if res, err := s.Reserve(ctx, attemptReq("1", "fp"), asRetriedMark("pod_1")); !errors.Is(err, ErrTimedOut) {
 		t.Fatalf("the waiting retry = %+v, %v; want DeadlineExceeded", res, err)
 	}
-	res, err := s.reserve(context.Background(), attemptReq("1", "fp"), asRetriedMark("pod_1"))
-	if err != nil || res.existingID != first.ID || !res.claimed {
+	res, err := s.Reserve(context.Background(), attemptReq("1", "fp"), asRetriedMark("pod_1"))
+	if err != nil || res.ExistingID != first.ID || !(res.Outcome == Claimed) {
 		t.Fatalf("the next retry = %+v, %v; want the claimed %s", res, err, first.ID)
 	}
 }

@@ -1,14 +1,12 @@
-package server
+package creation
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/crijournal/crijournal/journal"
 )
@@ -24,7 +22,7 @@ func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { j.Close() })
-	s := &Server{journal: j, log: log}
+	s := New(j, log, nil)
 
 	holder, err := s.journal.Begin(beginReq("pod", "fp"))
 	if err != nil {
@@ -37,7 +35,7 @@ func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {
 	done := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		_, err := s.reserve(context.Background(), beginReq("pod", "fp"), sameRequest{})
+		_, err := s.Reserve(context.Background(), beginReq("pod", "fp"), Same{})
 		done <- err
 	}()
 	var werr error
@@ -46,16 +44,16 @@ func TestWaiterWithoutDeadlineIsBoundedByExpiry(t *testing.T) {
 	case <-time.After(10 * ttl):
 		t.Fatalf("a waiter without a deadline still waits %v after the creation became cached with a %v TTL", 10*ttl, ttl)
 	}
-	if status.Code(toStatus(werr)) != codes.DeadlineExceeded {
-		t.Fatalf("the waiter got %v, want DeadlineExceeded saying the next retry gets it", werr)
+	if !errors.Is(werr, ErrTimedOut) {
+		t.Fatalf("the waiter got %v, want ErrTimedOut saying the next retry gets it", werr)
 	}
 	t.Logf("the waiter gave up after %v", time.Since(start).Round(time.Millisecond))
 	rec, err := s.journal.Get(holder.ID)
 	if err != nil || rec.State != journal.StateCached || !rec.Expiry.After(time.Now()) {
 		t.Fatalf("holder after the waiter gave up: %+v, %v; want cached, not yet expired", rec, err)
 	}
-	res, err := s.reserve(context.Background(), beginReq("pod", "fp"), sameRequest{})
-	if err != nil || res.existingID != holder.ID {
+	res, err := s.Reserve(context.Background(), beginReq("pod", "fp"), Same{})
+	if err != nil || res.ExistingID != holder.ID {
 		t.Fatalf("next retry = %+v, %v; want the cached holder", res, err)
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package creation
 
 import (
 	"context"
@@ -12,9 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
@@ -48,9 +45,9 @@ func (u *undoLog) list() []string {
 	return slices.Clone(u.runs)
 }
 
-// flowServer returns a server over a journal whose registry undoes the fake step kinds,
+// flowEngine returns a server over a journal whose registry undoes the fake step kinds,
 // and the extra ones with their undos.
-func flowServer(t *testing.T, extra ...fakeUndo) (*Server, *undoLog) {
+func flowEngine(t *testing.T, extra ...fakeUndo) (*Engine, *undoLog) {
 	t.Helper()
 	undos := &undoLog{}
 	reg := journal.NewRegistry()
@@ -64,9 +61,8 @@ func flowServer(t *testing.T, extra ...fakeUndo) (*Server, *undoLog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Deps{Journal: j, Log: log})
+	s := New(j, log, nil)
 	t.Cleanup(func() {
-		s.Close()
 		if problems := j.Check(); len(problems) > 0 {
 			t.Errorf("journal check: %v", problems)
 		}
@@ -100,33 +96,33 @@ func blocks(ctx context.Context) (int, error) {
 	return 0, fmt.Errorf("fake plugin: %w", ctx.Err())
 }
 
-func beginFlow(t *testing.T, s *Server, ctx context.Context, name string) *creation {
+func beginFlow(t *testing.T, s *Engine, ctx context.Context, name string) *Creation {
 	t.Helper()
-	c, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp", Stage: "reserve"}, sameRequest{})
+	c, existing, err := s.Begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: name, Fingerprint: "fp", Stage: "reserve"}, Same{})
 	if err != nil || c == nil {
-		t.Fatalf("begin = %v, %q, %v; want a new creation", c, existing.existingID, err)
+		t.Fatalf("begin = %v, %q, %v; want a new creation", c, existing.ExistingID, err)
 	}
 	return c
 }
 
-var long = limit{d: time.Minute}
+var long = Limit{Max: time.Minute}
 
 // TestCreationStepsReturnTheirResults: each step's result comes back from runStep; every
 // step is recorded with its kind, stage and undo arguments, and done; finish creates the
 // record with the object, and a retry of the same request gets its ID.
 func TestCreationStepsReturnTheirResults(t *testing.T) {
-	s, undos := flowServer(t)
+	s, undos := flowEngine(t)
 	ctx := context.Background()
 	c := beginFlow(t, s, ctx, "pod")
-	paths, err := runStep(c, long, fakeStep(fakeFirst, "ns", returns(map[string]string{"net": "/run/ns/net"})))
+	paths, err := Step(c, long, fakeStep(fakeFirst, "ns", returns(map[string]string{"net": "/run/ns/net"})))
 	if err != nil || paths["net"] != "/run/ns/net" {
 		t.Fatalf("first step = %v, %v", paths, err)
 	}
-	ips, err := runStep(c, long, fakeStep(fakeSecond, "net", returns([]string{"10.0.0.2"})))
+	ips, err := Step(c, long, fakeStep(fakeSecond, "net", returns([]string{"10.0.0.2"})))
 	if err != nil || !slices.Equal(ips, []string{"10.0.0.2"}) {
 		t.Fatalf("second step = %v, %v", ips, err)
 	}
-	rec, err := c.finish(map[string]any{"ips": ips})
+	rec, err := c.Finish(map[string]any{"ips": ips})
 	if err != nil || rec.State != journal.StateCreated {
 		t.Fatalf("finish = %+v, %v; want created", rec, err)
 	}
@@ -142,8 +138,8 @@ func TestCreationStepsReturnTheirResults(t *testing.T) {
 	if string(rec.Object) != `{"ips":["10.0.0.2"]}` {
 		t.Errorf("object %s", rec.Object)
 	}
-	if c2, existing, err := s.begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}, sameRequest{}); c2 != nil || existing.existingID != rec.ID || err != nil {
-		t.Errorf("the retry: %v, %q, %v; want the created ID", c2, existing.existingID, err)
+	if c2, existing, err := s.Begin(ctx, "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}, Same{}); c2 != nil || existing.ExistingID != rec.ID || err != nil {
+		t.Errorf("the retry: %v, %q, %v; want the created ID", c2, existing.ExistingID, err)
 	}
 	if u := undos.list(); len(u) != 0 {
 		t.Errorf("undos ran for a creation that succeeded: %q", u)
@@ -157,59 +153,61 @@ func TestCreationStepsReturnTheirResults(t *testing.T) {
 func TestCreationFailures(t *testing.T) {
 	tests := []struct {
 		name      string
-		second    func(c *creation) error
-		wantCode  codes.Code
+		second    func(c *Creation) error
+		wantIs    error  // the class the error wraps; nil for none
 		wantMsg   string // the whole message after "rpc error: code = ... desc = "
 		wantUndos []string
 	}{
 		{
 			name: "failed step",
-			second: func(c *creation) error {
-				_, err := runStep(c, long, fakeStep(fakeSecond, "net", fails(errors.New("plugin said no"))))
+			second: func(c *Creation) error {
+				_, err := Step(c, long, fakeStep(fakeSecond, "net", fails(errors.New("plugin said no"))))
 				return err
 			},
-			wantCode:  codes.Unknown,
 			wantMsg:   "sandbox pod: making net: plugin said no",
 			wantUndos: []string{"fake-second net", "fake-first ns"},
 		},
 		{
 			name: "failed step with a classed cause",
-			second: func(c *creation) error {
-				_, err := runStep(c, long, fakeStep(fakeSecond, "net", fails(invalidf("bad port %d", 0))))
+			second: func(c *Creation) error {
+				_, err := Step(c, long, fakeStep(fakeSecond, "net", fails(classedf(errInvalid, "bad port %d", 0))))
 				return err
 			},
-			wantCode:  codes.InvalidArgument,
+			wantIs:    errInvalid,
 			wantMsg:   "sandbox pod: making net: bad port 0",
 			wantUndos: []string{"fake-second net", "fake-first ns"},
 		},
 		{
 			name:      "failure between steps",
-			second:    func(c *creation) error { return c.fail("spec", invalidf("working dir is not absolute")) },
-			wantCode:  codes.InvalidArgument,
+			second:    func(c *Creation) error { return c.Fail("spec", classedf(errInvalid, "working dir is not absolute")) },
+			wantIs:    errInvalid,
 			wantMsg:   "sandbox pod: spec: working dir is not absolute",
 			wantUndos: []string{"fake-first ns"},
 		},
 		{
 			name: "step cut off by its limit",
-			second: func(c *creation) error {
-				_, err := runStep(c, limit{50 * time.Millisecond, "network_timeout"}, fakeStep(fakeSecond, "net", blocks))
+			second: func(c *Creation) error {
+				_, err := Step(c, Limit{Max: 50 * time.Millisecond, Setting: "network_timeout"}, fakeStep(fakeSecond, "net", blocks))
 				return err
 			},
-			wantCode:  codes.DeadlineExceeded,
+			wantIs:    ErrTimedOut,
 			wantMsg:   "sandbox pod: making net: not finished within network_timeout (50ms): fake plugin: context deadline exceeded",
 			wantUndos: []string{"fake-second net", "fake-first ns"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, undos := flowServer(t)
+			s, undos := flowEngine(t)
 			c := beginFlow(t, s, context.Background(), "pod")
-			if _, err := runStep(c, long, fakeStep(fakeFirst, "ns", returns(1))); err != nil {
+			if _, err := Step(c, long, fakeStep(fakeFirst, "ns", returns(1))); err != nil {
 				t.Fatal(err)
 			}
-			err := toStatus(tt.second(c))
-			if status.Code(err) != tt.wantCode || status.Convert(err).Message() != tt.wantMsg {
-				t.Errorf("error %q (%v), want %v %q", err, status.Code(err), tt.wantCode, tt.wantMsg)
+			err := tt.second(c)
+			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) || err == nil || err.Error() != tt.wantMsg {
+				t.Errorf("error %q, want %q, of class %v", err, tt.wantMsg, tt.wantIs)
+			}
+			if tt.wantIs == nil && errors.Is(err, ErrTimedOut) {
+				t.Errorf("error %q is classed as timed out", err)
 			}
 			if u := undos.list(); !slices.Equal(u, tt.wantUndos) {
 				t.Errorf("undos %q, want %q", u, tt.wantUndos)
@@ -228,7 +226,7 @@ func TestCreationFailures(t *testing.T) {
 // creation whose request ends during a step still finishes; it is cached for the retry,
 // the request fails with DeadlineExceeded saying so, and the retry gets it.
 func TestCreationOutlivingItsRequestIsCached(t *testing.T) {
-	s, undos := flowServer(t)
+	s, undos := flowEngine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	c := beginFlow(t, s, ctx, "pod")
@@ -236,19 +234,19 @@ func TestCreationOutlivingItsRequestIsCached(t *testing.T) {
 		<-ctx.Done() // the request ends while the step runs
 		return 7, sctx.Err()
 	}
-	if got, err := runStep(c, long, fakeStep(fakeFirst, "ns", slow)); got != 7 || err != nil {
+	if got, err := Step(c, long, fakeStep(fakeFirst, "ns", slow)); got != 7 || err != nil {
 		t.Fatalf("step = %d, %v; want its result: a step outlives its request", got, err)
 	}
-	rec, err := c.finish(1)
-	if code := status.Code(toStatus(err)); code != codes.DeadlineExceeded || !strings.Contains(err.Error(), "next retry") {
-		t.Errorf("finish = %v (%v), want DeadlineExceeded saying the next retry gets it", err, code)
+	rec, err := c.Finish(1)
+	if !errors.Is(err, ErrTimedOut) || !strings.Contains(err.Error(), "next retry") {
+		t.Errorf("finish = %v, want ErrTimedOut saying the next retry gets it", err)
 	}
 	if rec.State != journal.StateCached {
 		t.Errorf("state %s, want cached", rec.State)
 	}
-	_, existing, err := s.begin(context.Background(), "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}, sameRequest{})
-	if existing.existingID != rec.ID || err != nil {
-		t.Errorf("the retry got %q, %v; want the cached %s", existing.existingID, err, rec.ID)
+	_, existing, err := s.Begin(context.Background(), "test-create", journal.BeginRequest{Kind: journal.KindSandbox, Name: "pod", Fingerprint: "fp"}, Same{})
+	if existing.ExistingID != rec.ID || err != nil {
+		t.Errorf("the retry got %q, %v; want the cached %s", existing.ExistingID, err, rec.ID)
 	}
 	if u := undos.list(); len(u) != 0 {
 		t.Errorf("undos ran for a cached creation: %q", u)
@@ -262,14 +260,14 @@ func TestCreationOutlivingItsRequestIsCached(t *testing.T) {
 func TestFailedUndoIsNotTheRequestsError(t *testing.T) {
 	const stuck journal.StepKind = "fake-stuck"
 	t.Run("undo fails", func(t *testing.T) {
-		s, _ := flowServer(t, fakeUndo{stuck, func(context.Context, journal.Record, journal.Step) error {
+		s, _ := flowEngine(t, fakeUndo{stuck, func(context.Context, journal.Record, journal.Step) error {
 			return errors.New("plugin unreachable")
 		}})
 		c := beginFlow(t, s, context.Background(), "pod")
-		if _, err := runStep(c, long, fakeStep(stuck, "a thing", returns(1))); err != nil {
+		if _, err := Step(c, long, fakeStep(stuck, "a thing", returns(1))); err != nil {
 			t.Fatal(err)
 		}
-		_, err := runStep(c, long, fakeStep(fakeSecond, "another", fails(errors.New("step broke"))))
+		_, err := Step(c, long, fakeStep(fakeSecond, "another", fails(errors.New("step broke"))))
 		if err == nil || !strings.Contains(err.Error(), "step broke") || strings.Contains(err.Error(), "rolling it back") {
 			t.Fatalf("error %v, want the step's alone", err)
 		}
@@ -279,12 +277,12 @@ func TestFailedUndoIsNotTheRequestsError(t *testing.T) {
 		}
 	})
 	t.Run("record gone", func(t *testing.T) {
-		s, _ := flowServer(t)
+		s, _ := flowEngine(t)
 		c := beginFlow(t, s, context.Background(), "pod")
 		if err := s.journal.Rollback(context.Background(), c.rec.ID); err != nil {
 			t.Fatal(err)
 		}
-		err := c.fail("a stage", errors.New("step broke"))
+		err := c.Fail("a stage", errors.New("step broke"))
 		if err == nil || !strings.Contains(err.Error(), "step broke") || !strings.Contains(err.Error(), "rolling it back") ||
 			!errors.Is(err, journal.ErrNotFound) {
 			t.Fatalf("error %v, want the step's and the rollback's", err)
@@ -298,13 +296,13 @@ const fakeThird journal.StepKind = "fake-third"
 // before the first acts, then act in order, each handing its result over and marked
 // done; the record's stage follows the step that acts.
 func TestPlanCommitsItsIntentsOnce(t *testing.T) {
-	s, undos := flowServer(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
+	s, undos := flowEngine(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
 	ctx := context.Background()
 	c := beginFlow(t, s, ctx, "pod")
 	var got []string
 	var stages []string
 	before := s.journal.Stats().Commits
-	p := &plan{c: c}
+	p := c.Plan()
 	observe := func(thing string) func(context.Context) (string, error) {
 		return func(context.Context) (string, error) {
 			rec, err := s.journal.Get(c.rec.ID)
@@ -324,9 +322,9 @@ func TestPlanCommitsItsIntentsOnce(t *testing.T) {
 		}
 	}
 	for _, k := range []journal.StepKind{fakeFirst, fakeSecond, fakeThird} {
-		addStep(p, long, fakeStep(k, string(k), observe(string(k))), func(r string) { got = append(got, r) })
+		AddStep(p, long, fakeStep(k, string(k), observe(string(k))), func(r string) { got = append(got, r) })
 	}
-	if err := p.run(); err != nil {
+	if err := p.Run(); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.journal.Stats().Commits - before; n != 1 {
@@ -338,7 +336,7 @@ func TestPlanCommitsItsIntentsOnce(t *testing.T) {
 	if want := []string{"making fake-first", "making fake-second", "making fake-third"}; !slices.Equal(stages, want) {
 		t.Errorf("stages seen as each step acts %q, want %q", stages, want)
 	}
-	rec, err := c.finish(map[string]any{})
+	rec, err := c.Finish(map[string]any{})
 	if err != nil || rec.State != journal.StateCreated {
 		t.Fatalf("finish = %+v, %v; want created", rec, err)
 	}
@@ -356,15 +354,15 @@ func TestPlanCommitsItsIntentsOnce(t *testing.T) {
 // with the undo of every step of the plan, last first: those after it were journaled
 // and never acted, and their undo finds nothing.
 func TestPlanFailureUndoesEveryStep(t *testing.T) {
-	s, undos := flowServer(t)
+	s, undos := flowEngine(t)
 	ctx := context.Background()
 	c := beginFlow(t, s, ctx, "pod")
-	p := &plan{c: c}
+	p := c.Plan()
 	ran := 0
-	addStep(p, long, fakeStep(fakeFirst, "ns", func(context.Context) (int, error) { ran++; return 1, nil }), nil)
-	addStep(p, long, fakeStep(fakeSecond, "files", fails(errors.New("disk full"))), nil)
-	addStep(p, long, fakeStep(fakeFirst, "shm", func(context.Context) (int, error) { ran++; return 1, nil }), nil)
-	err := p.run()
+	AddStep(p, long, fakeStep(fakeFirst, "ns", func(context.Context) (int, error) { ran++; return 1, nil }), nil)
+	AddStep(p, long, fakeStep(fakeSecond, "files", fails(errors.New("disk full"))), nil)
+	AddStep(p, long, fakeStep(fakeFirst, "shm", func(context.Context) (int, error) { ran++; return 1, nil }), nil)
+	err := p.Run()
 	if err == nil || !strings.Contains(err.Error(), "sandbox pod: making files: disk full") {
 		t.Fatalf("run = %v, want the second step's failure", err)
 	}
@@ -384,9 +382,9 @@ func TestPlanFailureUndoesEveryStep(t *testing.T) {
 // the step after the group acts only once every step of the group is done, and every
 // result is handed over before run returns.
 func TestPlanStepsBesideActTogether(t *testing.T) {
-	s, _ := flowServer(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
+	s, _ := flowEngine(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
 	c := beginFlow(t, s, context.Background(), "pod")
-	p := &plan{c: c}
+	p := c.Plan()
 	var started sync.WaitGroup
 	started.Add(3)
 	var done atomic.Int32
@@ -407,16 +405,16 @@ func TestPlanStepsBesideActTogether(t *testing.T) {
 	var mu sync.Mutex
 	got := map[string]bool{}
 	use := func(r string) { mu.Lock(); got[r] = true; mu.Unlock() }
-	addStep(p, long, fakeStep(fakeFirst, "ns", together("ns")), use)
-	addStepBeside(p, long, fakeStep(fakeSecond, "files", together("files")), use)
-	addStepBeside(p, long, fakeStep(fakeThird, "shm", together("shm")), use)
-	addStep(p, long, fakeStep(fakeFirst, "network", func(context.Context) (string, error) {
+	AddStep(p, long, fakeStep(fakeFirst, "ns", together("ns")), use)
+	AddStepBeside(p, long, fakeStep(fakeSecond, "files", together("files")), use)
+	AddStepBeside(p, long, fakeStep(fakeThird, "shm", together("shm")), use)
+	AddStep(p, long, fakeStep(fakeFirst, "network", func(context.Context) (string, error) {
 		if n := done.Load(); n != 3 {
 			return "", fmt.Errorf("network acted with %d of its group's 3 steps done", n)
 		}
 		return "network", nil
 	}), use)
-	if err := p.run(); err != nil {
+	if err := p.Run(); err != nil {
 		t.Fatal(err)
 	}
 	for _, thing := range []string{"ns", "files", "shm", "network"} {
@@ -439,18 +437,18 @@ func TestPlanStepsBesideActTogether(t *testing.T) {
 // its group finish, no later step acts, every step of the plan is undone (last first),
 // and the error is the failed step's.
 func TestPlanFailureBesideWaitsForItsGroup(t *testing.T) {
-	s, undos := flowServer(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
+	s, undos := flowEngine(t, fakeUndo{fakeThird, func(context.Context, journal.Record, journal.Step) error { return nil }})
 	c := beginFlow(t, s, context.Background(), "pod")
-	p := &plan{c: c}
+	p := c.Plan()
 	var slowDone, laterActed bool
-	addStep(p, long, fakeStep(fakeFirst, "ns", func(context.Context) (int, error) {
+	AddStep(p, long, fakeStep(fakeFirst, "ns", func(context.Context) (int, error) {
 		time.Sleep(50 * time.Millisecond) // longer than its partner takes to fail
 		slowDone = true
 		return 1, nil
 	}), nil)
-	addStepBeside(p, long, fakeStep(fakeSecond, "files", fails(errors.New("disk full"))), nil)
-	addStep(p, long, fakeStep(fakeThird, "network", func(context.Context) (int, error) { laterActed = true; return 1, nil }), nil)
-	err := p.run()
+	AddStepBeside(p, long, fakeStep(fakeSecond, "files", fails(errors.New("disk full"))), nil)
+	AddStep(p, long, fakeStep(fakeThird, "network", func(context.Context) (int, error) { laterActed = true; return 1, nil }), nil)
+	err := p.Run()
 	if err == nil || !strings.Contains(err.Error(), "sandbox pod: making files: disk full") {
 		t.Fatalf("run = %v, want the second step's failure", err)
 	}
@@ -475,9 +473,9 @@ func TestPlanFailureBesideWaitsForItsGroup(t *testing.T) {
 func TestPlanStageIsAStepStillActing(t *testing.T) {
 	for _, slowFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("slow added first %v", slowFirst), func(t *testing.T) {
-			s, _ := flowServer(t)
+			s, _ := flowEngine(t)
 			c := beginFlow(t, s, context.Background(), "pod")
-			p := &plan{c: c}
+			p := c.Plan()
 			release := make(chan struct{})
 			slowStarted := make(chan struct{})
 			slow := fakeStep(fakeFirst, "network", func(context.Context) (int, error) {
@@ -491,14 +489,14 @@ func TestPlanStageIsAStepStillActing(t *testing.T) {
 				return 1, s.journal.Staged(c.rec.ID, "making pause")
 			})
 			if slowFirst {
-				addStep(p, long, slow, nil)
-				addStepBeside(p, long, fast, nil)
+				AddStep(p, long, slow, nil)
+				AddStepBeside(p, long, fast, nil)
 			} else {
-				addStep(p, long, fast, nil)
-				addStepBeside(p, long, slow, nil)
+				AddStep(p, long, fast, nil)
+				AddStepBeside(p, long, slow, nil)
 			}
 			done := make(chan error, 1)
-			go func() { done <- p.run() }()
+			go func() { done <- p.Run() }()
 			// The fast step is done, the slow one acts (until released).
 			waited := testenv.Poll(3*time.Second, 10*time.Millisecond, func() error {
 				rec, err := s.journal.Get(c.rec.ID)
@@ -521,3 +519,9 @@ func TestPlanStageIsAStepStillActing(t *testing.T) {
 		})
 	}
 }
+
+// errInvalid is a class of a step's own error, as a resource package or the server makes
+// one: the engine wraps it, so that it still decides the error's class.
+var errInvalid = errors.New("invalid argument")
+
+func classedf(class error, format string, args ...any) error { return newError(class, format, args...) }

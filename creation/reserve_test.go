@@ -1,4 +1,4 @@
-package server
+package creation
 
 import (
 	"context"
@@ -9,13 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/crijournal/crijournal/journal"
 )
 
-func testServer(t *testing.T) *Server {
+func testEngine(t *testing.T) *Engine {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	j, err := journal.Open(filepath.Join(t.TempDir(), "journal.db"), journal.Options{Logger: log, CacheTTL: time.Minute})
@@ -28,7 +25,7 @@ func testServer(t *testing.T) *Server {
 		}
 		j.Close()
 	})
-	return &Server{journal: j, log: log}
+	return New(j, log, nil)
 }
 
 func beginReq(name, fp string) journal.BeginRequest {
@@ -36,7 +33,7 @@ func beginReq(name, fp string) journal.BeginRequest {
 }
 
 // settle drives a record to created (live) or cached (not live).
-func settle(t *testing.T, s *Server, id string, live bool) {
+func settle(t *testing.T, s *Engine, id string, live bool) {
 	t.Helper()
 	if _, err := s.journal.Settle(id, map[string]string{}, live); err != nil {
 		t.Fatal(err)
@@ -46,61 +43,61 @@ func settle(t *testing.T, s *Server, id string, live bool) {
 func TestReserveSettlesFromTheHolder(t *testing.T) {
 	tests := []struct {
 		name     string
-		holder   func(t *testing.T, s *Server) string // makes the holder, returns its ID
+		holder   func(t *testing.T, s *Engine) string // makes the holder, returns its ID
 		fp       string
-		wantSame bool       // the answer is the holder's ID
-		wantCode codes.Code // for errors
+		wantSame bool  // the answer is the holder's ID
+		wantErr  error // the class of the error, nil for none
 		// wantFreed: the holder was rolled back, and the next request takes the name.
 		wantFreed bool
 	}{
 		{name: "created, same request: true duplicate", fp: "fp", wantSame: true,
-			holder: func(t *testing.T, s *Server) string {
+			holder: func(t *testing.T, s *Engine) string {
 				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, true)
 				return r.ID
 			}},
 		{name: "cached, same request: claimed", fp: "fp", wantSame: true,
-			holder: func(t *testing.T, s *Server) string {
+			holder: func(t *testing.T, s *Engine) string {
 				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, false)
 				return r.ID
 			}},
 		{name: "cached, different request: rolled back, AlreadyExists, the next request takes the name", fp: "other",
-			wantCode: codes.AlreadyExists, wantFreed: true,
-			holder: func(t *testing.T, s *Server) string {
+			wantErr: ErrNameTaken, wantFreed: true,
+			holder: func(t *testing.T, s *Engine) string {
 				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, false)
 				return r.ID
 			}},
-		{name: "created, different request: AlreadyExists", fp: "other", wantCode: codes.AlreadyExists,
-			holder: func(t *testing.T, s *Server) string {
+		{name: "created, different request: AlreadyExists", fp: "other", wantErr: ErrNameTaken,
+			holder: func(t *testing.T, s *Engine) string {
 				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				settle(t, s, r.ID, true)
 				return r.ID
 			}},
-		{name: "creating, different request: AlreadyExists", fp: "other", wantCode: codes.AlreadyExists,
-			holder: func(t *testing.T, s *Server) string {
+		{name: "creating, different request: AlreadyExists", fp: "other", wantErr: ErrNameTaken,
+			holder: func(t *testing.T, s *Engine) string {
 				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				return r.ID
 			}},
-		{name: "creating, same request, never finishes: DeadlineExceeded naming the stage", fp: "fp", wantCode: codes.DeadlineExceeded,
-			holder: func(t *testing.T, s *Server) string {
+		{name: "creating, same request, never finishes: DeadlineExceeded naming the stage", fp: "fp", wantErr: ErrTimedOut,
+			holder: func(t *testing.T, s *Engine) string {
 				r, _ := s.journal.Begin(beginReq("pod", "fp"))
 				return r.ID
 			}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := testServer(t)
+			s := testEngine(t)
 			holder := tt.holder(t, s)
 			ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 			defer cancel()
-			res, err := s.reserve(ctx, beginReq("pod", tt.fp), sameRequest{})
-			if tt.wantCode != codes.OK {
-				if status.Code(toStatus(err)) != tt.wantCode {
-					t.Fatalf("reserve = %v, want code %v", err, tt.wantCode)
+			res, err := s.Reserve(ctx, beginReq("pod", tt.fp), Same{})
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("reserve = %v, want %v", err, tt.wantErr)
 				}
-				if tt.wantCode == codes.DeadlineExceeded && !strings.Contains(err.Error(), "test stage") {
+				if tt.wantErr == ErrTimedOut && !strings.Contains(err.Error(), "test stage") {
 					t.Errorf("message %q does not name the stage", err)
 				}
 				if tt.wantFreed {
@@ -110,8 +107,8 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 					if _, err := s.journal.Get(holder); !errors.Is(err, journal.ErrNotFound) {
 						t.Errorf("the cached holder was not rolled back: %v", err)
 					}
-					res, err := s.reserve(ctx, beginReq("pod", tt.fp), sameRequest{})
-					if err != nil || res.existingID != "" || res.record.State != journal.StateCreating {
+					res, err := s.Reserve(ctx, beginReq("pod", tt.fp), Same{})
+					if err != nil || res.ExistingID != "" || res.Record.State != journal.StateCreating {
 						t.Errorf("the next request: reservation %+v, %v; want a new record", res, err)
 					}
 				}
@@ -120,8 +117,8 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.wantSame && res.existingID != holder {
-				t.Errorf("answered %q, want the holder %s", res.existingID, holder)
+			if tt.wantSame && res.ExistingID != holder {
+				t.Errorf("answered %q, want the holder %s", res.ExistingID, holder)
 			}
 		})
 	}
@@ -130,7 +127,7 @@ func TestReserveSettlesFromTheHolder(t *testing.T) {
 // TestWaiterGetsANormallyCreatedRecord: a retry waiting on an in-progress creation gets its
 // ID at once when that creation's own request succeeds.
 func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
-	s := testServer(t)
+	s := testEngine(t)
 	holder, _ := s.journal.Begin(beginReq("pod", "fp"))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
@@ -139,8 +136,8 @@ func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := s.reserve(ctx, beginReq("pod", "fp"), sameRequest{})
-	if err != nil || res.existingID != holder.ID {
+	res, err := s.Reserve(ctx, beginReq("pod", "fp"), Same{})
+	if err != nil || res.ExistingID != holder.ID {
 		t.Fatalf("reserve = %+v, %v; want the holder's ID", res, err)
 	}
 	if waited := time.Since(start); waited > 5*time.Second {
@@ -152,7 +149,7 @@ func TestWaiterGetsANormallyCreatedRecord(t *testing.T) {
 // deadline while a retry waits, the retry still fails (the next one gets it), and the
 // cached record's expiry is pushed past the waiter's deadline.
 func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
-	s := testServer(t)
+	s := testEngine(t)
 	holder, _ := s.journal.Begin(beginReq("pod", "fp"))
 	go func() {
 		time.Sleep(100 * time.Millisecond)
@@ -160,9 +157,9 @@ func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	_, err := s.reserve(ctx, beginReq("pod", "fp"), sameRequest{})
-	if status.Code(toStatus(err)) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "next retry") {
-		t.Fatalf("reserve = %v, want DeadlineExceeded saying the next retry gets it", err)
+	_, err := s.Reserve(ctx, beginReq("pod", "fp"), Same{})
+	if !errors.Is(err, ErrTimedOut) || !strings.Contains(err.Error(), "next retry") {
+		t.Fatalf("reserve = %v, want ErrTimedOut saying the next retry gets it", err)
 	}
 	rec, err := s.journal.Get(holder.ID)
 	if err != nil || rec.State != journal.StateCached {
@@ -173,8 +170,8 @@ func TestWaiterDoesNotTakeWhatBecameCached(t *testing.T) {
 		t.Errorf("expiry %v is not past the waiter's deadline %v", rec.Expiry, deadline)
 	}
 	// The next retry claims it.
-	res, err := s.reserve(context.Background(), beginReq("pod", "fp"), sameRequest{})
-	if err != nil || res.existingID != holder.ID {
+	res, err := s.Reserve(context.Background(), beginReq("pod", "fp"), Same{})
+	if err != nil || res.ExistingID != holder.ID {
 		t.Fatalf("next retry = %+v, %v; want the cached holder", res, err)
 	}
 }
