@@ -497,6 +497,10 @@ const MaxJournalReserveMiB = 1024
 // JournalReserve returns journal_reserve_mib in bytes.
 func (c Config) JournalReserve() int64 { return int64(c.JournalReserveMiB) << 20 }
 
+// SystemdCgroup reports whether the cgroup driver is systemd (cgroup_manager): the one
+// place that asks.
+func (c Config) SystemdCgroup() bool { return c.CgroupManager == CgroupManagerSystemd }
+
 // Layout is where the node keeps things, derived from the path keys (see package layout).
 func (c Config) Layout() layout.Node {
 	roots := make(map[string]string, len(c.Runtimes))

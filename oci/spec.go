@@ -8,9 +8,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -353,45 +351,4 @@ func oomScoreAdj(requested int64, h host) int {
 		adj = max(adj, int64(h.oomScoreAdj))
 	}
 	return int(adj)
-}
-
-// ParseSignal parses a stop signal as images write it: "SIGTERM", "TERM", "sigterm",
-// "15", "SIGRTMIN+3" or "RTMAX-1". Empty means SIGTERM.
-func ParseSignal(s string) (syscall.Signal, error) {
-	name := strings.ToUpper(strings.TrimSpace(s))
-	if name == "" {
-		return syscall.SIGTERM, nil
-	}
-	const rtmin, rtmax = 34, 64
-	valid := func(n int) (syscall.Signal, error) {
-		if n < 1 || n > rtmax {
-			return 0, invalid("signal %q is out of range", s)
-		}
-		return syscall.Signal(n), nil
-	}
-	if n, err := strconv.Atoi(name); err == nil {
-		return valid(n)
-	}
-	name = strings.TrimPrefix(name, "SIG")
-	for _, rt := range []struct {
-		prefix string
-		base   int
-	}{{"RTMIN", rtmin}, {"RTMAX", rtmax}} {
-		rest, ok := strings.CutPrefix(name, rt.prefix)
-		if !ok {
-			continue
-		}
-		if rest == "" {
-			return valid(rt.base)
-		}
-		n, err := strconv.Atoi(rest) // "+3" or "-1"
-		if err != nil {
-			return 0, invalid("unknown signal %q", s)
-		}
-		return valid(rt.base + n)
-	}
-	if sig := unix.SignalNum("SIG" + name); sig != 0 {
-		return sig, nil
-	}
-	return 0, invalid("unknown signal %q", s)
 }

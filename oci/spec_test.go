@@ -717,20 +717,6 @@ func TestSpecReadsTheRealHost(t *testing.T) {
 	}
 }
 
-func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]int{"SIGTERM": 15, "TERM": 15, "sigkill": 9, "9": 9, "SIGRTMIN+1": 35, "": 15} {
-		got, err := ParseSignal(in)
-		if err != nil || int(got) != want {
-			t.Errorf("ParseSignal(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"SIGNOPE", "0", "99", "-1"} {
-		if _, err := ParseSignal(in); err == nil {
-			t.Errorf("ParseSignal(%q) succeeded", in)
-		}
-	}
-}
-
 // TestMergeEnv: the container's environment is the image's, then the request's (a key
 // the request sets again replaces the image's, in place), with PATH and HOME defaulted;
 // names that are not shell identifiers (a ConfigMap's keys through envFrom) are kept as

@@ -85,10 +85,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err != nil {
 		return nil, err
 	}
-	handler := sb.obj.RuntimeHandler
-	if handler == "" {
-		handler = s.cfg.DefaultRuntime
-	}
+	handler := s.handlers().Resolve(sb.obj.RuntimeHandler)
 	rt, err := s.runtimes.Runtime(handler)
 	if err != nil {
 		return nil, invalidf("runtime handler %q: %v", handler, err)
@@ -170,7 +167,7 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		ResolvConf:         sb.obj.ResolvConf, HostnameFile: sb.obj.HostnameFile, ShmPath: sb.obj.Shm, Hosts: sandboxHosts(sb),
 		Image: oci.ImageConfig{Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
 			WorkingDir: img.Config.WorkingDir, User: img.Config.User, StopSignal: img.Config.StopSignal},
-		NoSeccomp: s.cfg.SeccompUnavailable, SystemdCgroup: s.systemdCgroup(),
+		NoSeccomp: s.cfg.SeccompUnavailable, SystemdCgroup: s.cfg.SystemdCgroup(),
 		RecursiveReadOnly: s.supportsRecursiveReadOnly(ctx, handler), ImageVolumes: volumeRoots,
 	})
 	if err == nil {

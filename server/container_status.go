@@ -2,16 +2,15 @@ package server
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"strings"
 	"syscall"
 
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/oci"
 )
 
 // ContainerStatus reports a container.
@@ -149,21 +148,10 @@ func criSignalName(sig runtimeapi.Signal) string {
 	return strings.Replace(name, "MINUS", "-", 1)
 }
 
-// criSignal is the CRI's name of a signal; RUNTIME_DEFAULT when the CRI has none.
+// criSignal is the CRI's name of a signal (oci.SignalName, SIGRTMIN+1 spelt
+// SIGNAL_SIGRTMINPLUS1); RUNTIME_DEFAULT when the CRI has none.
 func criSignal(sig syscall.Signal) runtimeapi.Signal {
-	const rtmin, rtmax = 34, 64
-	var name string
-	switch n := int(sig); {
-	case n == rtmin:
-		name = "SIGRTMIN"
-	case n > rtmin && n <= rtmin+15:
-		name = fmt.Sprintf("SIGRTMINPLUS%d", n-rtmin)
-	case n > rtmin+15 && n < rtmax:
-		name = fmt.Sprintf("SIGRTMAXMINUS%d", rtmax-n)
-	case n == rtmax:
-		name = "SIGRTMAX"
-	default:
-		name = unix.SignalName(sig)
-	}
+	name := strings.Replace(oci.SignalName(sig), "+", "PLUS", 1)
+	name = strings.Replace(name, "-", "MINUS", 1)
 	return runtimeapi.Signal(runtimeapi.Signal_value["SIGNAL_"+name])
 }

@@ -67,6 +67,7 @@ var classes = []struct {
 	{netns.ErrNoNetwork, codes.FailedPrecondition},
 	{checkpoint.ErrInvalidLocation, codes.InvalidArgument},
 	{oci.ErrInvalidSpec, codes.InvalidArgument},
+	{oci.ErrUnknownHandler, codes.InvalidArgument},
 	{oci.ErrExecTimeout, codes.DeadlineExceeded},
 	{oci.ErrNoDefaultAppArmor, codes.FailedPrecondition},
 	{oci.ErrNoPodCgroup, codes.FailedPrecondition},

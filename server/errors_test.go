@@ -39,6 +39,7 @@ func TestToStatus(t *testing.T) {
 		{journal.ErrInvalid, fmt.Errorf("begin: %w", journal.ErrInvalid), codes.InvalidArgument},
 		{netns.ErrInvalid, fmt.Errorf("x: %w", netns.ErrInvalid), codes.InvalidArgument},
 		{oci.ErrInvalidSpec, fmt.Errorf("spec: %w: working dir", oci.ErrInvalidSpec), codes.InvalidArgument},
+		{oci.ErrUnknownHandler, &oci.UnknownHandlerError{Handler: "kata", Configured: []string{"runc"}}, codes.InvalidArgument},
 		{storage.ErrInvalidReference, fmt.Errorf("pull: %w", storage.ErrInvalidReference), codes.InvalidArgument},
 		{journal.ErrNotFound, fmt.Errorf("x: %w", journal.ErrNotFound), codes.NotFound},
 		{nri.ErrPlugin, fmt.Errorf("create: %w", nri.ErrPlugin), codes.FailedPrecondition},

@@ -2,15 +2,11 @@ package server
 
 import (
 	"context"
-	"maps"
 	"math"
-	"slices"
-	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/internal/pause"
 	"github.com/crijournal/crijournal/journal"
@@ -42,8 +38,8 @@ func (s *Server) RunPodSandbox(ctx context.Context, req *runtimeapi.RunPodSandbo
 		return nil, err
 	}
 	if h := req.GetRuntimeHandler(); h != "" {
-		if _, ok := s.cfg.Runtimes[h]; !ok {
-			return nil, invalidf("runtime handler %q is not configured (configured: %s)", h, strings.Join(slices.Sorted(maps.Keys(s.cfg.Runtimes)), ", "))
+		if _, err := s.handlers().Lookup(h); err != nil {
+			return nil, err
 		}
 	}
 	namespaces := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
@@ -237,7 +233,7 @@ func (s *Server) pauseFor(id string, cfg *runtimeapi.PodSandboxConfig, uids, gid
 	if uids != nil && (!idMapped(uids, uint32(uid)) || !idMapped(gids, uint32(gid))) {
 		uid, gid = 0, 0
 	}
-	cgroup, err := oci.SandboxCgroup(id, cfg, s.systemdCgroup())
+	cgroup, err := oci.SandboxCgroup(id, cfg, s.cfg.SystemdCgroup())
 	if err != nil {
 		return netns.PauseProgram{}, err
 	}
@@ -248,9 +244,6 @@ func (s *Server) pauseFor(id string, cfg *runtimeapi.PodSandboxConfig, uids, gid
 	return netns.PauseProgram{Path: s.pauseProgram, UID: uint32(uid), GID: uint32(gid), Cgroup: cgroup, OOMScoreAdj: &adj}, nil
 }
 
-// systemdCgroup reports whether the cgroup driver is systemd.
-func (s *Server) systemdCgroup() bool { return s.cfg.CgroupManager == config.CgroupManagerSystemd }
-
 // podSlice makes the pod's slice, its cgroup_parent, as a step (units.SliceStep) when the
 // cgroup driver is systemd and systemd does not have it: a kubelet with cgroupDriver:
 // systemd makes its pods' slices itself, but a slice that systemd made only because a
@@ -259,7 +252,7 @@ func (s *Server) systemdCgroup() bool { return s.cfg.CgroupManager == config.Cgr
 // a slice's directory (units.SliceName) is refused.
 func (s *Server) podSlice(c *creation.Creation, cfg *runtimeapi.PodSandboxConfig) error {
 	parent := cfg.GetLinux().GetCgroupParent()
-	if !s.systemdCgroup() || parent == "" {
+	if !s.cfg.SystemdCgroup() || parent == "" {
 		return nil
 	}
 	parent, err := units.SliceName(parent)

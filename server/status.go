@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
-	"slices"
+	"maps"
 	"strconv"
 	"sync"
 	"time"
@@ -11,7 +11,6 @@ import (
 	toml "github.com/pelletier/go-toml/v2"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crijournal/crijournal/config"
 	"github.com/crijournal/crijournal/oci"
 )
 
@@ -86,7 +85,7 @@ type nodeConfig struct {
 // own.
 func (s *Server) RuntimeConfig(ctx context.Context, req *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
 	driver := runtimeapi.CgroupDriver_CGROUPFS
-	if s.cfg.CgroupManager == config.CgroupManagerSystemd {
+	if s.cfg.SystemdCgroup() {
 		driver = runtimeapi.CgroupDriver_SYSTEMD
 	}
 	return &runtimeapi.RuntimeConfigResponse{Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: driver}}, nil
@@ -114,7 +113,8 @@ func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtim
 	// oci.criMount), whatever the handler: runc applies them as it applies ro.
 	resp.Features = &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true}
 	supported := map[string]oci.Features{}
-	names := sortedHandlers(s.cfg.Runtimes)
+	handlers := s.handlers()
+	names := handlers.Names()
 	for _, name := range names {
 		f := s.handlerFeatures(ctx, name)
 		supported[name] = f
@@ -123,7 +123,7 @@ func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtim
 			UserNamespaces:          f.UserNamespaces,
 		}}
 		resp.RuntimeHandlers = append(resp.RuntimeHandlers, h)
-		if name == s.cfg.DefaultRuntime {
+		if name == handlers.Default() {
 			// The default handler is also the one pods that name none get (""), as
 			// containerd lists it.
 			resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{Features: h.Features})
@@ -215,11 +215,7 @@ func (s *Server) effectiveConfig() string {
 	return infoJSON(m)
 }
 
-func sortedHandlers(m map[string]config.Runtime) []string {
-	names := make([]string, 0, len(m))
-	for name := range m {
-		names = append(names, name)
-	}
-	slices.Sort(names)
-	return names
+// handlers are the configured runtime handlers and the default one.
+func (s *Server) handlers() oci.Handlers {
+	return oci.NewHandlers(s.cfg.DefaultRuntime, maps.Keys(s.cfg.Runtimes))
 }

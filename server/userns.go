@@ -57,9 +57,7 @@ func (s *Server) podUserns(ctx context.Context, opts *runtimeapi.NamespaceOption
 			return false, err
 		}
 	}
-	if handler == "" {
-		handler = s.cfg.DefaultRuntime
-	}
+	handler = s.handlers().Resolve(handler)
 	if !s.handlerFeatures(ctx, handler).UserNamespaces {
 		return false, newError(errWrongState, "runtime handler %q does not support user namespaces (its runtime needs user namespaces and idmapped mounts, runc 1.2 or later; see the handler's features in Status)", handler)
 	}

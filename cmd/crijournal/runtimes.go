@@ -16,8 +16,9 @@ import (
 
 // runtimeSet builds the OCI runtime of each configured handler on first use and keeps it.
 type runtimeSet struct {
-	cfg    config.Config
-	logMax int64 // conmon's --log-size-max (see logSizeMax); 0: none
+	cfg      config.Config
+	handlers oci.Handlers
+	logMax   int64 // conmon's --log-size-max (see logSizeMax); 0: none
 
 	mu       sync.Mutex
 	runtimes map[string]*oci.Runtime
@@ -26,21 +27,20 @@ type runtimeSet struct {
 // newRuntimeSet returns the runtimes of cfg's handlers, whose conmons bound containers'
 // logs to logMax bytes (0: no bound).
 func newRuntimeSet(cfg config.Config, logMax int64) *runtimeSet {
-	return &runtimeSet{cfg: cfg, logMax: logMax, runtimes: map[string]*oci.Runtime{}}
+	return &runtimeSet{cfg: cfg, handlers: oci.NewHandlers(cfg.DefaultRuntime, maps.Keys(cfg.Runtimes)), logMax: logMax,
+		runtimes: map[string]*oci.Runtime{}}
 }
 
 // Runtime returns the runtime of a handler ("" means the default one).
 func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
-	if handler == "" {
-		handler = s.cfg.DefaultRuntime
+	handler, err := s.handlers.Lookup(handler)
+	if err != nil {
+		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if rt, ok := s.runtimes[handler]; ok {
 		return rt, nil
-	}
-	if _, ok := s.cfg.Runtimes[handler]; !ok {
-		return nil, fmt.Errorf("runtime handler %q is not configured", handler)
 	}
 	rt, err := oci.New(oci.Config{
 		Handler:          handler,
@@ -50,7 +50,7 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 		StateDir:         s.cfg.Layout().ConmonState(handler).Dir(),
 		ExecDrainTimeout: s.cfg.ExecDrainTimeout,
 		LogSizeMax:       s.logMax,
-		SystemdCgroup:    s.cfg.CgroupManager == config.CgroupManagerSystemd,
+		SystemdCgroup:    s.cfg.SystemdCgroup(),
 	})
 	if err != nil {
 		return nil, err
@@ -62,7 +62,7 @@ func (s *runtimeSet) Runtime(handler string) (*oci.Runtime, error) {
 // all returns the runtimes of every configured handler that can be built.
 func (s *runtimeSet) all() []*oci.Runtime {
 	var out []*oci.Runtime
-	for handler := range s.cfg.Runtimes {
+	for _, handler := range s.handlers.Names() {
 		if rt, err := s.Runtime(handler); err == nil {
 			out = append(out, rt)
 		}

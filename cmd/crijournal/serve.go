@@ -131,7 +131,7 @@ func (d *serving) checkNode() error {
 	if err := checkPauseProgram(cfg, log); err != nil {
 		return err
 	}
-	if cfg.CgroupManager == config.CgroupManagerSystemd && !units.Running() {
+	if cfg.SystemdCgroup() && !units.Running() {
 		return fmt.Errorf("cgroup_manager = %q, but systemd does not run this node (no /run/systemd/system): use %q, or run the daemon where systemd is PID 1",
 			config.CgroupManagerSystemd, config.CgroupManagerCgroupfs)
 	}
