@@ -107,7 +107,7 @@ func beginFlow(t *testing.T, s *Engine, ctx context.Context, name string) *Creat
 
 var long = Limit{Max: time.Minute}
 
-// TestCreationStepsReturnTheirResults: each step's result comes back from runStep; every
+// TestCreationStepsReturnTheirResults: each step's result comes back from Step; every
 // step is recorded with its kind, stage and undo arguments, and done; finish creates the
 // record with the object, and a retry of the same request gets its ID.
 func TestCreationStepsReturnTheirResults(t *testing.T) {

@@ -40,7 +40,7 @@ func (s *Server) UpdatePodSandboxResources(ctx context.Context, req *runtimeapi.
 			return nil, err
 		}
 	}
-	if err := oci.SetPodResources(ctx, sb.config.GetLinux().GetCgroupParent(), s.systemdCgroup(), res); err != nil {
+	if err := oci.SetPodResources(ctx, sb.config.GetLinux().GetCgroupParent(), s.cfg.SystemdCgroup(), res); err != nil {
 		return nil, fmt.Errorf("pod %s: %w", sb.rec.ID, err)
 	}
 	if err := s.recordPodResources(sb, req.GetOverhead(), req.GetResources()); err != nil {
