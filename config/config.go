@@ -229,6 +229,16 @@ type Config struct {
 	// StorageRunRootDir.
 	StorageRunRoot string `toml:"storage_run_root" help:"storage run directory (empty: <run_root>/storage)"`
 
+	// ImagePullProgressTimeout cancels an image pull that has received no bytes from the
+	// registry for this long while it waits for some: a registry that stalls in the middle
+	// of a blob (or before the first) would otherwise hold the pull, and the kubelet's
+	// PullImage, which has no deadline, for ever. Only waiting on the registry counts, not
+	// the pull's whole time: unpacking a layer that has arrived is not waiting. The pull
+	// fails with DeadlineExceeded, saying so, and leaves nothing in the storage. As
+	// containerd's image_pull_progress_timeout (CRI-O's pull_progress_timeout is off by
+	// default). 0: no timeout. Default: 5m.
+	ImagePullProgressTimeout time.Duration `toml:"image_pull_progress_timeout" help:"cancel a pull that receives no bytes from the registry for this long (0: never)"`
+
 	// StorageTransientStore keeps containers/storage's records of containers
 	// (and of their writable layers) in the storage run directory, written
 	// without fsync, and mounts their root filesystems with overlay's volatile
@@ -475,8 +485,9 @@ func Default() Config {
 		SignaturePolicy:   "/etc/containers/policy.json",
 		CgroupManager:     CgroupManagerCgroupfs,
 
-		StorageTransientStore: true,
-		ExecSyncMaxConcurrent: 32,
+		StorageTransientStore:    true,
+		ImagePullProgressTimeout: 5 * time.Minute,
+		ExecSyncMaxConcurrent:    32,
 
 		EnableNRI:                    true,
 		NRIListen:                    "/var/run/nri/nri.sock",

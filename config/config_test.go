@@ -347,6 +347,7 @@ func TestLoadInvalid(t *testing.T) {
 		{"unknown cgroup manager", source{file: `cgroup_manager = "cgroupv2"`}, "cgroup_manager", `must be "cgroupfs" or "systemd"`},
 		{"bad bool env", source{env: map[string]string{"CRIJOURNAL_JOURNAL_NO_SYNC": "maybe"}}, "journal_no_sync", "true or false"},
 		{"negative journal reserve", source{file: `journal_reserve_mib = -1`}, "journal_reserve_mib", "between 0 (off) and 1024"},
+		{"negative pull progress timeout", source{flags: []string{"--image-pull-progress-timeout=-1s"}}, "image_pull_progress_timeout", "0 (no timeout) or a positive"},
 		{"huge journal reserve", source{flags: []string{"--journal-reserve-mib=4096"}}, "journal_reserve_mib", "got 4096"},
 		{"journal reserve with a unit", source{env: map[string]string{"CRIJOURNAL_JOURNAL_RESERVE_MIB": "16MiB"}}, "journal_reserve_mib", "want an integer"},
 		{"fractional journal reserve", source{file: `journal_reserve_mib = 1.5`}, "journal_reserve_mib", "float 1.5"},
@@ -427,6 +428,7 @@ func TestTOMLRoundTrip(t *testing.T) {
 		StorageDriver:                 "vfs",
 		StorageRoot:                   "/srv/storage",
 		StorageRunRoot:                "/run/storage",
+		ImagePullProgressTimeout:      90 * time.Second,
 		DefaultRuntime:                "crun",
 		Runtimes: map[string]Runtime{
 			"runc": {Path: "/usr/sbin/runc", Root: "/run/runc"},

@@ -103,6 +103,9 @@ func (c Config) Validate() error {
 			oneOf("included_pod_metrics", g, PodMetricGroups)
 		}
 	}
+	if c.ImagePullProgressTimeout < 0 {
+		bad("image_pull_progress_timeout", "must be 0 (no timeout) or a positive duration, got %v", c.ImagePullProgressTimeout)
+	}
 	positive("undo_retry_min", c.UndoRetryMin)
 	positive("undo_retry_max", c.UndoRetryMax)
 	positive("undo_timeout", c.UndoTimeout)

@@ -79,6 +79,8 @@ var classes = []struct {
 	{storage.ErrAmbiguousShortName, codes.InvalidArgument},
 	{storage.ErrRegistryBlocked, codes.PermissionDenied},
 	{storage.ErrRejectedByPolicy, codes.PermissionDenied},
+	{storage.ErrPullNoProgress, codes.DeadlineExceeded},
+	{storage.ErrDiskFull, codes.ResourceExhausted},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 	{context.Canceled, codes.Canceled},
 }

@@ -51,6 +51,8 @@ func TestToStatus(t *testing.T) {
 		{storage.ErrAmbiguousShortName, fmt.Errorf("pull busybox: %w", storage.ErrAmbiguousShortName), codes.InvalidArgument},
 		{storage.ErrRegistryBlocked, fmt.Errorf("pull: %w", storage.ErrRegistryBlocked), codes.PermissionDenied},
 		{storage.ErrRejectedByPolicy, fmt.Errorf("pull: %w", storage.ErrRejectedByPolicy), codes.PermissionDenied},
+		{storage.ErrPullNoProgress, fmt.Errorf("pull: %w", storage.ErrPullNoProgress), codes.DeadlineExceeded},
+		{storage.ErrDiskFull, fmt.Errorf("pull: %w", storage.ErrDiskFull), codes.ResourceExhausted},
 		{journal.ErrClosed, fmt.Errorf("intent: %w", journal.ErrClosed), codes.Unavailable},
 		{journal.ErrFailed, fmt.Errorf("intent: %w", journal.ErrFailed), codes.Unavailable},
 		{journal.ErrLowSpace, fmt.Errorf("begin: %w", journal.ErrLowSpace), codes.ResourceExhausted},

@@ -89,19 +89,38 @@ func (a *Auth) apply(sys *types.SystemContext) error {
 // tried in turn; the image is stored under the name that was pulled, never under a
 // mirror's. An invalid reference gives ErrInvalidReference; a tag or digest no registry has
 // gives ErrImageNotFound; a blocked registry ErrRegistryBlocked; an image the signature
-// policy refuses ErrRejectedByPolicy.
+// policy refuses ErrRejectedByPolicy; a registry that sends nothing for
+// Options.PullProgressTimeout ErrPullNoProgress; a full disk ErrDiskFull.
+//
+// Calls for the same names and credentials at the same time share one pull (see
+// pullFlights): a call whose ctx ends returns at once, and the pull goes on for the others,
+// until none is left. A failed pull leaves nothing in the store (see pullclean.go).
 func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, error) {
 	names, err := s.candidates(ref, true)
 	if err != nil {
 		return Image{}, fmt.Errorf("pull: %w", err)
 	}
+	img, shared, err := s.flights.do(ctx, pullKey(names, auth), func(ctx context.Context) (Image, error) {
+		return s.pullGuarded(func() (Image, error) { return s.pullCandidates(ctx, ref, names, auth) })
+	})
+	if shared {
+		s.log.Debug("pull shared with another call for the same image", "ref", ref, "err", err)
+	}
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return Image{}, fmt.Errorf("pull %s: %w", ref, err)
+	}
+	return img, err
+}
+
+// pullCandidates pulls the first of names that a registry serves.
+func (s *Store) pullCandidates(ctx context.Context, ref string, names []reference.Named, auth *Auth) (Image, error) {
 	var errs []error
 	for _, named := range names {
 		img, err := s.pull(ctx, named, auth)
 		if err == nil {
 			return img, nil
 		}
-		if len(names) == 1 || ctx.Err() != nil {
+		if len(names) == 1 || ctx.Err() != nil || errors.Is(err, ErrDiskFull) {
 			return Image{}, err
 		}
 		errs = append(errs, err) // and on to the next, as Podman does
@@ -111,7 +130,7 @@ func (s *Store) PullImage(ctx context.Context, ref string, auth *Auth) (Image, e
 		msgs[i] = err.Error()
 	}
 	// The class of the errors when every candidate failed the same way.
-	for _, class := range []error{ErrImageNotFound, ErrRegistryBlocked, ErrRejectedByPolicy} {
+	for _, class := range []error{ErrImageNotFound, ErrRegistryBlocked, ErrRejectedByPolicy, ErrPullNoProgress} {
 		if !slices.ContainsFunc(errs, func(err error) bool { return !errors.Is(err, class) }) {
 			return Image{}, fmt.Errorf("pull %s: %w in every unqualified-search registry: %s", ref, class, strings.Join(msgs, "; "))
 		}
@@ -146,14 +165,26 @@ func (s *Store) pull(ctx context.Context, named reference.Named, auth *Auth) (Im
 	defer policy.Destroy() //nolint:errcheck // nothing to report
 
 	start := time.Now()
-	_, err = copy.Image(ctx, policy, destRef, srcRef, &copy.Options{
+	opts := &copy.Options{
 		SourceCtx:        &sys,
 		DestinationCtx:   &sys,
 		RemoveSignatures: true, // verified by the policy, not kept
-	})
+	}
+	copyCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if s.pullProgressTimeout > 0 {
+		watch := watchProgress(s.pullProgressTimeout, cancel)
+		opts.Progress, opts.ProgressInterval = watch.events, progressInterval
+		defer watch.stop() // after copy.Image: it sends no event once it returned
+	}
+	_, err = copy.Image(copyCtx, policy, destRef, srcRef, opts)
 	if err != nil {
 		var rejected signature.PolicyRequirementError
-		switch {
+		switch cause := context.Cause(copyCtx); {
+		case errors.Is(cause, ErrPullNoProgress) && ctx.Err() == nil:
+			return Image{}, fmt.Errorf("pull %s: %w", named, cause)
+		case isNoSpace(err):
+			return Image{}, s.diskFull(named.String(), err)
 		case errors.As(err, &rejected):
 			return Image{}, fmt.Errorf("pull %s: %w %s: %v", named, ErrRejectedByPolicy, s.policyPath, err)
 		case isManifestUnknown(err):

@@ -11,7 +11,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
@@ -98,6 +100,10 @@ type Options struct {
 	// fails while RunRoot still records containers made with it: such a store would not
 	// see them.
 	TransientStore bool
+	// PullProgressTimeout cancels a pull that has waited on the registry and received
+	// nothing for this long (see progressWatch); the pull fails with ErrPullNoProgress.
+	// 0: no timeout (config.Config.ImagePullProgressTimeout, default 5m).
+	PullProgressTimeout time.Duration
 	// Logger receives the store's logs; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -117,6 +123,13 @@ type Store struct {
 
 	configMu sync.Mutex
 	configs  map[string]ImageConfig // by image ID; an ID's config never changes
+
+	pullProgressTimeout time.Duration // Options.PullProgressTimeout
+	flights             pullFlights   // pulls under way, shared by their callers
+	// pullGate is held shared by every pull, and exclusively by removeLeftovers, which
+	// must not delete layers a pull is building an image on.
+	pullGate  sync.RWMutex
+	leftovers atomic.Bool // a pull failed: removeLeftovers has work
 }
 
 // Open opens (creating it if needed) the store described by opts.
@@ -198,14 +211,25 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 	}
 	s := &Store{
-		st:                st,
-		sys:               sys,
-		log:               log,
-		policyPath:        opts.SignaturePolicy,
-		registriesConf:    opts.RegistriesConf,
-		registriesConfDir: opts.RegistriesConfDir,
-		configs:           map[string]ImageConfig{},
-		rootfsDir:         rootfsDir,
+		st:                  st,
+		sys:                 sys,
+		log:                 log,
+		policyPath:          opts.SignaturePolicy,
+		registriesConf:      opts.RegistriesConf,
+		registriesConfDir:   opts.RegistriesConfDir,
+		configs:             map[string]ImageConfig{},
+		rootfsDir:           rootfsDir,
+		pullProgressTimeout: opts.PullProgressTimeout,
+	}
+	// What pulls that a crash interrupted left: their blobs' temporary copies, and the
+	// layers they had unpacked (see pullclean.go). No pull runs yet.
+	if err := emptyDir(sys.BigFilesTemporaryDir); err != nil {
+		log.Warn("storage: temporary files of interrupted pulls were not all removed", "dir", sys.BigFilesTemporaryDir, "err", err)
+	}
+	if removed, err := s.removeOrphanLayers(); err != nil {
+		log.Warn("storage: layers of interrupted pulls were not all removed; the next start tries again", "removed", removed, "err", err)
+	} else if len(removed) > 0 {
+		log.Info("storage: removed the layers of interrupted pulls", "layers", removed)
 	}
 	log.Debug("storage opened", "root", opts.Root, "run_root", opts.RunRoot, "driver", s.Driver())
 	return s, nil
@@ -258,6 +282,7 @@ func (s *Store) Driver() string { return s.st.GraphDriverName() }
 // Close releases the store. Mounted root filesystems stay mounted (their containers may
 // still run); their mount counts are kept in the run root for the next Open.
 func (s *Store) Close() error {
+	s.flights.close()
 	defer s.st.Free()
 	mounted, err := s.st.Shutdown(false)
 	if errors.Is(err, cstorage.ErrLayerUsedByContainer) {

@@ -75,6 +75,9 @@ type daemonOptions struct {
 	// and auth.json, which the daemon reads as the node's containers files.
 	nodeFiles  map[string]string
 	journalDir string // the directory of journal_path (a file system of its own); default root
+	// rootFSSize, if not 0, makes root a tmpfs of this many bytes (the journal, the
+	// storage and the pulls' temporary files all on it), unmounted by the cleanup.
+	rootFSSize int64
 	// cdiSpecDirs is cdi_spec_dirs; default <base>/cdi, so that no test reads the
 	// machine's /etc/cdi.
 	cdiSpecDirs []string
@@ -197,6 +200,11 @@ func startDaemon(t *testing.T, opts daemonOptions) *daemon {
 	for _, dir := range []string{d.root, d.runRoot, d.nsDir, d.confDir, d.pluginDir, d.cacheDir, d.ipamDir, d.podLogDir} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
+		}
+	}
+	if opts.rootFSSize > 0 {
+		if err := unix.Mount("tmpfs", d.root, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", opts.rootFSSize)); err != nil {
+			t.Fatalf("mount a %d-byte tmpfs on %s: %v", opts.rootFSSize, d.root, err)
 		}
 	}
 	d.writeCNIConfig(t)

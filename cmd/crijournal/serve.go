@@ -171,7 +171,7 @@ func (d *serving) openStorage() error {
 		Registries: storageRegistries(cfg), ImageCacheDir: node.ImageCacheDir(), Logger: d.log,
 		RegistriesConf: cfg.RegistriesConf, RegistriesConfDir: cfg.RegistriesConfDir,
 		SignaturePolicy: cfg.SignaturePolicy, AuthFile: cfg.GlobalAuthFile,
-		TransientStore: cfg.StorageTransientStore,
+		TransientStore: cfg.StorageTransientStore, PullProgressTimeout: cfg.ImagePullProgressTimeout,
 	})
 	if err != nil {
 		return err
