@@ -55,6 +55,12 @@
 // ($HOME/.docker/config.json, /run/containers/0/auth.json) is read. A registry on a loopback
 // address (127.0.0.0/8, ::1, localhost) may be plain HTTP, as with Docker and CRI-O.
 //
+// Pulls of the same names with the same credentials at the same time share one download
+// (pullshare.go), detached from every caller and cancelled when the last has gone. A pull
+// that waits on the registry and receives nothing for Options.PullProgressTimeout is
+// cancelled (pullwatch.go, ErrPullNoProgress). A pull that fails, on a full disk
+// (ErrDiskFull) or otherwise, leaves no layer and no temporary file (pullclean.go).
+//
 // # Root filesystems
 //
 // A container's root filesystem is a containers/storage container whose ID is the CRI

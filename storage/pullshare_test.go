@@ -53,7 +53,11 @@ func TestPullFlights(t *testing.T) {
 			go func() { img, shared, err := g.do(ctx1, "k", pull); r1 <- result{img, shared, err} }()
 			waitFor(t, func() bool { return pulls.Load() == 1 })
 			go func() { img, shared, err := g.do(ctx2, "k", pull); r2 <- result{img, shared, err} }()
-			waitFor(t, func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.flights["k"] != nil && g.flights["k"].callers == 2 })
+			waitFor(t, func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				return g.flights["k"] != nil && g.flights["k"].callers == 2
+			})
 
 			if tc.cancelFirst || tc.cancelAll {
 				cancel1()
