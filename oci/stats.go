@@ -36,6 +36,9 @@ type CgroupStats struct {
 	Processes uint64
 	// PSI is the cgroup's pressure stall information (cgroup v2 only).
 	PSI PSI
+	// Swap is the cgroup's swap; nil where the cgroup has no swap accounting (cgroup
+	// v1 without swapaccount=1).
+	Swap *Swap
 }
 
 // ErrNoCgroup is returned by Stats for a container whose cgroup is not known: it was
@@ -139,11 +142,21 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 	if !e.m.Exists() {
 		return st, nil
 	}
-	cs, err := readStats(e.dir)
+	f := cgroupFilesPool.Get().(*cgroupFiles)
+	defer cgroupFilesPool.Put(f)
+	cs, err := f.readStats(e.dir)
 	if err != nil {
 		return CgroupStats{}, fmt.Errorf("stats of %s: %w", id, err)
 	}
-	return convertStats(cs, st.Timestamp, e.dir.v2), nil
+	st = convertStats(cs, st.Timestamp, e.dir.v2)
+	swap, ok, err := f.readSwap(e.dir)
+	if err != nil {
+		return CgroupStats{}, fmt.Errorf("stats of %s: swap: %w", id, err)
+	}
+	if ok {
+		st.Swap = &swap
+	}
+	return st, nil
 }
 
 // readStats reads the part of the library's Stats that convertStats uses, five files

@@ -209,6 +209,7 @@ func (s *Server) readContainerStats(c container) (*runtimeapi.ContainerStats, ui
 	if cg.PSI.IO != nil {
 		st.Io = &runtimeapi.IoUsage{Timestamp: ts, Psi: psiStats(cg.PSI.IO)}
 	}
+	st.Swap = swapUsage(ts, cg.Swap)
 	if layer, err := s.writableLayer(c.rec.ID); err != nil {
 		s.log.Debug("writable layer not measured", "id", c.rec.ID, "err", err)
 	} else {
@@ -235,6 +236,19 @@ func memoryUsage(cg oci.CgroupStats) *runtimeapi.MemoryUsage {
 		m.AvailableBytes = &runtimeapi.UInt64Value{Value: avail}
 	}
 	return m
+}
+
+// swapUsage is the CRI's form of a cgroup's swap; nil (left out) where the cgroup has
+// no swap accounting. swap_available_bytes is left out without a swap limit.
+func swapUsage(ts int64, sw *oci.Swap) *runtimeapi.SwapUsage {
+	if sw == nil {
+		return nil
+	}
+	u := &runtimeapi.SwapUsage{Timestamp: ts, SwapUsageBytes: &runtimeapi.UInt64Value{Value: sw.Usage}}
+	if avail, ok := sw.Available(); ok {
+		u.SwapAvailableBytes = &runtimeapi.UInt64Value{Value: avail}
+	}
+	return u
 }
 
 // psiStats is the CRI's form of a cgroup's pressure figures for one resource; nil
