@@ -165,12 +165,13 @@ func median(v []float64) float64 {
 // WriteTable prints the comparison for people: per operation, the p50 of each side in
 // each round, and the median ratio; then the targets.
 func (c *Comparison) WriteTable(w io.Writer) {
-	c.writeBody(w)
+	c.writeBody(w, true)
 	writeTargets(w, c.Targets)
 }
 
-// writeBody is WriteTable without the targets.
-func (c *Comparison) writeBody(w io.Writer) {
+// writeBody is WriteTable without the targets; the endpoint's memory only with
+// endpointMemory (the comparisons of one run share the endpoint's reports).
+func (c *Comparison) writeBody(w io.Writer, endpointMemory bool) {
 	fmt.Fprintf(w, "endpoint %s against baseline %s, %d rounds, alternating\n", c.Endpoint, c.Baseline, len(c.Runs))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "OPERATION\tP50 ms (endpoint / baseline, per round)\tRATIO per round\tMEDIAN RATIO\t")
@@ -192,7 +193,10 @@ func (c *Comparison) writeBody(w io.Writer) {
 	}
 	tw.Flush()
 	for i, pair := range c.Runs {
-		for _, rep := range pair {
+		for side, rep := range pair {
+			if side == 0 && !endpointMemory {
+				continue
+			}
 			if m := rep.Memory; m != nil {
 				fmt.Fprintf(w, "round %d, %s: daemon peak RSS %.1f MiB, %d helpers, %.2f MiB per pod\n",
 					i+1, rep.Runtime, m.DaemonPeakRSSMiB, m.Helpers, m.HelperRSSPerPodMiB)
@@ -272,8 +276,8 @@ func (cs Comparisons) Targets() []Target {
 // WriteTable prints each comparison, then the endpoint's pod up and pod down over each
 // baseline's side by side, then the targets.
 func (cs Comparisons) WriteTable(w io.Writer) {
-	for _, c := range cs {
-		c.writeBody(w)
+	for i, c := range cs {
+		c.writeBody(w, i == 0)
 		fmt.Fprintln(w)
 	}
 	if len(cs) == 0 {

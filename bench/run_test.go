@@ -312,6 +312,9 @@ func TestCompareAll(t *testing.T) {
 	if got := strings.Count(table.String(), "against baseline"); got != 2 {
 		t.Errorf("the table has %d comparisons, want 2:\n%s", got, table.String())
 	}
+	if got := strings.Count(table.String(), "daemon peak RSS"); got != 9 {
+		t.Errorf("the table reads %d memories, want each side's of each round once (9):\n%s", got, table.String())
+	}
 	if !strings.Contains(table.String(), "over each baseline") || !strings.Contains(table.String(), fmt.Sprintf("%.3f", cs[1].Ratios[OpPodUp].Median)) {
 		t.Errorf("the table lacks the summary with pod up over the second baseline:\n%s", table.String())
 	}
