@@ -95,6 +95,11 @@
 //
 // # Runtime
 //
+// [Handlers] are the node's runtime handlers and the default one: the one place that
+// fills in the default for a pod that names none and checks that a handler is configured
+// ([ErrUnknownHandler]). The signal names a stop signal may have are read by [ParseSignal]
+// and written by [SignalName], from one table.
+//
 // A [Runtime] runs containers with one runtime handler, in two calls.
 // [Runtime.Prepare] starts the container's conmon, which parses its flags, opens the
 // log and waits on its start pipe; its exec and the loading of its libraries (about
@@ -123,10 +128,12 @@
 //	  --persist-dir <StateDir>/containers/<id> --exit-dir <StateDir>/exits
 //	  --socket-dir-path <StateDir>/attach
 //	  --runtime-arg --root=<Root> --runtime-arg --log-format=json
+//	  [--runtime-arg --systemd-cgroup]
 //	  -l k8s-file:<log path> [--log-size-max <Config.LogSizeMax>] (or -l none)
 //	  [-t | -i [--leave-stdin-open]]
 //
-// --log-size-max when Config.LogSizeMax is positive: conmon truncates the log (starts it
+// --systemd-cgroup with the systemd cgroup driver (Config.SystemdCgroup). --log-size-max
+// when Config.LogSizeMax is positive: conmon truncates the log (starts it
 // again, empty) when a write would take it beyond that, and a reopen (ReopenLog, the
 // kubelet's rotation) starts its count again. -t when the container has a terminal;
 // otherwise -i when the CRI config asks for stdin, with --leave-stdin-open unless it
@@ -135,9 +142,10 @@
 // pipe is fd 4 (_OCI_STARTPIPE=4). conmon does not write -P in --sync mode; Prepare
 // writes it.
 //
-// StateDir must be short (at most 28 bytes, such as /run/crijournal/oci): conmon's
-// attach socket path, <StateDir>/attach/<id>/attach, must fit a socket address. It
-// holds:
+// StateDir must be short (at most layout.MaxStateDirLen, 28 bytes): conmon's attach
+// socket path, <StateDir>/attach/<id>/attach, must fit a socket address. The daemon's is
+// layout.StateDirFor's, <run_root>/oci-<handler> (/run/crijournal/oci-runc), or
+// /run/cjo-<hash> for a run root too long for that. It holds:
 //
 //	exits/<id>                    exit code, written by conmon; mtime = exit time
 //	attach/<id>                   conmon's link to the bundle (attach socket)
@@ -148,7 +156,8 @@
 //	containers/<id>/pid           the container's init PID (runc --pid-file)
 //	containers/<id>/exit, oom     conmon's copy of the exit code; OOM marker
 //	containers/<id>/conmon.stderr conmon's messages before it detached
-//	exec-*.log                    runc's log of one ExecSync, removed after it
+//	exec-*/                       runc's log and pid file of one ExecSync, removed after it
+//	exec-*.log                    runc's log of one streamed exec, removed after it
 //
 // [Runtime.Delete] is idempotent and removes all of it: the runtime's container
 // (runc delete --force), conmon (after a moment to record the exit), the files
