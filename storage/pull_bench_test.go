@@ -1,0 +1,83 @@
+package storage
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/crijournal/crijournal/storage/storagetest"
+)
+
+// BenchmarkPull pulls the busybox image with a 16 MiB incompressible layer on top from a
+// loopback registry, and removes it, per iteration: the normal path with the progress
+// watch (image_pull_progress_timeout's default, 5m) and without it (0).
+func BenchmarkPull(b *testing.B) {
+	storagetest.RequireRoot(b)
+	storagetest.RequireBusybox(b)
+	host := storagetest.StartRegistry(b)
+	data := make([]byte, 16<<20)
+	rand.Read(data)
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(tarOf(b, "data", data))), nil
+	}, tarball.WithMediaType(types.OCILayer))
+	if err != nil {
+		b.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(storagetest.BusyboxImage(b), layer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ref, _ := name.NewTag(host+"/bench/big:1.0", name.Insecure)
+	if err := remote.Write(ref, img); err != nil {
+		b.Fatal(err)
+	}
+	for _, timeout := range []time.Duration{0, 5 * time.Minute} {
+		b.Run(fmt.Sprintf("progress_timeout=%v", timeout), func(b *testing.B) {
+			dir := b.TempDir()
+			s, err := Open(context.Background(), Options{Root: filepath.Join(dir, "root"), RunRoot: filepath.Join(dir, "run"),
+				Driver: DriverVFS, PullProgressTimeout: timeout, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := s.PullImage(ctx, ref.String(), nil); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.RemoveImage(ctx, ref.String()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// tarOf returns a tar stream of one file.
+func tarOf(b *testing.B, file string, data []byte) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: file, Mode: 0o644, Size: int64(len(data)), ModTime: time.Unix(0, 0)}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := tw.Write(data); err != nil {
+		b.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		b.Fatal(err)
+	}
+	return buf.Bytes()
+}
