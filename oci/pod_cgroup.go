@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
+	"path/filepath"
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
+	sdcgroups "github.com/opencontainers/cgroups/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/units"
@@ -173,4 +175,43 @@ func podCgroupExists(m cgroups.Manager) bool {
 		}
 	}
 	return true
+}
+
+// PodPSI reads the pressure stall information of a pod's own cgroup, its cgroup_parent
+// (a cgroupfs path, or with systemd true a slice): what PodSandboxStats reports as the
+// pod's CPU, memory and I/O pressure, which cannot be summed from its containers'. It is
+// empty on cgroup v1 (no pressure files) and for a pod without a cgroup_parent, whose
+// containers share theirs with other pods; a missing cgroup or file leaves its figure nil.
+func PodPSI(parent string, systemd bool) (PSI, error) {
+	if parent == "" || !cgroups.IsCgroup2UnifiedMode() {
+		return PSI{}, nil
+	}
+	dir := parent
+	if systemd {
+		name, err := units.SliceName(parent)
+		if err != nil {
+			return PSI{}, invalid("cgroup parent %q is not a systemd slice: %v", parent, err)
+		}
+		if dir, err = sdcgroups.ExpandSlice(name); err != nil {
+			return PSI{}, invalid("cgroup parent %q: %v", parent, err)
+		}
+	}
+	return podPSI(unifiedRoot, dir)
+}
+
+// unifiedRoot is where the cgroup v2 hierarchy is mounted.
+const unifiedRoot = "/sys/fs/cgroup"
+
+// podPSI reads the pressure files of the cgroup dir below root.
+func podPSI(root, dir string) (PSI, error) {
+	if hasDotDot(dir) {
+		return PSI{}, invalid("cgroup %q contains \"..\"", dir)
+	}
+	f := cgroupFilesPool.Get().(*cgroupFiles)
+	defer cgroupFilesPool.Put(f)
+	cs := cgroups.NewStats()
+	if err := readPSI(f, filepath.Join(root, dir), cs); err != nil {
+		return PSI{}, err
+	}
+	return PSI{CPU: cs.CpuStats.PSI, Memory: cs.MemoryStats.PSI, IO: cs.BlkioStats.PSI}, nil
 }

@@ -2,6 +2,8 @@ package oci
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"testing"
 
@@ -96,5 +98,34 @@ func TestSetPodResourcesNeedsAPodCgroup(t *testing.T) {
 				t.Fatalf("SetPodResources(%q) = %v, want %v", tc.parent, err, tc.want)
 			}
 		})
+	}
+}
+
+func TestPodPSI(t *testing.T) {
+	root := t.TempDir()
+	pod := filepath.Join(root, "kubepods", "pod1")
+	if err := os.MkdirAll(pod, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for file, content := range map[string]string{
+		"cpu.pressure":    "some avg10=1.50 avg60=0.50 avg300=0.10 total=2000\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		"memory.pressure": "some avg10=0.00 avg60=0.00 avg300=0.00 total=30\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=10\n",
+	} {
+		if err := os.WriteFile(filepath.Join(pod, file), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := podPSI(root, "/kubepods/pod1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.CPU == nil || got.CPU.Some.Total != 2000 || got.CPU.Some.Avg10 != 1.5 || got.Memory == nil || got.Memory.Full.Total != 10 || got.IO != nil {
+		t.Fatalf("podPSI = cpu %+v, memory %+v, io %+v; want the files' figures, no I/O", got.CPU, got.Memory, got.IO)
+	}
+	if got, err := podPSI(root, "/kubepods/missing"); err != nil || got.CPU != nil {
+		t.Fatalf("podPSI of a missing cgroup = %+v, %v; want nothing", got, err)
+	}
+	if _, err := podPSI(root, "/kubepods/../etc"); !errors.Is(err, ErrInvalidSpec) {
+		t.Fatalf("podPSI of a path with .. = %v, want ErrInvalidSpec", err)
 	}
 }

@@ -355,6 +355,15 @@ func (s *Server) podStats(ctx context.Context, sb sandbox) *runtimeapi.PodSandbo
 		}
 	}
 	linux.Process = &runtimeapi.ProcessUsage{Timestamp: now, ProcessCount: &runtimeapi.UInt64Value{Value: procs}}
+	// Pressure is the pod cgroup's own (cgroup v2): stalls of its containers do not add up.
+	if psi, err := oci.PodPSI(sb.config.GetLinux().GetCgroupParent(), s.cfg.SystemdCgroup()); err != nil {
+		s.log.Warn("pod pressure not readable", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
+	} else {
+		cpu.Psi, mem.Psi = psiStats(psi.CPU), psiStats(psi.Memory)
+		if psi.IO != nil {
+			linux.Io = &runtimeapi.IoUsage{Timestamp: now, Psi: psiStats(psi.IO)}
+		}
+	}
 	// A stopped pod's network is torn down: it has no counters to report.
 	if path := sb.obj.Namespaces[string(netns.Net)]; path != "" && sb.state() == runtimeapi.PodSandboxState_SANDBOX_READY {
 		ifs, err := netns.Interfaces(path)
