@@ -147,7 +147,8 @@ func TestTracingFollowsCaller(t *testing.T) {
 	unsampled := run("unsampled", "00-"+unsampledTrace+"-"+randomHex(t, 8)+"-00")
 	untraced := run("untraced", "")
 
-	spans := otlp.waitFor(t, 30*time.Second, "RunPodSandbox span in the caller's trace", func(spans []receivedSpan) bool {
+	// Exported while the daemon runs (a batch delay of 100 ms), not only at the stop.
+	otlp.waitFor(t, 30*time.Second, "RunPodSandbox span in the caller's trace", func(spans []receivedSpan) bool {
 		for _, s := range spans {
 			if s.Name == methodRunPodSandbox && s.TraceID == sampledTrace {
 				return true
@@ -159,7 +160,7 @@ func TestTracingFollowsCaller(t *testing.T) {
 		d.requireRemoveRPC(t, id, "the tracing test's pod")
 	}
 	d.stop(t) // flushes whatever a trace started here would have left
-	spans = otlp.received()
+	spans := otlp.received()
 
 	server := serverSpan(t, spans, methodRunPodSandbox)
 	if server.TraceID != sampledTrace || server.Parent != callerSpan {
