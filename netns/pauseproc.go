@@ -64,8 +64,10 @@ type PauseProgram struct {
 }
 
 // pauseReadyWait bounds how long a starter waits for a pause process to report that it
-// is confined: a few system calls.
-const pauseReadyWait = 10 * time.Second
+// is confined: a few system calls, and a bound only for a process that hangs (the
+// request's ctx bounds the rest). 10 s was too short for a loaded node: critest's NRI
+// retry spec failed on it in the emulated cgroup v2 VM with the host at load 20.
+const pauseReadyWait = time.Minute
 
 // validate checks what a pause process cannot start without.
 func (p PauseProgram) validate() error {

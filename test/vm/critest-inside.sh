@@ -17,8 +17,12 @@ sock=/run/crijournal/crijournal.sock
 # sparse image in the VM's memory, filled with /var/lib's files), as on a node's disk. Where
 # that fails, the storage gets a tmpfs and those specs skip.
 img=/tmp/var-lib.ext4
-if truncate -s 6G "$img" && mkfs.ext4 -q -F -d /var/lib "$img" >"$out/critest-mkfs.log" 2>&1 &&
-	mount -o loop "$img" /var/lib; then
+# The loop and ext4 modules are loaded by hand: no udev here, and devtmpfs has no
+# /dev/loop-control before the module is in.
+"$(cat /proc/sys/kernel/modprobe)" loop >"$out/critest-mkfs.log" 2>&1
+"$(cat /proc/sys/kernel/modprobe)" ext4 >>"$out/critest-mkfs.log" 2>&1
+if truncate -s 6G "$img" && mkfs.ext4 -q -F -d /var/lib "$img" >>"$out/critest-mkfs.log" 2>&1 &&
+	mount -o loop "$img" /var/lib 2>>"$out/critest-mkfs.log"; then
 	echo "critest: /var/lib on ext4 ($img)"
 else
 	echo "critest: no ext4 for /var/lib (see critest-mkfs.log); the storage on a tmpfs"
