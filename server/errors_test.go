@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/crijournal/crijournal/checkpoint"
 	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/netns"
@@ -58,6 +59,8 @@ func TestToStatus(t *testing.T) {
 		{journal.ErrLowSpace, fmt.Errorf("begin: %w", journal.ErrLowSpace), codes.ResourceExhausted},
 		{oci.ErrExecTimeout, fmt.Errorf("exec: %w", oci.ErrExecTimeout), codes.DeadlineExceeded},
 		{oci.ErrNoDefaultAppArmor, fmt.Errorf("spec: %w: loading it failed", oci.ErrNoDefaultAppArmor), codes.FailedPrecondition},
+		{oci.ErrNoPodCgroup, fmt.Errorf("update pod abc: %w", oci.ErrNoPodCgroup), codes.FailedPrecondition},
+		{checkpoint.ErrInvalidLocation, fmt.Errorf("checkpoint: %w: relative", checkpoint.ErrInvalidLocation), codes.InvalidArgument},
 		{context.DeadlineExceeded, fmt.Errorf("x: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
 		{context.Canceled, fmt.Errorf("x: %w", context.Canceled), codes.Canceled},
 
