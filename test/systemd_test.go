@@ -13,10 +13,11 @@ import (
 )
 
 // systemdTests are the tests TestSystemdDriver runs inside a systemd with the systemd cgroup
-// driver: the container lifecycle (cgroups, a memory limit, stop and removal), stats, and
-// the crash matrix rows of the steps that ask systemd for units (systemdCrashRows), and a
-// real kubelet with cgroupDriver: systemd running a pod (TestKubeletSystemdDriver).
-const systemdTests = "^(TestContainerLifecycle|TestStats|TestCrashMatrix|TestKubeletSystemdDriver)$"
+// driver: the container lifecycle (cgroups, a memory limit, stop and removal), stats, a
+// pod resized on its slice (TestUpdatePodSandboxResources), the crash matrix rows of the
+// steps that ask systemd for units (systemdCrashRows), and a real kubelet with
+// cgroupDriver: systemd running a pod (TestKubeletSystemdDriver).
+const systemdTests = "^(TestContainerLifecycle|TestStats|TestUpdatePodSandboxResources|TestCrashMatrix|TestKubeletSystemdDriver)$"
 
 // systemdCrashRows are the crash matrix rows TestSystemdDriver runs: the pod slice's own
 // step, and the steps whose units are scopes (the pause process's, the OCI container's with
