@@ -1,12 +1,14 @@
 package storage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -256,6 +258,84 @@ func TestFsInfo(t *testing.T) {
 	if after.UsedBytes < before.UsedBytes+1<<20 || after.InodesUsed <= before.InodesUsed {
 		t.Errorf("FsInfo after the pull %+v is not above before %+v by the image", after, before)
 	}
+}
+
+// TestFsInfoKeepsSealedLayers checks that FsInfo measures a complete image layer's
+// directory once: a file planted in it afterwards (which no real change makes) is not
+// counted, one elsewhere under the graph root is, the kept figures add up to what a whole
+// walk finds, and a removed image's layers are forgotten.
+func TestFsInfoKeepsSealedLayers(t *testing.T) {
+	for _, driver := range []string{"", "vfs"} {
+		t.Run("driver="+driver, func(t *testing.T) {
+			s := openTestStore(t, driver)
+			ctx := context.Background()
+			img, _ := pullTestImage(t, s)
+			first, err := s.FsInfo(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sealed, err := s.sealedLayerDirs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sealed) == 0 || len(s.fsLayers) != len(sealed) {
+				t.Fatalf("driver %s: %d sealed layer directories, %d kept figures", s.Driver(), len(sealed), len(s.fsLayers))
+			}
+			whole := wholeWalk(t, s.Store)
+			if whole.bytes != first.UsedBytes || whole.inodes != first.InodesUsed {
+				t.Errorf("FsInfo %+v, a whole walk %+v", first, whole)
+			}
+
+			mib := bytes.Repeat([]byte{1}, 1<<20)
+			for dir := range sealed {
+				if err := os.WriteFile(filepath.Join(dir, "planted"), mib, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(first.Mountpoint, "planted"), mib, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			second, err := s.FsInfo(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if second.UsedBytes < first.UsedBytes+1<<20 || second.UsedBytes >= first.UsedBytes+2<<20 || second.InodesUsed != first.InodesUsed+1 {
+				t.Errorf("after 1 MiB in each of %d sealed layers and 1 MiB beside them: FsInfo %+v, first %+v: want only the file beside them counted", len(sealed), second, first)
+			}
+
+			for dir := range sealed {
+				if err := os.Remove(filepath.Join(dir, "planted")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.RemoveImage(ctx, img.ID); err != nil {
+				t.Fatal(err)
+			}
+			third, err := s.FsInfo(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.fsLayers) != 0 || third.UsedBytes >= second.UsedBytes {
+				t.Errorf("after the image's removal: %d kept figures, FsInfo %+v (before %+v)", len(s.fsLayers), third, second)
+			}
+		})
+	}
+}
+
+// wholeWalk measures s's graph root by walking all of it.
+func wholeWalk(t testing.TB, s *Store) dirUsage {
+	t.Helper()
+	root := s.st.GraphRoot()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(root, &st); err != nil {
+		t.Fatal(err)
+	}
+	w := usageWalk{ctx: context.Background(), dev: st.Dev, seen: map[uint64]bool{}}
+	u, err := w.walk(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
 
 // TestNothingUnderVarLibContainers checks that a pull keeps containers/image's caches and

@@ -66,6 +66,39 @@ func BenchmarkPull(b *testing.B) {
 	}
 }
 
+// BenchmarkFsInfo measures ImageFsInfo's walk of a graph root holding the busybox image:
+// "whole" walks all of it, as FsInfo did before it kept the figures of sealed layers;
+// "kept" is FsInfo once it has them.
+func BenchmarkFsInfo(b *testing.B) {
+	storagetest.RequireRoot(b)
+	storagetest.RequireBusybox(b)
+	host := storagetest.StartRegistry(b)
+	storagetest.PushBusybox(b, host, "bench/busybox", "1.0")
+	dir := b.TempDir()
+	s, err := Open(context.Background(), Options{Root: filepath.Join(dir, "root"), RunRoot: filepath.Join(dir, "run"),
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if _, err := s.PullImage(ctx, host+"/bench/busybox:1.0", nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("whole", func(b *testing.B) {
+		for b.Loop() {
+			wholeWalk(b, s)
+		}
+	})
+	b.Run("kept", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.FsInfo(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // tarOf returns a tar stream of one file.
 func tarOf(b *testing.B, file string, data []byte) []byte {
 	var buf bytes.Buffer
