@@ -2,148 +2,34 @@ package oci
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
-	"sync"
+	"time"
 
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"github.com/crijournal/crijournal/oci/spec"
 )
-
-// AppArmor.
-//
-// On a node without AppArmor (the kernel module absent or disabled), a container that
-// asks for a named (Localhost) profile is refused: running it unconfined would defeat
-// what its pod asked for without anyone noticing. RuntimeDefault, Unconfined and unset
-// run without a profile, as the node allows.
-//
-// Where AppArmor is enabled, a Localhost profile must be loaded and is applied.
-// RuntimeDefault, and unset (as containerd and CRI-O treat it), apply
-// [DefaultAppArmorProfile]. When that profile is not loaded, the container's
-// creation generates it (apparmor_profile.go) and loads it with apparmor_parser
-// first: lazily, as containerd does, so the daemon starts without it and a profile
-// unloaded later (an AppArmor service restart) comes back with the next container.
-// When it cannot be loaded (no apparmor_parser, a parser error, a timeout), the
-// container is refused with [ErrNoDefaultAppArmor], never run unconfined; containerd
-// refuses the container the same way, and CRI-O refuses to start at all. A
-// privileged container gets no default profile, only a Localhost one it names.
-
-// DefaultAppArmorProfile is the profile RuntimeDefault applies where AppArmor is
-// enabled. The daemon generates and loads it when a container needs it and it is not
-// loaded.
-const DefaultAppArmorProfile = "crijournal-default"
-
-// ErrNoDefaultAppArmor is returned when a container is to run under
-// [DefaultAppArmorProfile] (it asks for RuntimeDefault or for nothing, on a node with
-// AppArmor) and the profile is not loaded and cannot be loaded: the container is
-// refused rather than run unconfined. The node is at fault, not the request: the
-// server maps it to FailedPrecondition.
-var ErrNoDefaultAppArmor = errors.New("the default AppArmor profile is not available")
-
-// errNoAppArmor is the reason Localhost AppArmor profiles are refused on this node.
-const errNoAppArmor = "AppArmor is not available on this node (the kernel has it disabled or not built in)"
-
-// appArmorHost says whether AppArmor confines processes here, which profiles are
-// loaded, and how to load one.
-type appArmorHost struct {
-	enabled bool
-	// loaded says whether a profile of the name is loaded; nil means none is.
-	loaded func(name string) (bool, error)
-	// load loads the profile called name from its text, replacing one of that name;
-	// nil means profiles cannot be loaded here.
-	load func(ctx context.Context, name, text string) error
-}
-
-// appArmorFor returns the AppArmor profile of a container: "" for none. It loads
-// the default profile when the container needs it and it is not loaded; ctx bounds
-// that.
-func appArmorFor(ctx context.Context, sc *runtimeapi.LinuxContainerSecurityContext, aa appArmorHost) (string, error) {
-	//lint:ignore SA1019 older kubelets send only the deprecated string.
-	p, err := requestedProfile(sc.GetApparmor(), sc.GetApparmorProfile(), "AppArmor", false)
-	if err != nil {
-		return "", err
-	}
-	if p != nil && p.GetProfileType() == runtimeapi.SecurityProfile_Unconfined {
-		return "", nil
-	}
-	if p.GetProfileType() == runtimeapi.SecurityProfile_Localhost {
-		// The kubelet gives the profile's name, or (older ones) "localhost/<name>".
-		name := strings.TrimPrefix(p.GetLocalhostRef(), profileLocalhost)
-		if !aa.enabled {
-			return "", invalid("AppArmor profile %q requested, but %s", name, errNoAppArmor)
-		}
-		ok, err := aa.isLoaded(name)
-		if err != nil {
-			return "", fmt.Errorf("AppArmor profile %q: %w", name, err)
-		}
-		if !ok {
-			return "", invalid("AppArmor profile %q is not loaded on this node", name)
-		}
-		return name, nil
-	}
-	// RuntimeDefault or unset.
-	if !aa.enabled || sc.GetPrivileged() {
-		return "", nil
-	}
-	if err := aa.ensureDefault(ctx); err != nil {
-		return "", err
-	}
-	return DefaultAppArmorProfile, nil
-}
-
-// appArmorDefaultMu makes the check and load of the default profile one step, so
-// that containers created together run apparmor_parser once.
-var appArmorDefaultMu sync.Mutex
-
-// ensureDefault loads [DefaultAppArmorProfile] unless it is loaded. Its errors wrap
-// ErrNoDefaultAppArmor, but for a load that ctx ended, which wraps ctx's error.
-func (aa appArmorHost) ensureDefault(ctx context.Context) error {
-	appArmorDefaultMu.Lock()
-	defer appArmorDefaultMu.Unlock()
-	ok, err := aa.isLoaded(DefaultAppArmorProfile)
-	if err != nil {
-		return fmt.Errorf("%w: cannot tell whether %q is loaded: %w", ErrNoDefaultAppArmor, DefaultAppArmorProfile, err)
-	}
-	if ok {
-		return nil
-	}
-	if aa.load == nil {
-		return fmt.Errorf("%w: %q is not loaded, and this node cannot load profiles", ErrNoDefaultAppArmor, DefaultAppArmorProfile)
-	}
-	text := appArmorProfile(readAppArmorProfileInput(DefaultAppArmorProfile))
-	if err := aa.load(ctx, DefaultAppArmorProfile, text); err != nil {
-		if ctx.Err() != nil {
-			// The request ended, not the node failing: the context's error decides.
-			return fmt.Errorf("load the default AppArmor profile %q: %w", DefaultAppArmorProfile, err)
-		}
-		return fmt.Errorf("%w: %q is not loaded, and loading it failed: %w", ErrNoDefaultAppArmor, DefaultAppArmorProfile, err)
-	}
-	return nil
-}
-
-func (aa appArmorHost) isLoaded(name string) (bool, error) {
-	if aa.loaded == nil {
-		return false, nil
-	}
-	return aa.loaded(name)
-}
 
 // appArmorProfiles lists the loaded profiles: "name (mode)" lines.
 const appArmorProfiles = "/sys/kernel/security/apparmor/profiles"
 
 // readAppArmor finds out whether AppArmor is enabled as runc does: its securityfs
 // directory exists and the module's enabled parameter is Y.
-func readAppArmor() appArmorHost {
+func readAppArmor() spec.AppArmorHost {
 	b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled")
 	if err != nil || !strings.HasPrefix(string(b), "Y") || !exists("/sys/kernel/security/apparmor") {
-		return appArmorHost{}
+		return spec.AppArmorHost{}
 	}
-	return appArmorHost{
-		enabled: true,
-		loaded:  func(name string) (bool, error) { return loadedAppArmor(appArmorProfiles, name) },
-		load:    loadAppArmorProfile,
+	return spec.AppArmorHost{
+		Enabled:      true,
+		Loaded:       func(name string) (bool, error) { return loadedAppArmor(appArmorProfiles, name) },
+		Load:         loadAppArmorProfile,
+		ProfileInput: readAppArmorProfileInput,
 	}
 }
 
@@ -166,4 +52,85 @@ func loadedAppArmor(list, name string) (bool, error) {
 		}
 	}
 	return false, sc.Err()
+}
+
+// appArmorPolicyDir holds the node's AppArmor policy: the files the profile may
+// include.
+const appArmorPolicyDir = "/etc/apparmor.d"
+
+// readAppArmorProfileInput gathers the input of the profile called name from this
+// node: the daemon's own profile and which policy files exist.
+func readAppArmorProfileInput(name string) spec.AppArmorProfileInput {
+	has := func(f string) bool { return exists(filepath.Join(appArmorPolicyDir, f)) }
+	return spec.AppArmorProfileInput{
+		Name:     name,
+		Daemon:   ownAppArmorProfile(),
+		ABI:      has("abi/3.0"),
+		Tunables: has("tunables/global"),
+		Base:     has("abstractions/base"),
+	}
+}
+
+// ownAppArmorProfile returns the profile the daemon runs under, "unconfined" when
+// unknown. The kernel writes it as "name (mode)", or just "unconfined"; the
+// AppArmor-only file is read first, as runc does, since with stacked security
+// modules the generic one may belong to another.
+func ownAppArmorProfile() string {
+	for _, f := range []string{"/proc/self/attr/apparmor/current", "/proc/self/attr/current"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimSpace(string(b)), " (")
+		if name != "" {
+			return name
+		}
+	}
+	return "unconfined"
+}
+
+// errNoAppArmorParser is the reason the default profile cannot be loaded where the
+// AppArmor tools are not installed.
+var errNoAppArmorParser = errors.New("apparmor_parser not found in $PATH, /sbin or /usr/sbin (install the apparmor package)")
+
+// appArmorParser finds apparmor_parser: in $PATH, or in /sbin or /usr/sbin, which a
+// service's $PATH may lack (CRI-O looks in /sbin for the same reason).
+func appArmorParser() (string, error) {
+	if p, err := exec.LookPath("apparmor_parser"); err == nil {
+		return p, nil
+	}
+	for _, p := range []string{"/sbin/apparmor_parser", "/usr/sbin/apparmor_parser"} {
+		if exists(p) {
+			return p, nil
+		}
+	}
+	return "", errNoAppArmorParser
+}
+
+// appArmorLoadTimeout bounds one run of apparmor_parser, which compiles a profile of
+// this size in well under a second.
+const appArmorLoadTimeout = 30 * time.Second
+
+// loadAppArmorProfile compiles the profile called name from its text and loads it
+// into the kernel, replacing a loaded profile of that name, as containerd and CRI-O
+// do: apparmor_parser -r (replace) -K (no policy cache: the node's cache directory
+// may be read-only), the text on its standard input. ctx, bounded by
+// appArmorLoadTimeout, kills the parser when it ends.
+func loadAppArmorProfile(ctx context.Context, name, text string) error {
+	parser, err := appArmorParser()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, appArmorLoadTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, parser, "-Kr")
+	cmd.Stdin = strings.NewReader(text)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		return fmt.Errorf("load AppArmor profile %q: %s -Kr: %w: %s", name, parser, err, bytes.TrimSpace(out))
+	}
+	return nil
 }

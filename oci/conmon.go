@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/cgroups/manager"
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/oci/spec"
 	"github.com/crijournal/crijournal/units"
 )
 
@@ -93,7 +94,7 @@ func envPath() string {
 	if p := os.Getenv("PATH"); p != "" {
 		return p
 	}
-	return defaultPath
+	return spec.DefaultPath
 }
 
 // writeFileAtomic writes a small file atomically (temp file, rename): a reader finds
@@ -499,7 +500,7 @@ func cgroupsPathOf(m meta) string {
 		}
 		return p
 	}
-	if !filepath.IsAbs(p) || hasDotDot(p) || filepath.Clean(p) == "/" {
+	if !filepath.IsAbs(p) || spec.HasDotDot(p) || filepath.Clean(p) == "/" {
 		return ""
 	}
 	return filepath.Clean(p)

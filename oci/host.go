@@ -9,37 +9,39 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crijournal/crijournal/oci/spec"
 )
 
 // readHost gathers the facts about the daemon and the machine that a spec depends on.
-func readHost() (host, error) {
-	h := host{devices: hostDevices, seccomp: kernelSeccomp(), apparmor: readAppArmor(), thermalThrottle: thermalThrottlePaths()}
+func readHost() (spec.Host, error) {
+	h := spec.Host{User: resolveUser, Devices: spec.HostDevices, Seccomp: kernelSeccomp(), AppArmor: readAppArmor(), ThermalThrottle: thermalThrottlePaths()}
 	caps, err := ownCapabilities("CapBnd", "CapEff")
 	if err != nil {
-		return host{}, err
+		return spec.Host{}, err
 	}
-	for i, name := range capNames {
+	for i, name := range spec.CapNames {
 		if caps[0]&(1<<uint(i)) != 0 {
-			h.bounding = append(h.bounding, name)
+			h.Bounding = append(h.Bounding, name)
 		}
 	}
-	h.sysResource = caps[1]&(1<<unix.CAP_SYS_RESOURCE) != 0
-	if h.oomScoreAdj, err = ownOOMScoreAdj(); err != nil {
-		return host{}, err
+	h.SysResource = caps[1]&(1<<unix.CAP_SYS_RESOURCE) != 0
+	if h.OOMScoreAdj, err = ownOOMScoreAdj(); err != nil {
+		return spec.Host{}, err
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/cgroup", &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-		h.cgroup2 = true
+		h.Cgroup2 = true
 		ctrls, _ := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
 		for _, c := range strings.Fields(string(ctrls)) {
 			if c == "hugetlb" {
-				h.hugetlb = true
+				h.Hugetlb = true
 			}
 		}
-		h.swap = true
+		h.Swap = true
 	} else {
-		h.hugetlb = exists("/sys/fs/cgroup/hugetlb")
-		h.swap = exists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
+		h.Hugetlb = exists("/sys/fs/cgroup/hugetlb")
+		h.Swap = exists("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes")
 	}
 	return h, nil
 }

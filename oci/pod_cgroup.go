@@ -13,6 +13,7 @@ import (
 	sdcgroups "github.com/opencontainers/cgroups/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/oci/spec"
 	"github.com/crijournal/crijournal/units"
 )
 
@@ -144,7 +145,7 @@ func SetPodResources(ctx context.Context, parent string, systemd bool, res *cgro
 		}
 		return nil
 	}
-	if _, err := cgroupsPath(parent, "x", false); err != nil {
+	if _, err := spec.CgroupsPath(parent, "x", false); err != nil {
 		return err
 	}
 	m, err := manager.New(&cgroups.Cgroup{Path: parent, Resources: &cgroups.Resources{SkipDevices: true}})
@@ -204,7 +205,7 @@ const unifiedRoot = "/sys/fs/cgroup"
 
 // podPSI reads the pressure files of the cgroup dir below root.
 func podPSI(root, dir string) (PSI, error) {
-	if hasDotDot(dir) {
+	if spec.HasDotDot(dir) {
 		return PSI{}, invalid("cgroup %q contains \"..\"", dir)
 	}
 	f := cgroupFilesPool.Get().(*cgroupFiles)

@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/crijournal/crijournal/layout"
+	"github.com/crijournal/crijournal/oci/spec"
 	"github.com/crijournal/crijournal/units"
 )
 
@@ -43,9 +44,9 @@ var (
 	// ErrExecTimeout is returned by ExecSync when the command outlives its timeout;
 	// the command has been killed and reaped.
 	ErrExecTimeout = errors.New("command timed out")
-	// ErrInvalidID is returned when an ID is not 1 to 64 characters of [A-Za-z0-9_-]
-	// (IDs name files, sockets and cgroups).
-	ErrInvalidID = errors.New("invalid container ID")
+	// ErrInvalidID is spec.ErrInvalidID: an ID is not 1 to 64 characters of
+	// [A-Za-z0-9_-] (IDs name files, sockets and cgroups).
+	ErrInvalidID = spec.ErrInvalidID
 )
 
 // Status is a container's status as the runtime reports it.
@@ -196,23 +197,6 @@ func (r *Runtime) containerDir(id string) string { return r.state().Container(id
 func (r *Runtime) exitFile(id string) string     { return filepath.Join(r.exitsDir(), id) }
 func (r *Runtime) conmonPidFile(id string) string {
 	return filepath.Join(r.containerDir(id), "conmon.pid")
-}
-
-// validID checks that id is safe as a file name, a cgroup name and a runc ID: 1 to 64 of
-// A-Z, a-z, 0-9, _ and - (^[A-Za-z0-9_-]{1,64}$, checked by hand: every status and stats
-// call checks an ID, and the regexp cost more than the rest of ContainerStatus's look).
-func validID(id string) error {
-	if len(id) == 0 || len(id) > 64 {
-		return fmt.Errorf("%w: %q", ErrInvalidID, id)
-	}
-	for i := 0; i < len(id); i++ {
-		switch c := id[i]; {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
-		default:
-			return fmt.Errorf("%w: %q", ErrInvalidID, id)
-		}
-	}
-	return nil
 }
 
 // runtimeCmd runs the runtime with --root and args, and returns its standard output.

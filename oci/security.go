@@ -1,55 +1,10 @@
 package oci
 
 import (
-	"context"
 	"fmt"
-	"strings"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"github.com/crijournal/crijournal/oci/spec"
 )
-
-// Security profiles (seccomp and AppArmor) as the CRI asks for them.
-
-// Prefixes and names of the deprecated string fields (seccomp_profile_path,
-// apparmor_profile) of the CRI's LinuxContainerSecurityContext.
-const (
-	profileRuntimeDefault = "runtime/default"
-	profileDockerDefault  = "docker/default" // seccomp only, an old name of runtime/default
-	profileUnconfined     = "unconfined"
-	profileLocalhost      = "localhost/"
-)
-
-// requestedProfile returns the profile a container asks for: the structured field
-// when it is set, else the deprecated string (as containerd reads them), else nil
-// (unset). what names the feature in errors ("seccomp", "AppArmor"); docker says
-// whether "docker/default" is a name of the runtime's default (it is for seccomp).
-func requestedProfile(p *runtimeapi.SecurityProfile, deprecated, what string, docker bool) (*runtimeapi.SecurityProfile, error) {
-	if p != nil {
-		switch p.GetProfileType() {
-		case runtimeapi.SecurityProfile_RuntimeDefault, runtimeapi.SecurityProfile_Unconfined:
-		case runtimeapi.SecurityProfile_Localhost:
-			if p.GetLocalhostRef() == "" {
-				return nil, invalid("%s profile type Localhost without a localhost_ref", what)
-			}
-		default:
-			return nil, invalid("unknown %s profile type %v", what, p.GetProfileType())
-		}
-		return p, nil
-	}
-	switch {
-	case deprecated == "":
-		return nil, nil
-	case deprecated == profileRuntimeDefault, docker && deprecated == profileDockerDefault:
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault}, nil
-	case deprecated == profileUnconfined:
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Unconfined}, nil
-	case strings.HasPrefix(deprecated, profileLocalhost) && len(deprecated) > len(profileLocalhost):
-		return &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_Localhost,
-			LocalhostRef: strings.TrimPrefix(deprecated, profileLocalhost)}, nil
-	}
-	return nil, invalid("unknown %s profile %q: want %q, %q or \"localhost/<profile>\"", what, deprecated, profileRuntimeDefault, profileUnconfined)
-}
 
 // Confinement is what this node offers to confine containers, as the verbose Status
 // reports it.
@@ -75,17 +30,17 @@ func NodeConfinement(seccompOff bool) Confinement {
 		c.SeccompNote = "the kernel has no seccomp: RuntimeDefault and Localhost seccomp profiles are refused"
 	}
 	aa := readAppArmor()
-	c.AppArmor = aa.enabled
+	c.AppArmor = aa.Enabled
 	c.AppArmorNote = appArmorNote(aa)
 	return c
 }
 
 // appArmorNote says what RuntimeDefault gets on a node with aa.
-func appArmorNote(aa appArmorHost) string {
-	if !aa.enabled {
-		return errNoAppArmor
+func appArmorNote(aa spec.AppArmorHost) string {
+	if !aa.Enabled {
+		return spec.NoAppArmorReason
 	}
-	loaded, err := aa.isLoaded(DefaultAppArmorProfile)
+	loaded, err := aa.IsLoaded(DefaultAppArmorProfile)
 	switch {
 	case err != nil:
 		return fmt.Sprintf("loaded profiles not readable: %v", err)
@@ -96,17 +51,4 @@ func appArmorNote(aa appArmorHost) string {
 		return fmt.Sprintf("the default profile %q is not loaded and cannot be: %v; containers that need it (RuntimeDefault, unset) are refused", DefaultAppArmorProfile, err)
 	}
 	return fmt.Sprintf("RuntimeDefault and unset apply the profile %q, which the daemon loads for the first container that needs it", DefaultAppArmorProfile)
-}
-
-// confine sets the seccomp filter and AppArmor profile of the container whose spec s
-// has its capabilities set. It may load the default AppArmor profile, which ctx
-// bounds.
-func confine(ctx context.Context, s *specs.Spec, sc *runtimeapi.LinuxContainerSecurityContext, h host, noSeccomp bool) error {
-	f, err := seccompFor(sc, s, h.seccomp && !noSeccomp)
-	if err != nil {
-		return err
-	}
-	s.Linux.Seccomp = f
-	s.Process.ApparmorProfile, err = appArmorFor(ctx, sc, h.apparmor)
-	return err
 }

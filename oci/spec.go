@@ -2,89 +2,65 @@ package oci
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
-	"path"
-	"path/filepath"
-	"slices"
-	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/oci/spec"
 )
 
-// ErrInvalidSpec is returned when a container's configuration cannot be turned into a
-// runtime spec: a relative or ".." container path, a missing host path, an unknown
-// capability, a user that the image does not have, and so on. The server maps it to
-// InvalidArgument.
-var ErrInvalidSpec = errors.New("invalid container configuration")
+// The spec building itself lives in oci/spec; these are its names as oci's callers
+// know them.
+type (
+	// SpecInput is spec.SpecInput: everything Spec needs to build a container's spec.
+	SpecInput = spec.SpecInput
+	// ImageConfig is spec.ImageConfig: the part of an image's configuration that
+	// shapes a container's process.
+	ImageConfig = spec.ImageConfig
+	// ImageVolume is spec.ImageVolume: an image volume of a container.
+	ImageVolume = spec.ImageVolume
+)
 
-// SpecVersion is the ociVersion written into every spec. It is the version runc 1.1
-// (Debian 12) implements, not the newer version of the Go types: crun refuses specs
-// that claim a version it does not know, and nothing this package sets is newer.
-const SpecVersion = "1.0.2"
+var (
+	// ErrInvalidSpec is spec.ErrInvalidSpec: a container's configuration cannot be
+	// turned into a runtime spec. The server maps it to InvalidArgument.
+	ErrInvalidSpec = spec.ErrInvalidSpec
+	// ErrNoDefaultAppArmor is spec.ErrNoDefaultAppArmor: the default AppArmor profile
+	// is needed and cannot be loaded. The server maps it to FailedPrecondition.
+	ErrNoDefaultAppArmor = spec.ErrNoDefaultAppArmor
+	// DefaultCapabilities is spec.DefaultCapabilities.
+	DefaultCapabilities = spec.DefaultCapabilities
+)
 
-// defaultPath is the PATH of a process whose image and request set none.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const (
+	// SpecVersion is spec.SpecVersion, the ociVersion of every spec.
+	SpecVersion = spec.SpecVersion
+	// DefaultCgroupParent is spec.DefaultCgroupParent.
+	DefaultCgroupParent = spec.DefaultCgroupParent
+	// DefaultAppArmorProfile is spec.DefaultAppArmorProfile.
+	DefaultAppArmorProfile = spec.DefaultAppArmorProfile
+	// SandboxOOMScoreAdj is spec.SandboxOOMScoreAdj.
+	SandboxOOMScoreAdj = spec.SandboxOOMScoreAdj
+)
 
-// ImageConfig is the part of an image's configuration that shapes a container's
-// process.
-type ImageConfig struct {
-	Entrypoint []string
-	Cmd        []string
-	Env        []string // KEY=value
-	WorkingDir string
-	User       string // "", "uid", "uid:gid", "name" or "name:group"
-	StopSignal string // "SIGTERM", "TERM" or "15"; see ParseSignal
+// ImageVolumes is spec.ImageVolumes: the image volumes of a container, checked.
+func ImageVolumes(c *runtimeapi.ContainerConfig) ([]ImageVolume, error) {
+	return spec.ImageVolumes(c)
 }
 
-// SpecInput is everything Spec needs to build a container's runtime spec.
-type SpecInput struct {
-	// ID is the container ID; it names the container's cgroup.
-	ID        string
-	Container *runtimeapi.ContainerConfig
-	Sandbox   *runtimeapi.PodSandboxConfig
-	Image     ImageConfig
-	// Rootfs is the mounted root filesystem (absolute).
-	Rootfs string
-	// Namespaces holds the pinned namespace paths of the sandbox, by kind: "net",
-	// "ipc", "uts" and optionally "pid" and "user" (the pod's own user namespace,
-	// which the container then joins, whatever its own option says). A kind that is absent means the host's
-	// namespace for net, ipc and uts. The container joins the "pid" one only when
-	// its own namespace option pid is POD; otherwise (CONTAINER, or no "pid"
-	// path) it gets a new pid namespace, and the host's for pid NODE. The
-	// container always gets a new mount namespace.
-	Namespaces map[string]string
-	// TargetPidNamespace is the pid namespace of the container that a container whose
-	// pid option is TARGET joins (/proc/<target's init pid>/ns/pid); it is required in
-	// that mode and ignored in the others.
-	TargetPidNamespace string
-	// Hostname is set in the container's UTS namespace when it has one (it defaults
-	// to the sandbox config's hostname); with the host's UTS namespace it is ignored.
-	Hostname string
-	// SystemdCgroup says the cgroup driver is systemd: the parent is a slice name and
-	// the container's cgroup the scope <parent>:crijournal:<ID> (see cgroupsPath).
-	SystemdCgroup bool
-	// ResolvConf, Hosts and ShmPath are optional bind sources for /etc/resolv.conf,
-	// /etc/hosts and /dev/shm.
-	ResolvConf, Hosts, ShmPath string
-	// HostnameFile is an optional bind source for /etc/hostname. It, ResolvConf and
-	// Hosts are mounted read-only when they are the node's own file at their container
-	// path (the host's /etc/hosts for a pod on the host's network) or the root
-	// filesystem is read-only, read-write otherwise.
-	HostnameFile string
-	// NoSeccomp says the node has no seccomp support (the configuration's
-	// seccomp_unavailable): a container that asks for a seccomp profile is refused.
-	NoSeccomp bool
-	// RecursiveReadOnly says that the handler's runtime knows the "rro" mount option
-	// (Features.RecursiveReadOnlyMounts); without it a recursive read-only mount is
-	// refused.
-	RecursiveReadOnly bool
-	// ImageVolumes holds the mounted root of each image volume (see ImageVolumes) by
-	// its container path.
-	ImageVolumes map[string]string
+// SandboxCgroup is spec.SandboxCgroup.
+func SandboxCgroup(sandboxID string, sandbox *runtimeapi.PodSandboxConfig, systemd bool) (string, error) {
+	return spec.SandboxCgroup(sandboxID, sandbox, systemd)
+}
+
+// validID is spec.ValidID, for the calls of this package that take a container ID.
+func validID(id string) error { return spec.ValidID(id) }
+
+// invalid is an error of the class ErrInvalidSpec.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
 }
 
 // Spec builds the OCI runtime spec of a CRI container. See the package documentation
@@ -101,229 +77,8 @@ func Spec(ctx context.Context, in SpecInput) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	return buildSpec(ctx, in, h)
+	return spec.Build(ctx, in, h)
 }
-
-// host is what the spec depends on outside its input: facts about the daemon and the
-// machine. Tests build their own.
-type host struct {
-	bounding    []string // capability names (CAP_*) in the daemon's bounding set
-	oomScoreAdj int      // the daemon's own oom_score_adj
-	// sysResource says the daemon has CAP_SYS_RESOURCE in its effective set, so its
-	// runtime may give a container an oom_score_adj below the daemon's own.
-	sysResource bool
-	cgroup2     bool // pure cgroup v2 (unified) hierarchy
-	hugetlb     bool // a hugetlb controller is available
-	swap        bool // swap limits are available
-	// devices lists the host's devices for privileged containers; nil means none.
-	devices func() ([]specs.LinuxDevice, error)
-	// thermalThrottle: the CPUs' thermal_throttle directories, masked after
-	// defaultMaskedPaths (see thermalThrottlePaths).
-	thermalThrottle []string
-
-	// seccomp: the kernel filters system calls (see seccomp.go).
-	seccomp bool
-	// apparmor: whether AppArmor confines processes, and its profiles (apparmor.go).
-	apparmor appArmorHost
-}
-
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalidSpec, fmt.Sprintf(format, args...))
-}
-
-func buildSpec(ctx context.Context, in SpecInput, h host) (*specs.Spec, error) {
-	c := in.Container
-	if c == nil {
-		return nil, invalid("no container config")
-	}
-	if err := validID(in.ID); err != nil {
-		return nil, invalid("%v", err)
-	}
-	if !filepath.IsAbs(in.Rootfs) {
-		return nil, invalid("root filesystem path %q is not absolute", in.Rootfs)
-	}
-	sc := c.GetLinux().GetSecurityContext()
-	privileged := sc.GetPrivileged()
-
-	args, err := processArgs(c.Command, c.Args, in.Image)
-	if err != nil {
-		return nil, err
-	}
-	cwd := c.WorkingDir
-	if cwd == "" {
-		cwd = in.Image.WorkingDir
-	}
-	if cwd == "" {
-		cwd = "/"
-	}
-	if !path.IsAbs(cwd) {
-		return nil, invalid("working directory %q is not absolute", cwd)
-	}
-	user, home, err := resolveUser(in.Rootfs, sc, in.Image.User)
-	if err != nil {
-		return nil, err
-	}
-	env := mergeEnv(in.Image.Env, c.Envs, home)
-	caps, err := capabilities(sc, h.bounding)
-	if err != nil {
-		return nil, err
-	}
-	adj := oomScoreAdj(c.GetLinux().GetResources().GetOomScoreAdj(), h)
-
-	s := &specs.Spec{
-		Version: SpecVersion,
-		Process: &specs.Process{
-			Terminal:        c.Tty,
-			User:            user,
-			Args:            args,
-			Env:             env,
-			Cwd:             cwd,
-			Capabilities:    caps,
-			NoNewPrivileges: sc.GetNoNewPrivs(),
-			OOMScoreAdj:     &adj,
-		},
-		Root: &specs.Root{Path: in.Rootfs, Readonly: sc.GetReadonlyRootfs()},
-		Linux: &specs.Linux{
-			Sysctl: maps.Clone(in.Sandbox.GetLinux().GetSysctls()),
-		},
-	}
-	if len(c.Annotations) > 0 {
-		s.Annotations = maps.Clone(c.Annotations)
-	}
-
-	nss, utsShared, err := namespaces(in.Namespaces, in.TargetPidNamespace, sc.GetNamespaceOptions())
-	if err != nil {
-		return nil, err
-	}
-	s.Linux.Namespaces = nss
-	if utsShared {
-		s.Hostname = in.Hostname
-		if s.Hostname == "" {
-			s.Hostname = in.Sandbox.GetHostname()
-		}
-	}
-
-	mounts, propagation, err := containerMounts(in, privileged, sc.GetReadonlyRootfs())
-	if err != nil {
-		return nil, err
-	}
-	s.Mounts = mounts
-	s.Linux.RootfsPropagation = propagation
-
-	// The sandbox's cgroup_parent, such as "/kubepods/burstable/pod<uid>" (empty:
-	// DefaultCgroupParent); the container's cgroup is <parent>/crijournal-<ID>.
-	if s.Linux.CgroupsPath, err = cgroupsPath(in.Sandbox.GetLinux().GetCgroupParent(), in.ID, in.SystemdCgroup); err != nil {
-		return nil, err
-	}
-
-	res, err := resources(c.GetLinux().GetResources(), h)
-	if err != nil {
-		return nil, err
-	}
-	s.Linux.Resources = res
-
-	if privileged {
-		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: true, Access: "rwm"}}
-		if h.devices != nil {
-			devs, err := h.devices()
-			if err != nil {
-				return nil, fmt.Errorf("host devices for privileged container: %w", err)
-			}
-			s.Linux.Devices = devs
-		}
-	} else {
-		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
-		s.Linux.MaskedPaths = slices.Concat(defaultMaskedPaths, h.thermalThrottle)
-		if p := sc.GetMaskedPaths(); len(p) > 0 {
-			s.Linux.MaskedPaths = slices.Clone(p)
-		}
-		s.Linux.ReadonlyPaths = slices.Clone(defaultReadonlyPaths)
-		if p := sc.GetReadonlyPaths(); len(p) > 0 {
-			s.Linux.ReadonlyPaths = slices.Clone(p)
-		}
-	}
-	for _, d := range c.Devices {
-		dev, rule, err := criDevice(d)
-		if err != nil {
-			return nil, err
-		}
-		s.Linux.Devices = slices.DeleteFunc(s.Linux.Devices, func(x specs.LinuxDevice) bool { return x.Path == dev.Path })
-		s.Linux.Devices = append(s.Linux.Devices, dev)
-		if !privileged {
-			s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, rule)
-		}
-	}
-	if err := confine(ctx, s, sc, h, in.NoSeccomp); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// processArgs merges the CRI command and args with the image's entrypoint and cmd the
-// way containerd and CRI-O do: command replaces the entrypoint, args replaces cmd, and
-// a command given without args drops the image's cmd.
-func processArgs(command, args []string, img ImageConfig) ([]string, error) {
-	if len(command) == 0 {
-		if len(args) == 0 {
-			args = img.Cmd
-		}
-		// An entrypoint of [""] is the image's way of saying "none".
-		if !(len(img.Entrypoint) == 1 && img.Entrypoint[0] == "") {
-			command = img.Entrypoint
-		}
-	}
-	out := append(slices.Clone(command), args...)
-	if len(out) == 0 {
-		return nil, invalid("no command specified: neither the request nor the image has one")
-	}
-	return out, nil
-}
-
-// mergeEnv returns the image's environment with the request's variables replacing or
-// following it, then PATH and HOME if neither set them.
-func mergeEnv(image []string, cri []*runtimeapi.KeyValue, home string) []string {
-	var env []string
-	index := map[string]int{}
-	set := func(kv string) {
-		k, _, _ := strings.Cut(kv, "=")
-		if i, ok := index[k]; ok {
-			env[i] = kv
-			return
-		}
-		index[k] = len(env)
-		env = append(env, kv)
-	}
-	for _, kv := range image {
-		if kv != "" {
-			set(kv)
-		}
-	}
-	for _, kv := range cri {
-		if kv.GetKey() != "" {
-			set(kv.GetKey() + "=" + string(kv.GetValue()))
-		}
-	}
-	if _, ok := index["PATH"]; !ok {
-		set("PATH=" + defaultPath)
-	}
-	if _, ok := index["HOME"]; !ok {
-		if home == "" {
-			home = "/"
-		}
-		set("HOME=" + home)
-	}
-	return env
-}
-
-func hasDotDot(p string) bool {
-	return slices.Contains(strings.Split(p, "/"), "..")
-}
-
-// SandboxOOMScoreAdj is the oom_score_adj a pod's pause process asks for: the one
-// containerd (defaultSandboxOOMAdj) and CRI-O (PodInfraOOMAdj) give a pause container,
-// below every container of a pod (the kubelet gives a Guaranteed pod's -997) and above
-// the kubelet and the runtime themselves (-999 in their systemd units).
-const SandboxOOMScoreAdj = -998
 
 // OOMScoreAdj returns the oom_score_adj the daemon gives a process of its own (a pause
 // process) that asks for requested, by the rule a container's follows (see the package
@@ -335,20 +90,19 @@ func OOMScoreAdj(requested int64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	h := host{sysResource: caps[0]&(1<<unix.CAP_SYS_RESOURCE) != 0}
-	if h.oomScoreAdj, err = ownOOMScoreAdj(); err != nil {
+	h := spec.Host{SysResource: caps[0]&(1<<unix.CAP_SYS_RESOURCE) != 0}
+	if h.OOMScoreAdj, err = ownOOMScoreAdj(); err != nil {
 		return 0, err
 	}
-	return oomScoreAdj(requested, h), nil
+	return spec.ClampOOMScoreAdj(requested, h), nil
 }
 
-// oomScoreAdj is the container's oom_score_adj: the requested one within the
-// kernel's range [-1000, 1000], and not below the daemon's own when the daemon lacks
-// CAP_SYS_RESOURCE (the kernel would refuse runc a lower one, as containerd knows).
-func oomScoreAdj(requested int64, h host) int {
-	adj := min(max(requested, -1000), 1000)
-	if !h.sysResource {
-		adj = max(adj, int64(h.oomScoreAdj))
+// Resources converts CRI resources to OCI cgroup limits by the rules Spec uses, for
+// UpdateContainerResources.
+func Resources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResources, error) {
+	h, err := readHost()
+	if err != nil {
+		return nil, err
 	}
-	return int(adj)
+	return spec.Resources(r, h)
 }

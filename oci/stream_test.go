@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/crijournal/crijournal/internal/testenv"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming/remotecommand"
+
+	"github.com/crijournal/crijournal/internal/testenv"
 )
 
 // lockedBuffer is a bytes.Buffer for one writer and readers in other goroutines.

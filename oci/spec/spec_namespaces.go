@@ -1,4 +1,4 @@
-package oci
+package spec
 
 import (
 	"path/filepath"

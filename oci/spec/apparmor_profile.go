@@ -1,16 +1,9 @@
-package oci
+package spec
 
 import (
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
-	"time"
 )
 
 // The text of the default AppArmor profile, [DefaultAppArmorProfile].
@@ -29,8 +22,8 @@ import (
 // profile (through a temporary file, without a context) and does not show it. A
 // change to the rules upstream should be followed here.
 
-// appArmorProfileInput is everything the text of the default profile depends on.
-type appArmorProfileInput struct {
+// AppArmorProfileInput is everything the text of the default profile depends on.
+type AppArmorProfileInput struct {
 	// Name is the profile's name.
 	Name string
 	// Daemon is the profile the daemon runs under ("unconfined" or "" for none). Its
@@ -86,9 +79,9 @@ const appArmorDeny = `  # No writes to files directly in /proc.
 // confine under profiles named after them.
 var appArmorSignalSenders = []string{"unconfined", "runc", "crun"}
 
-// appArmorProfile returns the text of the default profile for in. The same input
+// AppArmorProfile returns the text of the default profile for in. The same input
 // gives the same text.
-func appArmorProfile(in appArmorProfileInput) string {
+func AppArmorProfile(in AppArmorProfileInput) string {
 	var b strings.Builder
 	if in.ABI {
 		b.WriteString("abi <abi/3.0>,\n\n")
@@ -146,85 +139,4 @@ func validAppArmorName(name string) bool {
 		}
 	}
 	return true
-}
-
-// appArmorPolicyDir holds the node's AppArmor policy: the files the profile may
-// include.
-const appArmorPolicyDir = "/etc/apparmor.d"
-
-// readAppArmorProfileInput gathers the input of the profile called name from this
-// node: the daemon's own profile and which policy files exist.
-func readAppArmorProfileInput(name string) appArmorProfileInput {
-	has := func(f string) bool { return exists(filepath.Join(appArmorPolicyDir, f)) }
-	return appArmorProfileInput{
-		Name:     name,
-		Daemon:   ownAppArmorProfile(),
-		ABI:      has("abi/3.0"),
-		Tunables: has("tunables/global"),
-		Base:     has("abstractions/base"),
-	}
-}
-
-// ownAppArmorProfile returns the profile the daemon runs under, "unconfined" when
-// unknown. The kernel writes it as "name (mode)", or just "unconfined"; the
-// AppArmor-only file is read first, as runc does, since with stacked security
-// modules the generic one may belong to another.
-func ownAppArmorProfile() string {
-	for _, f := range []string{"/proc/self/attr/apparmor/current", "/proc/self/attr/current"} {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		name, _, _ := strings.Cut(strings.TrimSpace(string(b)), " (")
-		if name != "" {
-			return name
-		}
-	}
-	return "unconfined"
-}
-
-// errNoAppArmorParser is the reason the default profile cannot be loaded where the
-// AppArmor tools are not installed.
-var errNoAppArmorParser = errors.New("apparmor_parser not found in $PATH, /sbin or /usr/sbin (install the apparmor package)")
-
-// appArmorParser finds apparmor_parser: in $PATH, or in /sbin or /usr/sbin, which a
-// service's $PATH may lack (CRI-O looks in /sbin for the same reason).
-func appArmorParser() (string, error) {
-	if p, err := exec.LookPath("apparmor_parser"); err == nil {
-		return p, nil
-	}
-	for _, p := range []string{"/sbin/apparmor_parser", "/usr/sbin/apparmor_parser"} {
-		if exists(p) {
-			return p, nil
-		}
-	}
-	return "", errNoAppArmorParser
-}
-
-// appArmorLoadTimeout bounds one run of apparmor_parser, which compiles a profile of
-// this size in well under a second.
-const appArmorLoadTimeout = 30 * time.Second
-
-// loadAppArmorProfile compiles the profile called name from its text and loads it
-// into the kernel, replacing a loaded profile of that name, as containerd and CRI-O
-// do: apparmor_parser -r (replace) -K (no policy cache: the node's cache directory
-// may be read-only), the text on its standard input. ctx, bounded by
-// appArmorLoadTimeout, kills the parser when it ends.
-func loadAppArmorProfile(ctx context.Context, name, text string) error {
-	parser, err := appArmorParser()
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, appArmorLoadTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, parser, "-Kr")
-	cmd.Stdin = strings.NewReader(text)
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return fmt.Errorf("load AppArmor profile %q: %s -Kr: %w: %s", name, parser, err, bytes.TrimSpace(out))
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package oci
+package spec
 
 import (
 	"maps"
@@ -12,9 +12,9 @@ import (
 // Capabilities of the spec: the default set, the CRI add and drop, and the daemon's
 // bounding set for privileged containers.
 
-// capNames are the Linux capabilities by number (linux/capability.h), up to
+// CapNames are the Linux capabilities by number (linux/capability.h), up to
 // CAP_CHECKPOINT_RESTORE (40).
-var capNames = []string{
+var CapNames = []string{
 	"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID",
 	"CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP", "CAP_LINUX_IMMUTABLE",
 	"CAP_NET_BIND_SERVICE", "CAP_NET_BROADCAST", "CAP_NET_ADMIN", "CAP_NET_RAW",
@@ -61,7 +61,7 @@ func capabilities(sc *runtimeapi.LinuxContainerSecurityContext, bounding []strin
 		}
 	}
 	check := func(c, what string) error {
-		if !slices.Contains(capNames, c) {
+		if !slices.Contains(CapNames, c) {
 			return invalid("%s: unknown capability %q", what, c)
 		}
 		if !have[c] {

@@ -1,4 +1,4 @@
-package oci
+package spec
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // criDevice turns a requested device into a spec device and its cgroup rule.
 func criDevice(d *runtimeapi.Device) (specs.LinuxDevice, specs.LinuxDeviceCgroup, error) {
 	dst := d.GetContainerPath()
-	if !path.IsAbs(dst) || hasDotDot(dst) {
+	if !path.IsAbs(dst) || HasDotDot(dst) {
 		return specs.LinuxDevice{}, specs.LinuxDeviceCgroup{}, invalid("device container path %q must be absolute without \"..\"", dst)
 	}
 	perms := d.GetPermissions()
@@ -67,10 +67,10 @@ func deviceFromPath(p string) (specs.LinuxDevice, error) {
 	}, nil
 }
 
-// hostDevices lists the device nodes under /dev for a privileged container, leaving
+// HostDevices lists the device nodes under /dev for a privileged container, leaving
 // out what the container gets anyway (pts, shm, mqueue) and the console, as
 // containerd does.
-func hostDevices() ([]specs.LinuxDevice, error) {
+func HostDevices() ([]specs.LinuxDevice, error) {
 	var out []specs.LinuxDevice
 	err := filepath.WalkDir("/dev", func(p string, d os.DirEntry, err error) error {
 		if err != nil {

@@ -1,4 +1,4 @@
-package oci
+package spec
 
 import (
 	"maps"
@@ -15,12 +15,12 @@ import (
 // DefaultCgroupParent is the cgroup parent of containers whose sandbox names none.
 const DefaultCgroupParent = "/crijournal"
 
-// cgroupsPath returns the cgroupsPath of the cgroup of a container, or of a sandbox's
+// CgroupsPath returns the CgroupsPath of the cgroup of a container, or of a sandbox's
 // pause process, with the given ID under parent: with the cgroupfs driver the cgroupfs
 // path <parent>/crijournal-<id> ("" for DefaultCgroupParent); with the systemd driver
 // (systemd true) the scope <parent>:crijournal:<id>, parent a slice name ("" for
 // units.DefaultSlice), which runc --systemd-cgroup makes as crijournal-<id>.scope.
-func cgroupsPath(parent, id string, systemd bool) (string, error) {
+func CgroupsPath(parent, id string, systemd bool) (string, error) {
 	if systemd {
 		p, err := units.ScopePath(parent, units.Prefix, id)
 		if err != nil {
@@ -31,18 +31,18 @@ func cgroupsPath(parent, id string, systemd bool) (string, error) {
 	if parent == "" {
 		parent = DefaultCgroupParent
 	}
-	if !path.IsAbs(parent) || hasDotDot(parent) {
+	if !path.IsAbs(parent) || HasDotDot(parent) {
 		return "", invalid("cgroup parent %q is not an absolute cgroupfs path", parent)
 	}
 	return path.Join(parent, cgroupPrefix+id), nil
 }
 
-// SandboxCgroup returns the cgroupsPath of the cgroup of a sandbox's pause process (a
-// cgroupfs path, or with systemd true a systemd scope, see cgroupsPath): a sibling of its
+// SandboxCgroup returns the CgroupsPath of the cgroup of a sandbox's pause process (a
+// cgroupfs path, or with systemd true a systemd scope, see CgroupsPath): a sibling of its
 // containers' under the sandbox's cgroup_parent, as runc makes the cgroup of a pause
 // container.
 func SandboxCgroup(sandboxID string, sandbox *runtimeapi.PodSandboxConfig, systemd bool) (string, error) {
-	return cgroupsPath(sandbox.GetLinux().GetCgroupParent(), sandboxID, systemd)
+	return CgroupsPath(sandbox.GetLinux().GetCgroupParent(), sandboxID, systemd)
 }
 
 // cgroupPrefix starts the name of each container's own cgroup under its parent.
@@ -51,7 +51,7 @@ const cgroupPrefix = "crijournal-"
 // resources turns CRI resources into cgroup limits. Swap, hugepage and unified
 // (cgroup v2) settings the machine cannot apply are left out, as runc would fail on
 // them.
-func resources(r *runtimeapi.LinuxContainerResources, h host) (*specs.LinuxResources, error) {
+func Resources(r *runtimeapi.LinuxContainerResources, h Host) (*specs.LinuxResources, error) {
 	res := &specs.LinuxResources{}
 	if r == nil {
 		return res, nil
@@ -78,28 +78,18 @@ func resources(r *runtimeapi.LinuxContainerResources, h host) (*specs.LinuxResou
 	if r.MemoryLimitInBytes > 0 {
 		lim := r.MemoryLimitInBytes
 		res.Memory = &specs.LinuxMemory{Limit: &lim}
-		if r.MemorySwapLimitInBytes != 0 && h.swap {
+		if r.MemorySwapLimitInBytes != 0 && h.Swap {
 			swap := r.MemorySwapLimitInBytes
 			res.Memory.Swap = &swap
 		}
 	}
-	if h.hugetlb {
+	if h.Hugetlb {
 		for _, l := range r.HugepageLimits {
 			res.HugepageLimits = append(res.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: l.PageSize, Limit: l.Limit})
 		}
 	}
-	if h.cgroup2 && len(r.Unified) > 0 {
+	if h.Cgroup2 && len(r.Unified) > 0 {
 		res.Unified = maps.Clone(r.Unified)
 	}
 	return res, nil
-}
-
-// Resources converts CRI resources to OCI cgroup limits by the rules Spec uses, for
-// UpdateContainerResources.
-func Resources(r *runtimeapi.LinuxContainerResources) (*specs.LinuxResources, error) {
-	h, err := readHost()
-	if err != nil {
-		return nil, err
-	}
-	return resources(r, h)
 }
