@@ -6,7 +6,12 @@
 //
 // [Spec] builds a runtime spec from a [SpecInput]: the CRI container and sandbox
 // configs, the image's config, the mounted root filesystem and the sandbox's pinned
-// namespaces. The rules, as containerd and CRI-O apply them:
+// namespaces. The building itself is pure and lives in package oci/spec (spec.Build,
+// with the aliases SpecInput, ImageConfig, ErrInvalidSpec, ... here); this package
+// reads what it needs from the node (host.go: /proc/self, /sys; user.go and
+// rootfile.go: the image's user database; apparmor.go: the loaded profiles and
+// apparmor_parser) and hands it over as a spec.Host. The file names below are oci/spec's
+// unless said otherwise. The rules, as containerd and CRI-O apply them:
 //
 //   - Args: the CRI command replaces the image's entrypoint and the CRI args replace
 //     its cmd; a command given without args drops the image's cmd. No command at all
@@ -80,7 +85,7 @@
 //     "unconfined", "localhost/<path>") is read when the field is unset. A node
 //     without seccomp (kernel, or SpecInput.NoSeccomp) refuses RuntimeDefault and
 //     Localhost.
-//   - AppArmor (apparmor.go): a Localhost profile is applied where AppArmor is
+//   - AppArmor (apparmor.go; the loading in oci's apparmor.go): a Localhost profile is applied where AppArmor is
 //     enabled and the profile loaded, and refused otherwise (also on a host without
 //     AppArmor). Where AppArmor is enabled, RuntimeDefault and
 //     unset (non-privileged) apply [DefaultAppArmorProfile], which Spec generates
