@@ -14,7 +14,7 @@ import (
 )
 
 // Devices of the CRI request (Container.devices) and of privileged containers. CDI
-// devices are in cdi.go.
+// devices are in package oci (cdi.go).
 
 // criDevice turns a requested device into a spec device and its cgroup rule.
 func criDevice(d *runtimeapi.Device) (specs.LinuxDevice, specs.LinuxDeviceCgroup, error) {
