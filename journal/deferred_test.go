@@ -1,8 +1,10 @@
 package journal
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,5 +223,66 @@ func TestFinishRemovalsRetriesFailedDeferredUndos(t *testing.T) {
 	}
 	if after := len(u.order()); after != before {
 		t.Errorf("FinishRemovals ran %d undos of a record whose failed undo is not deferred", after-before)
+	}
+}
+
+// TestFinishRemovalsAfterARunCutShort: FinishRemovals called while Maintain's run of a
+// deferred undo is under way (the daemon's stop) waits for that run, and when the stop
+// cut it short (it failed), runs the undo again: the record is gone when it returns.
+func TestFinishRemovalsAfterARunCutShort(t *testing.T) {
+	u := &undoLog{}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	reg := u.registry(kindA, kindC)
+	reg.RegisterDeferred(kindB, func(ctx context.Context, rec Record, s Step) error {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(entered)
+			<-release
+			return context.Canceled // cut short by the stop
+		}
+		return u.undo(ctx, rec, s)
+	})
+	j, _ := testJournal(t, Options{Registry: reg})
+	rec := begin(t, j, "pod", time.Time{})
+	step(t, j, rec.ID, kindA, "1")
+	step(t, j, rec.ID, kindB, "2")
+	step(t, j, rec.ID, kindC, "3")
+	if err := j.ready(rec.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := j.answer(rec.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	removeLeaving(t, j, rec.ID)
+
+	retried := make(chan error, 1)
+	go func() { retried <- j.retry(ctx, rec.ID) }() // Maintain's worker
+	<-entered
+	finished := make(chan error, 1)
+	go func() { finished <- j.FinishRemovals(ctx) }()
+	// Give FinishRemovals the time to list the record (removing) and wait for the
+	// run; if it is slower, the test passes without testing the wait.
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-finished:
+		t.Fatalf("FinishRemovals returned %v while the undo ran", err)
+	default:
+	}
+	close(release)
+	if err := <-retried; err == nil {
+		t.Error("the cut-short run succeeded; want it to fail")
+	}
+	if err := <-finished; err != nil {
+		t.Fatalf("FinishRemovals = %v, want nil", err)
+	}
+	// The cut-short run went on past its failure (as every undo run does); the one
+	// FinishRemovals ran undid B.
+	if diff := cmp.Diff([]string{"test-c:3", "test-a:1", "test-b:2"}, u.order()); diff != "" {
+		t.Errorf("undos (-want +got):\n%s", diff)
+	}
+	if _, err := j.Get(rec.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("Get after FinishRemovals = %v, want ErrNotFound", err)
 	}
 }

@@ -151,8 +151,18 @@ func (j *Journal) FinishRemovals(ctx context.Context) error {
 	slices.Sort(ids)
 	var errs []error
 	for _, id := range ids {
+		// An undo of it already running (Maintain's, cut short by the stop, say) is
+		// waited for first, and the record looked at again: what that run left failed
+		// is run once more here.
+		if err := j.waitUndoRun(ctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
 		rec, err := j.current(id)
 		if err != nil {
+			continue
+		}
+		if rec.State != StateRemoving && (rec.State != StateUndoing || !j.onlyDeferredFailed(rec)) {
 			continue
 		}
 		if err := j.runUndo(ctx, id, rec.State == StateRemoving, false); err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrWrongState) {
@@ -160,6 +170,23 @@ func (j *Journal) FinishRemovals(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// waitUndoRun waits until no undo of record id is running, or ctx ends.
+func (j *Journal) waitUndoRun(ctx context.Context, id string) error {
+	for {
+		j.mu.Lock()
+		busy, ok := j.undoing[id]
+		j.mu.Unlock()
+		if !ok {
+			return nil
+		}
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return fmt.Errorf("record %s: waiting for its undo under way: %w", id, ctx.Err())
+		}
+	}
 }
 
 // onlyDeferredFailed reports whether rec has failed undos and all of them are of kinds

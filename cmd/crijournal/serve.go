@@ -107,6 +107,8 @@ type serving struct {
 	srv      *server.Server
 	traces   *tracing.Tracing // nil when tracing is off
 
+	maintained chan struct{} // closed when the journal's Maintain has returned
+
 	cleanups []func() // run by close, last first
 }
 
@@ -326,6 +328,7 @@ func (d *serving) startBackground() error {
 	srv.StartStatsCollection()
 
 	maintained := make(chan struct{})
+	d.maintained = maintained
 	go func() {
 		defer close(maintained)
 		d.journal.Maintain(ctx, cfg.CacheSweepInterval)
@@ -406,6 +409,10 @@ func (d *serving) serve() error {
 	// Removals that answered with work left (root filesystems to delete: see
 	// journal.Remove) are finished before the journal closes, so that a stopped node
 	// holds nothing removed; what does not finish in time, the next start finishes.
+	// Maintain stops first: a deferred undo it is running is cut short by the stop,
+	// and FinishRemovals runs it again.
+	d.stop()
+	<-d.maintained
 	fctx, fcancel := context.WithTimeout(context.Background(), gracefulStopTimeout)
 	defer fcancel()
 	if err := j.FinishRemovals(fctx); err != nil {
