@@ -159,13 +159,20 @@ func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveIm
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
-// ImageFsInfo reports the usage of the image store's filesystem.
+// ImageFsInfo reports the usage of the image store's filesystem. The containers' writable
+// layers in it are counted as their stats count them, from the background collector's
+// figures (at most a stats period old), so that a call does not walk every container's
+// layer again.
 func (i *imageService) ImageFsInfo(ctx context.Context, req *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	st, err := i.store()
 	if err != nil {
 		return nil, err
 	}
-	u, err := st.FsInfo(ctx)
+	var measured map[string]storage.FsUsage
+	if i.s.layers != nil {
+		measured = i.s.layers.byDir()
+	}
+	u, err := st.FsInfo(ctx, measured)
 	if err != nil {
 		return nil, err
 	}

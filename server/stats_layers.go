@@ -78,6 +78,19 @@ func (lc *layerCollector) usage(id string) (u storage.FsUsage, at time.Time, ok 
 	return f.usage, f.at, true
 }
 
+// byDir returns the figures measured so far by writable layer directory (for ImageFsInfo).
+func (lc *layerCollector) byDir() map[string]storage.FsUsage {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	out := make(map[string]storage.FsUsage, len(lc.layers))
+	for _, f := range lc.layers {
+		if !f.at.IsZero() {
+			out[f.dir] = f.usage
+		}
+	}
+	return out
+}
+
 // run collects once at once, then once every period after the previous pass ended,
 // until ctx ends; between passes, it measures the containers measureSoon queued.
 func (lc *layerCollector) run(ctx context.Context, period time.Duration) {

@@ -326,3 +326,27 @@ func TestLayerCollectorMeasureSoon(t *testing.T) {
 		t.Errorf("walks = %v, want %v (the queued container alone, no new pass)", f.walks, want)
 	}
 }
+
+// TestLayerCollectorByDir: ImageFsInfo's view of the figures is by directory, and has
+// only the layers measured so far (a broken walk's, never measured, is absent).
+func TestLayerCollectorByDir(t *testing.T) {
+	f := newFakeLayers()
+	lc := f.collector()
+	if got := lc.byDir(); len(got) != 0 {
+		t.Fatalf("before any pass: %v, want none", got)
+	}
+	f.live = []string{"a", "b", "broken"}
+	f.bytes["/layers/a"], f.bytes["/layers/b"] = 100, 200
+	f.broken["/layers/broken"] = true
+	lc.collect(context.Background())
+	got := lc.byDir()
+	want := map[string]uint64{"/layers/a": 100, "/layers/b": 200}
+	if len(got) != len(want) {
+		t.Fatalf("byDir = %v, want the figures of %v", got, want)
+	}
+	for dir, bytes := range want {
+		if got[dir].UsedBytes != bytes {
+			t.Errorf("byDir[%s] = %+v, want %d bytes", dir, got[dir], bytes)
+		}
+	}
+}

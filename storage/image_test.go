@@ -241,12 +241,12 @@ func TestRemoveImage(t *testing.T) {
 func TestFsInfo(t *testing.T) {
 	s := openTestStore(t, "")
 	ctx := context.Background()
-	before, err := s.FsInfo(ctx)
+	before, err := s.FsInfo(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pullTestImage(t, s)
-	after, err := s.FsInfo(ctx)
+	after, err := s.FsInfo(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,63 +260,115 @@ func TestFsInfo(t *testing.T) {
 	}
 }
 
-// TestFsInfoKeepsSealedLayers checks that FsInfo measures a complete image layer's
-// directory once: a file planted in it afterwards (which no real change makes) is not
-// counted, one elsewhere under the graph root is, the kept figures add up to what a whole
-// walk finds, and a removed image's layers are forgotten.
-func TestFsInfoKeepsSealedLayers(t *testing.T) {
+// TestFsInfoKeepsStableDirs checks that FsInfo measures once the directories whose files
+// do not change (a complete image layer's, a container's, an overlay container layer's
+// but for its upper directory): a file planted in one afterwards (which no real change
+// makes) is not counted; one written where a container writes (its upper directory with
+// overlay, its layer with vfs), or elsewhere under the graph root, is; the figures add up
+// to what a whole walk finds; and a removed container's and image's directories are
+// forgotten.
+func TestFsInfoKeepsStableDirs(t *testing.T) {
+	const id = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 	for _, driver := range []string{"", "vfs"} {
 		t.Run("driver="+driver, func(t *testing.T) {
 			s := openTestStore(t, driver)
 			ctx := context.Background()
 			img, _ := pullTestImage(t, s)
-			first, err := s.FsInfo(ctx)
+			if _, err := s.CreateContainer(ctx, id, "fsinfo", img.ID, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Mount(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			first, err := s.FsInfo(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sealed, err := s.sealedLayerDirs()
+			stable, err := s.stableDirs()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(sealed) == 0 || len(s.fsLayers) != len(sealed) {
-				t.Fatalf("driver %s: %d sealed layer directories, %d kept figures", s.Driver(), len(sealed), len(s.fsLayers))
+			const wantStable = 3 // the image's layer, the container's directory and its layer
+			existing := 0 // containers/storage makes a container's directory only when asked for it
+			for dir, writable := range stable {
+				if _, err := os.Stat(dir); err == nil && writable != dir {
+					existing++ // a vfs container layer is all writable: none kept
+				}
+			}
+			if len(stable) != wantStable || len(s.fsKept) != existing {
+				t.Fatalf("driver %s: stable directories %v (want %d), %d kept figures, want %d", s.Driver(), stable, wantStable, len(s.fsKept), existing)
 			}
 			whole := wholeWalk(t, s.Store)
 			if whole.bytes != first.UsedBytes || whole.inodes != first.InodesUsed {
 				t.Errorf("FsInfo %+v, a whole walk %+v", first, whole)
 			}
 
-			mib := bytes.Repeat([]byte{1}, 1<<20)
-			for dir := range sealed {
-				if err := os.WriteFile(filepath.Join(dir, "planted"), mib, 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.WriteFile(filepath.Join(first.Mountpoint, "planted"), mib, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			second, err := s.FsInfo(ctx)
+			writable, err := s.WritableLayerDir(id)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if second.UsedBytes < first.UsedBytes+1<<20 || second.UsedBytes >= first.UsedBytes+2<<20 || second.InodesUsed != first.InodesUsed+1 {
-				t.Errorf("after 1 MiB in each of %d sealed layers and 1 MiB beside them: FsInfo %+v, first %+v: want only the file beside them counted", len(sealed), second, first)
+			mib := bytes.Repeat([]byte{1}, 1<<20)
+			var planted []string
+			for dir := range s.fsKept {
+				planted = append(planted, filepath.Join(dir, "planted"))
 			}
-
-			for dir := range sealed {
-				if err := os.Remove(filepath.Join(dir, "planted")); err != nil {
+			planted = append(planted, filepath.Join(first.Mountpoint, "planted"), filepath.Join(writable, "planted-too"))
+			for _, f := range planted {
+				if err := os.WriteFile(f, mib, 0o600); err != nil {
 					t.Fatal(err)
 				}
+			}
+			second, err := s.FsInfo(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Counted: the file beside them, and the one the container wrote (in its
+			// upper directory, or with vfs in its layer directory, which is not kept).
+			const counted = 2
+			if second.UsedBytes < first.UsedBytes+counted<<20 || second.UsedBytes >= first.UsedBytes+(counted+1)<<20 ||
+				second.InodesUsed != first.InodesUsed+counted {
+				t.Errorf("after 1 MiB planted in each of %d kept directories, beside them and in the container's writable layer: FsInfo %+v, first %+v: want %d MiB and files counted", len(planted)-2, second, first, counted)
+			}
+
+			// With the caller's figure of the writable layer, that figure is counted
+			// instead of a walk of it.
+			var st syscall.Stat_t
+			if err := syscall.Lstat(writable, &st); err != nil {
+				t.Fatal(err)
+			}
+			walked, err := (&usageWalk{ctx: ctx, dev: st.Dev, seen: map[uint64]bool{}}).walk(writable, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			given := FsUsage{UsedBytes: 7 << 20, InodesUsed: 5}
+			withGiven, err := s.FsInfo(ctx, map[string]FsUsage{writable: given})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if withGiven.UsedBytes != second.UsedBytes-walked.bytes+given.UsedBytes || withGiven.InodesUsed != second.InodesUsed-walked.inodes+given.InodesUsed {
+				t.Errorf("with the writable layer measured as %+v (walked: %+v): FsInfo %+v, without %+v", given, walked, withGiven, second)
+			}
+
+			for _, f := range planted {
+				if err := os.Remove(f); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.Unmount(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.DeleteContainer(ctx, id); err != nil {
+				t.Fatal(err)
 			}
 			if err := s.RemoveImage(ctx, img.ID); err != nil {
 				t.Fatal(err)
 			}
-			third, err := s.FsInfo(ctx)
+			third, err := s.FsInfo(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(s.fsLayers) != 0 || third.UsedBytes >= second.UsedBytes {
-				t.Errorf("after the image's removal: %d kept figures, FsInfo %+v (before %+v)", len(s.fsLayers), third, second)
+			if len(s.fsKept) != 0 || third.UsedBytes >= first.UsedBytes {
+				t.Errorf("after the container's and the image's removal: %d kept figures, FsInfo %+v (first %+v)", len(s.fsKept), third, first)
 			}
 		})
 	}

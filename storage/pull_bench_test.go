@@ -68,7 +68,9 @@ func BenchmarkPull(b *testing.B) {
 
 // BenchmarkFsInfo measures ImageFsInfo's walk of a graph root holding the busybox image:
 // "whole" walks all of it, as FsInfo did before it kept the figures of sealed layers;
-// "kept" is FsInfo once it has them.
+// "kept" is FsInfo once it has them; then with 100 containers made from the image and
+// mounted, walking their writable layers, and with figures of them given (measured), as
+// ImageFsInfo gives the stats collector's.
 func BenchmarkFsInfo(b *testing.B) {
 	storagetest.RequireRoot(b)
 	storagetest.RequireBusybox(b)
@@ -92,7 +94,59 @@ func BenchmarkFsInfo(b *testing.B) {
 	})
 	b.Run("kept", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.FsInfo(ctx); err != nil {
+			if _, err := s.FsInfo(ctx, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// An idle node's: 100 containers made and mounted from the image.
+	img, err := s.ImageStatus(ctx, host+"/bench/busybox:1.0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ids []string
+	defer func() { // before the store closes
+		for _, id := range ids {
+			_ = s.Unmount(ctx, id)
+			_ = s.DeleteContainer(ctx, id)
+		}
+	}()
+	for i := range 100 {
+		id := fmt.Sprintf("%064x", i+1)
+		if _, err := s.CreateContainer(ctx, id, "c"+id[:12], img.ID, nil); err != nil {
+			b.Fatal(err)
+		}
+		ids = append(ids, id)
+		if _, err := s.Mount(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("whole,containers=100", func(b *testing.B) {
+		for b.Loop() {
+			wholeWalk(b, s)
+		}
+	})
+	b.Run("kept,containers=100", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.FsInfo(ctx, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	// As ImageFsInfo calls it: with the stats collector's figures of the writable layers.
+	measured := map[string]FsUsage{}
+	for _, id := range ids {
+		dir, err := s.WritableLayerDir(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if measured[dir], err = DirUsage(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("kept,containers=100,measured", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.FsInfo(ctx, measured); err != nil {
 				b.Fatal(err)
 			}
 		}

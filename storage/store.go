@@ -132,7 +132,7 @@ type Store struct {
 	leftovers atomic.Bool // a pull failed: removeLeftovers has work
 
 	fsMu     sync.Mutex          // one FsInfo at a time
-	fsLayers map[string]dirUsage // FsInfo's figures of sealed layer directories, by directory
+	fsKept   map[string]dirUsage // FsInfo's figures of the directories it keeps (stableDirs), by directory
 }
 
 // Open opens (creating it if needed) the store described by opts.
@@ -307,15 +307,20 @@ type FsUsage struct {
 
 // FsInfo measures the graph root: the bytes allocated and the inodes used by every file
 // under it, counting a hard-linked inode once and not descending into other file systems
-// (the mounted root filesystems of containers). An image layer's files never change once
-// the layer is complete, so the figure of each complete image layer's directory is kept
-// from the walk that first measured it (until the layer is gone) and only the rest of the
-// tree is walked again: the kubelet asks every ~10 s, and a whole walk cost 20-40 ms with
-// a few images. A hard link between two layers' directories would be counted twice;
-// neither overlay nor vfs makes one.
-func (s *Store) FsInfo(ctx context.Context) (FsUsage, error) {
+// (the mounted root filesystems of containers). The kubelet asks every ~10 s, and a whole
+// walk cost 20-40 ms with a few images and about 10 ms more per 100 containers, so the
+// directories whose files do not change are measured once and their figures kept
+// (stableDirs): a complete image layer's directory, a container's directory, and a
+// container's overlay layer directory but for its upper directory (diff). What a
+// container writes to (the upper directory with overlay, the whole layer with vfs) is
+// taken from measured, figures the caller has of containers' writable layer directories
+// (WritableLayerDir: the server's, from its background walks, at most a stats period
+// old, counting bytes as DirUsage does), and walked when measured has none; the rest of
+// the tree is walked again. A hard link between two such directories would be counted
+// twice; neither overlay nor vfs makes one.
+func (s *Store) FsInfo(ctx context.Context, measured map[string]FsUsage) (FsUsage, error) {
 	root := s.st.GraphRoot()
-	sealed, err := s.sealedLayerDirs()
+	stable, err := s.stableDirs()
 	if err != nil {
 		return FsUsage{}, fmt.Errorf("measure %s: %w", root, err)
 	}
@@ -326,34 +331,68 @@ func (s *Store) FsInfo(ctx context.Context) (FsUsage, error) {
 		return FsUsage{}, fmt.Errorf("measure %s: %w", root, err)
 	}
 	w := usageWalk{ctx: ctx, dev: rootStat.Dev, seen: map[uint64]bool{}}
-	kept := make(map[string]dirUsage, len(sealed))
+	kept := make(map[string]dirUsage, len(stable))
 	total, err := w.walk(root, func(dir string) (dirUsage, bool, error) {
-		if !sealed[dir] {
+		writable, ok := stable[dir]
+		if !ok {
 			return dirUsage{}, false, nil
 		}
-		u, ok := s.fsLayers[dir]
-		if !ok {
-			var err error
-			if u, err = w.walk(dir, nil); err != nil {
+		var u dirUsage
+		if writable != dir {
+			if u, ok = s.fsKept[dir]; !ok {
+				var err error
+				if u, err = w.walk(dir, skipping(writable)); err != nil {
+					return dirUsage{}, false, err
+				}
+			}
+			kept[dir] = u
+		}
+		if writable != "" {
+			wu, err := w.measure(writable, measured)
+			if err != nil {
 				return dirUsage{}, false, err
 			}
+			u.bytes += wu.bytes
+			u.inodes += wu.inodes
 		}
-		kept[dir] = u
 		return u, true, nil
 	})
 	if err != nil {
 		return FsUsage{}, fmt.Errorf("measure %s: %w", root, err)
 	}
-	s.fsLayers = kept
+	s.fsKept = kept
 	return FsUsage{Mountpoint: root, UsedBytes: total.bytes, InodesUsed: total.inodes}, nil
 }
 
-// sealedLayerDirs returns the directories of the complete image layers (those with a
-// digest and without containers/storage's "incomplete" flag: see removeLeftovers), whose
-// files no longer change; none for a driver whose layout FsInfo does not know.
-func (s *Store) sealedLayerDirs() (map[string]bool, error) {
+// measure returns measured's figure of dir, or walks it when measured has none.
+func (w *usageWalk) measure(dir string, measured map[string]FsUsage) (dirUsage, error) {
+	if m, ok := measured[dir]; ok {
+		return dirUsage{bytes: m.UsedBytes, inodes: m.InodesUsed}, nil
+	}
+	return w.walk(dir, nil)
+}
+
+// skipping is a walk's sub that leaves out the directory dir (none when dir is "").
+func skipping(dir string) func(string) (dirUsage, bool, error) {
+	if dir == "" {
+		return nil
+	}
+	return func(d string) (dirUsage, bool, error) { return dirUsage{}, d == dir, nil }
+}
+
+// stableDirs returns the directories FsInfo measures apart, each with the directory in it
+// that a container writes to ("" for none; the directory itself when all of it is): the
+// directories of the complete image layers (those with a digest and without
+// containers/storage's "incomplete" flag: see removeLeftovers), whose files no longer
+// change; each container's directory (containers/storage's; crijournal writes nothing
+// there); and each container's layer directory: with overlay, its upper directory (diff)
+// is what changes (its work directory is empty between two operations, its merged
+// directory a mount point), with vfs all of it, the container's root filesystem. None
+// for a driver whose layout FsInfo does not know.
+func (s *Store) stableDirs() (map[string]string, error) {
+	driver := s.st.GraphDriverName()
 	var base string
-	switch root := s.st.GraphRoot(); s.st.GraphDriverName() {
+	switch root := s.st.GraphRoot(); driver {
 	case "overlay":
 		base = filepath.Join(root, "overlay")
 	case "vfs":
@@ -365,10 +404,24 @@ func (s *Store) sealedLayerDirs() (map[string]bool, error) {
 	if err != nil {
 		return nil, err
 	}
-	dirs := make(map[string]bool, len(layers))
+	containers, err := s.st.Containers()
+	if err != nil {
+		return nil, err
+	}
+	dirs := make(map[string]string, len(layers)+len(containers))
 	for _, l := range layers {
 		if (l.CompressedDigest != "" || l.UncompressedDigest != "") && l.Flags["incomplete"] != true {
-			dirs[filepath.Join(base, l.ID)] = true
+			dirs[filepath.Join(base, l.ID)] = ""
+		}
+	}
+	containersDir := filepath.Join(s.st.GraphRoot(), driver+"-containers")
+	for _, c := range containers {
+		dirs[filepath.Join(containersDir, c.ID)] = ""
+		layer := filepath.Join(base, c.LayerID)
+		if driver == "overlay" {
+			dirs[layer] = filepath.Join(layer, "diff")
+		} else {
+			dirs[layer] = layer
 		}
 	}
 	return dirs, nil
