@@ -149,7 +149,7 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 		return CgroupStats{}, fmt.Errorf("stats of %s: %w", id, err)
 	}
 	st = convertStats(cs, st.Timestamp, e.dir.v2)
-	swap, ok, err := f.readSwap(e.dir)
+	swap, ok, err := f.readSwap(e.dir, cs.MemoryStats.Usage)
 	if err != nil {
 		return CgroupStats{}, fmt.Errorf("stats of %s: swap: %w", id, err)
 	}

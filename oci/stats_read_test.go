@@ -252,8 +252,9 @@ func TestReadStatsRealCgroup(t *testing.T) {
 	})
 }
 
-// BenchmarkCgroupStats reads one (empty) cgroup as Stats does now (readStats) and as
-// it did before (the library's Manager.Stats of the CPU, memory and pids controllers).
+// BenchmarkCgroupStats reads one (empty) cgroup as Stats does now (readStats, and with
+// the swap files, as Stats reads them) and as it did before (the library's Manager.Stats
+// of the CPU, memory and pids controllers).
 func BenchmarkCgroupStats(b *testing.B) {
 	testenv.RequireRoot(b, "the benchmark makes a cgroup")
 	m, err := manager.New(&cgroups.Cgroup{Path: "/crijournal-bench-" + testenv.RandomHex(b, 4), Resources: &cgroups.Resources{SkipDevices: true}})
@@ -278,6 +279,16 @@ func BenchmarkCgroupStats(b *testing.B) {
 			return m.Stats(&cgroups.StatsOptions{Controllers: libraryControllers})
 		}},
 		{"minimal", func() (*cgroups.Stats, error) { return readStats(dirs) }},
+		{"minimal+swap", func() (*cgroups.Stats, error) { // as Stats reads since swap is reported
+			f := cgroupFilesPool.Get().(*cgroupFiles)
+			defer cgroupFilesPool.Put(f)
+			cs, err := f.readStats(dirs)
+			if err != nil {
+				return nil, err
+			}
+			_, _, err = f.readSwap(dirs, cs.MemoryStats.Usage)
+			return cs, err
+		}},
 	} {
 		b.Run(bb.name, func(b *testing.B) {
 			for b.Loop() {

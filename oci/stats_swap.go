@@ -3,6 +3,8 @@ package oci
 import (
 	"errors"
 	"io/fs"
+
+	"github.com/opencontainers/cgroups"
 )
 
 // Swap is what a container's cgroup says about its use of swap (the CRI's SwapUsage).
@@ -20,9 +22,11 @@ const noLimit = 1 << 62
 // readSwap reads a cgroup's swap from its memory directory: on cgroup v2
 // memory.swap.current and memory.swap.max; on v1 the memory+swap counters
 // (memory.memsw.*, present only with swap accounting, swapaccount=1) less the memory
-// ones. ok is false where the cgroup has no swap accounting (no such files) or no
-// memory directory.
-func (f *cgroupFiles) readSwap(d statDirs) (s Swap, ok bool, err error) {
+// ones, mem, which readStats has just read (memory.usage_in_bytes and
+// memory.limit_in_bytes: two files a container fewer for ListContainerStats). ok is false
+// where the cgroup has no swap accounting (no such files), no memory directory, or (v1)
+// no memory figures (mem's limit is never 0 once read).
+func (f *cgroupFiles) readSwap(d statDirs, mem cgroups.MemoryData) (s Swap, ok bool, err error) {
 	if d.memory == "" {
 		return Swap{}, false, nil
 	}
@@ -45,18 +49,22 @@ func (f *cgroupFiles) readSwap(d statDirs) (s Swap, ok bool, err error) {
 		}
 		return Swap{Usage: usage, Limit: limit}, true, nil
 	}
-	var v [4]uint64
-	for i, file := range []string{"memory.memsw.usage_in_bytes", "memory.usage_in_bytes", "memory.memsw.limit_in_bytes", "memory.limit_in_bytes"} {
-		if v[i], err = f.uint(d.memory, file); err != nil {
-			return Swap{}, false, err
-		}
+	if mem.Limit == 0 {
+		return Swap{}, false, nil
 	}
-	memsw, mem, memswLimit, memLimit := v[0], v[1], v[2], v[3]
-	if memsw > mem {
-		s.Usage = memsw - mem
+	memsw, err := f.uint(d.memory, "memory.memsw.usage_in_bytes")
+	if err != nil {
+		return Swap{}, false, err
 	}
-	if memswLimit < noLimit && memswLimit > memLimit {
-		s.Limit = memswLimit - memLimit
+	memswLimit, err := f.uint(d.memory, "memory.memsw.limit_in_bytes")
+	if err != nil {
+		return Swap{}, false, err
+	}
+	if memsw > mem.Usage {
+		s.Usage = memsw - mem.Usage
+	}
+	if memswLimit < noLimit && memswLimit > mem.Limit {
+		s.Limit = memswLimit - mem.Limit
 	}
 	return s, true, nil
 }

@@ -35,6 +35,8 @@ func TestReadSwap(t *testing.T) {
 		{name: "v2, limited and full", v2: true, ok: true, want: Swap{Usage: 1 << 20, Limit: 1 << 20}, limited: true, files: map[string]string{
 			"memory.swap.current": "1048576\n", "memory.swap.max": "1048576\n"}},
 		{name: "v2 without swap", v2: true, files: map[string]string{"memory.current": "4096\n"}},
+		{name: "v1, memory not read", files: map[string]string{"memory.usage_in_bytes": "0\n", "memory.limit_in_bytes": "0\n",
+			"memory.memsw.usage_in_bytes": "5242880\n", "memory.memsw.limit_in_bytes": "9223372036854771712\n"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -42,7 +44,18 @@ func TestReadSwap(t *testing.T) {
 				writeTestFile(t, filepath.Join(dir, name), content)
 			}
 			d := statDirs{v2: tc.v2, memory: dir}
-			got, ok, err := (&cgroupFiles{buf: make([]byte, 0, 4096)}).readSwap(d)
+			f := &cgroupFiles{buf: make([]byte, 0, 4096)}
+			var mem cgroups.MemoryData // as readStats reads it before
+			if !tc.v2 {
+				var err error
+				if mem.Usage, err = f.uint(dir, "memory.usage_in_bytes"); err != nil {
+					t.Fatal(err)
+				}
+				if mem.Limit, err = f.uint(dir, "memory.limit_in_bytes"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, ok, err := f.readSwap(d, mem)
 			if err != nil || ok != tc.ok || got != tc.want {
 				t.Fatalf("readSwap = %+v, %v, %v; want %+v, %v", got, ok, err, tc.want, tc.ok)
 			}
