@@ -289,7 +289,8 @@ func TestFsInfoKeepsStableDirs(t *testing.T) {
 				t.Fatal(err)
 			}
 			const wantStable = 3 // the image's layer, the container's directory and its layer
-			existing := 0 // containers/storage makes a container's directory only when asked for it
+			// containers/storage makes a container's directory only when asked for it.
+			existing := 0
 			for dir, writable := range stable {
 				if _, err := os.Stat(dir); err == nil && writable != dir {
 					existing++ // a vfs container layer is all writable: none kept

@@ -131,8 +131,8 @@ type Store struct {
 	pullGate  sync.RWMutex
 	leftovers atomic.Bool // a pull failed: removeLeftovers has work
 
-	fsMu     sync.Mutex          // one FsInfo at a time
-	fsKept   map[string]dirUsage // FsInfo's figures of the directories it keeps (stableDirs), by directory
+	fsMu   sync.Mutex          // one FsInfo at a time
+	fsKept map[string]dirUsage // FsInfo's figures of the directories it keeps (stableDirs), by directory
 }
 
 // Open opens (creating it if needed) the store described by opts.
