@@ -106,8 +106,21 @@ func TestRuntimeStats(t *testing.T) {
 	if err != nil || again.CPUUsageNanos < st.CPUUsageNanos {
 		t.Errorf("second Stats = %+v, %v; want CPU usage that does not go back", again, err)
 	}
+	// CPUUsage reads the same figure alone: at least Stats', and it stays put while the
+	// container only sleeps.
+	cpu, err := r.CPUUsage(c.id)
+	if err != nil || cpu < again.CPUUsageNanos {
+		t.Errorf("CPUUsage = %d, %v; want at least Stats' %d", cpu, err, again.CPUUsageNanos)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if later, err := r.CPUUsage(c.id); err != nil || later != cpu {
+		t.Errorf("CPUUsage of a sleeping container moved from %d to %d (%v)", cpu, later, err)
+	}
 	if err := r.Delete(context.Background(), c.id); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := r.CPUUsage(c.id); !errors.Is(err, ErrNoCgroup) {
+		t.Errorf("CPUUsage of a deleted container: %v, want ErrNoCgroup", err)
 	}
 	if _, err := r.Stats(c.id); !errors.Is(err, ErrNoCgroup) {
 		t.Errorf("Stats of a deleted container: %v, want ErrNoCgroup", err)

@@ -161,8 +161,8 @@ func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveIm
 
 // ImageFsInfo reports the usage of the image store's filesystem. The containers' writable
 // layers in it are counted as their stats count them, from the background collector's
-// figures (at most a stats period old), so that a call does not walk every container's
-// layer again.
+// figures (a stats period old, an idle container's up to a minute: see layerCollector), so
+// that a call does not walk every container's layer again.
 func (i *imageService) ImageFsInfo(ctx context.Context, req *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	st, err := i.store()
 	if err != nil {

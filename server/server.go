@@ -143,7 +143,7 @@ func New(d Deps) *Server {
 	go s.reaper.run(s.lifetime, s.reapExited)
 	if d.Images != nil {
 		s.layers = &layerCollector{list: s.createdContainerIDs, find: d.Images.WritableLayerDir,
-			measure: storage.DirUsage, now: time.Now, log: d.Log, soon: newIDQueue()}
+			measure: storage.DirUsage, now: time.Now, busy: s.containerCPU, log: d.Log, soon: newIDQueue()}
 	}
 	s.pauseProgram, _ = PauseProgramPath(d.Config) // StartPause refuses "": the daemon checks it at start
 	return s

@@ -75,11 +75,33 @@ func (s *Server) StartStatsCollection() {
 	if period <= 0 {
 		period = config.Default().StatsCollectPeriod
 	}
+	s.layers.idleRewalk = idleRewalkPasses * period
 	s.collected = make(chan struct{})
 	go func() {
 		defer close(s.collected)
 		s.layers.run(s.lifetime, period)
 	}()
+}
+
+// idleRewalkPasses: the layer of a container idle since its last walk is walked again
+// every this many passes of the collector (a minute, at the default period).
+const idleRewalkPasses = 6
+
+// containerCPU is the collector's busy: the CPU time of container id's cgroup.
+func (s *Server) containerCPU(id string) (uint64, bool) {
+	if s.runtimes == nil {
+		return 0, false
+	}
+	c, err := s.viewContainer(id)
+	if err != nil {
+		return 0, false
+	}
+	rt, err := s.runtimes.Runtime(c.obj.Handler)
+	if err != nil {
+		return 0, false
+	}
+	cpu, err := rt.CPUUsage(id)
+	return cpu, err == nil
 }
 
 // createdContainerIDs returns the IDs of the created containers: those whose layers the

@@ -350,3 +350,67 @@ func TestLayerCollectorByDir(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerCollectorSkipsIdle: a pass walks again the layer of a container whose
+// processes ran since its last walk (its busy figure moved), or whose busy figure is
+// unknown, and keeps the figure of an idle one, with its time, until idleRewalk has
+// passed; a container queued by measureSoon is walked whatever its busy figure says.
+func TestLayerCollectorSkipsIdle(t *testing.T) {
+	f := newFakeLayers()
+	lc := f.collector()
+	lc.idleRewalk = 10 * time.Second // the fake clock moves a second a walk
+	busy := map[string]uint64{"idle": 7, "working": 1}
+	var busyMu sync.Mutex
+	lc.busy = func(id string) (uint64, bool) {
+		busyMu.Lock()
+		defer busyMu.Unlock()
+		v, ok := busy[id]
+		return v, ok
+	}
+	f.live = []string{"idle", "working", "unknown"}
+	f.bytes["/layers/idle"], f.bytes["/layers/working"], f.bytes["/layers/unknown"] = 100, 200, 300
+	ctx := context.Background()
+	walksOf := func() []string {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		out := slices.Clone(f.walks)
+		f.walks = nil
+		return out
+	}
+
+	lc.collect(ctx) // the first pass walks all three
+	if got := walksOf(); !slices.Equal(got, []string{"/layers/idle", "/layers/working", "/layers/unknown"}) {
+		t.Fatalf("first pass walked %v", got)
+	}
+	_, idleAt, _ := lc.usage("idle")
+
+	busyMu.Lock()
+	busy["working"] = 2
+	busyMu.Unlock()
+	f.bytes["/layers/idle"] = 999 // not seen while it stays idle
+	lc.collect(ctx)
+	if got := walksOf(); !slices.Equal(got, []string{"/layers/working", "/layers/unknown"}) {
+		t.Fatalf("second pass walked %v, want the busy and the unknown container only", got)
+	}
+	if u, at, ok := lc.usage("idle"); !ok || u.UsedBytes != 100 || !at.Equal(idleAt) {
+		t.Errorf("idle container's figure = %+v at %v (%v), want 100 bytes at %v, its walk's time", u, at, ok, idleAt)
+	}
+
+	lc.measureSoon("idle")
+	lc.measureQueued(ctx)
+	if got := walksOf(); !slices.Equal(got, []string{"/layers/idle"}) {
+		t.Fatalf("measureQueued walked %v, want the idle container", got)
+	}
+	if u, _, _ := lc.usage("idle"); u.UsedBytes != 999 {
+		t.Errorf("after measureSoon: %d bytes, want 999", u.UsedBytes)
+	}
+
+	// Once idleRewalk has passed since its walk, an idle container is walked again.
+	f.mu.Lock()
+	f.now = f.now.Add(lc.idleRewalk)
+	f.mu.Unlock()
+	lc.collect(ctx)
+	if got := walksOf(); !slices.Contains(got, "/layers/idle") {
+		t.Errorf("a pass idleRewalk after the last walk walked %v, want the idle container too", got)
+	}
+}

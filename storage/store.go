@@ -314,7 +314,7 @@ type FsUsage struct {
 // container's overlay layer directory but for its upper directory (diff). What a
 // container writes to (the upper directory with overlay, the whole layer with vfs) is
 // taken from measured, figures the caller has of containers' writable layer directories
-// (WritableLayerDir: the server's, from its background walks, at most a stats period
+// (WritableLayerDir: the server's, from its background walks, at most a minute
 // old, counting bytes as DirUsage does), and walked when measured has none; the rest of
 // the tree is walked again. A hard link between two such directories would be counted
 // twice; neither overlay nor vfs makes one.
