@@ -67,7 +67,7 @@ type layerCollector struct {
 	// idleRewalk is how long a pass may keep the figure of an idle container's layer
 	// (see "Idle containers").
 	idleRewalk time.Duration
-	log *slog.Logger
+	log        *slog.Logger
 
 	soon *idQueue // containers to measure before the next pass (measureSoon)
 
