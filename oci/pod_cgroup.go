@@ -132,6 +132,7 @@ func SetPodResources(ctx context.Context, parent string, systemd bool, res *cgro
 	if parent == "" {
 		return fmt.Errorf("%w: it names no cgroup_parent, so its containers' cgroups are in the one every such pod shares", ErrNoPodCgroup)
 	}
+	res = withCPUWeight(res, cgroups.IsCgroup2UnifiedMode())
 	if systemd {
 		name, err := units.SliceName(parent)
 		if err != nil {
@@ -162,6 +163,19 @@ func SetPodResources(ctx context.Context, parent string, systemd bool, res *cgro
 		return fmt.Errorf("set the limits of pod cgroup %s: %w", parent, err)
 	}
 	return nil
+}
+
+// withCPUWeight returns res with, on cgroup v2 (unified), the CPU weight its CPU shares
+// convert to (the library's conversion, the one runc and the kubelet use): the library's
+// v2 drivers write cpu.weight (or systemd's CPUWeight) from CpuWeight only and leave the
+// conversion to their caller. res itself is not changed.
+func withCPUWeight(res *cgroups.Resources, unified bool) *cgroups.Resources {
+	if !unified || res.CpuShares == 0 || res.CpuWeight != 0 {
+		return res
+	}
+	c := *res
+	c.CpuWeight = cgroups.ConvertCPUSharesToCgroupV2Value(res.CpuShares)
+	return &c
 }
 
 // podCgroupExists reports whether the cgroup of m is there: its unified directory, or

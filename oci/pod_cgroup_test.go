@@ -129,3 +129,33 @@ func TestPodPSI(t *testing.T) {
 		t.Fatalf("podPSI of a path with .. = %v, want ErrInvalidSpec", err)
 	}
 }
+
+// TestWithCPUWeight: on cgroup v2 the pod's CPU shares become the weight runc and the
+// kubelet would write (512 -> 59, 1024 -> 100); on v1, or with a weight already set or no
+// shares, the resources go as they are; the caller's resources are not changed.
+func TestWithCPUWeight(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      cgroups.Resources
+		unified bool
+		want    uint64
+	}{
+		{"v2, 512 shares", cgroups.Resources{CpuShares: 512}, true, 59},
+		{"v2, 1024 shares", cgroups.Resources{CpuShares: 1024}, true, 100},
+		{"v2, 2 shares", cgroups.Resources{CpuShares: 2}, true, 1},
+		{"v2, weight given", cgroups.Resources{CpuShares: 512, CpuWeight: 7}, true, 7},
+		{"v2, no shares", cgroups.Resources{Memory: 1 << 20}, true, 0},
+		{"v1", cgroups.Resources{CpuShares: 512}, false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := tc.in
+			got := withCPUWeight(&in, tc.unified)
+			if got.CpuWeight != tc.want || got.CpuShares != tc.in.CpuShares {
+				t.Errorf("withCPUWeight = weight %d, shares %d; want weight %d, shares %d", got.CpuWeight, got.CpuShares, tc.want, tc.in.CpuShares)
+			}
+			if in.CpuWeight != tc.in.CpuWeight || in.CpuShares != tc.in.CpuShares {
+				t.Errorf("withCPUWeight changed its argument: %+v, was %+v", in, tc.in)
+			}
+		})
+	}
+}
