@@ -29,8 +29,8 @@ TESTS_OCI=${TESTS_OCI:-'TestCreateStartStateAndLog|TestDeleteIsIdempotentAndLeav
 # Debian's CRIU 3.17, which cannot dump on the host's kernel (6.13 or later).
 # UpdatePodSandboxResources on a pod's v2 cgroup, and swap in stats from memory.swap.*.
 # With the systemd driver: the limits and the lifecycle in units, the crash matrix rows of
-# the steps that make units, and a kubelet with cgroupDriver systemd (as TestSystemdDriver
-# runs them on the host, in a systemd of its own).
+# the steps that make units, a kubelet with cgroupDriver systemd and a pod's slice resized
+# (as TestSystemdDriver runs them on the host, in a systemd of its own).
 case $driver in
 cgroupfs)
 	tests='^(TestCgroupV2Limits|TestCgroupV2OOMKilled|TestAppArmorConfines|TestUsernsPod|TestContainerLifecycle|TestCrashMatrix|TestKubeletRunsStaticPod|TestCheckpointContainer|TestCheckpointCrash|TestUpdatePodSandboxResources|TestSwapStats)$'
@@ -38,7 +38,7 @@ cgroupfs)
 systemd)
 	export CRIJOURNAL_E2E_CGROUP_MANAGER=systemd
 	echo "inside: systemd $(systemctl is-system-running 2>&1)"
-	tests='^(TestCgroupV2Limits|TestContainerLifecycle|TestCrashMatrix|TestKubeletSystemdDriver)$'
+	tests='^(TestCgroupV2Limits|TestContainerLifecycle|TestCrashMatrix|TestKubeletSystemdDriver|TestUpdatePodSandboxResources)$'
 	rows='systemd-slice/after-|oci-container/after-action' ;;
 *) echo "inside: unknown driver $driver"; exit 2 ;;
 esac
