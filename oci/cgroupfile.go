@@ -24,7 +24,10 @@ import (
 // this package's constants, joined to the directories the library resolved; errors are
 // *os.PathError, so a missing file is fs.ErrNotExist as with the library.
 type cgroupFiles struct {
-	buf []byte
+	// kept, when set, holds the files of the cgroup being read open between reads
+	// (keptFiles); nil reads open and close each file.
+	kept *keptFiles
+	buf  []byte
 	// keys interns the keys of flat-keyed files (memory.stat has ~40 a container):
 	// the same strings every call rather than new ones.
 	keys map[string]string
@@ -38,9 +41,24 @@ var cgroupFilesPool = sync.Pool{New: func() any { return &cgroupFiles{buf: make(
 // read returns the contents of dir/file, valid until the next read.
 func (f *cgroupFiles) read(dir, file string) ([]byte, error) {
 	path := filepath.Join(dir, filepath.Clean("/"+file))
+	if f.kept != nil && keepable(file) {
+		if b, ok := f.readKept(path); ok {
+			return b, nil
+		}
+	}
 	fd, err := openRetry(path)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	if f.kept != nil && keepable(file) && f.kept.keep(path, fd) {
+		if b, ok := f.readKept(path); ok {
+			return b, nil
+		}
+		// Unreadable at once: read it again below, through a descriptor of its own,
+		// for the error.
+		if fd, err = openRetry(path); err != nil {
+			return nil, &os.PathError{Op: "open", Path: path, Err: err}
+		}
 	}
 	defer unix.Close(fd)
 	b := f.buf[:0]
@@ -63,6 +81,48 @@ func (f *cgroupFiles) read(dir, file string) ([]byte, error) {
 	}
 	f.buf = b
 	return b, nil
+}
+
+// readKept reads path through the descriptor f.kept holds for it: one pread from the
+// start, which makes the kernel show the file afresh (a cgroup file is a seq_file that
+// starts over when read at another offset than where its last read ended). ok is false
+// when no descriptor is kept for path, or when it could not be read: that descriptor is
+// then closed and forgotten (with those of its directory on ENODEV, which says the
+// cgroup was removed), and the caller opens the path again, which says what became of
+// it.
+//
+// The files kept hold one record each (keepable), which a read shows whole: a read
+// that leaves room in the buffer has read all of it, and needs no second read to see
+// the end of the file.
+func (f *cgroupFiles) readKept(path string) (b []byte, ok bool) {
+	fd, ok := f.kept.fds[path]
+	if !ok {
+		return nil, false
+	}
+	b = f.buf[:0]
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			f.buf = b
+			f.kept.drop(path)
+			if err == unix.ENODEV { // the cgroup was removed: its other files too
+				f.kept.dropDir(filepath.Dir(path))
+			}
+			return nil, false
+		}
+		b = b[:len(b)+n]
+		if len(b) < cap(b) {
+			break
+		}
+	}
+	f.buf = b
+	return b, true
 }
 
 func openRetry(path string) (int, error) {

@@ -52,13 +52,16 @@ var ErrNoCgroup = errors.New("container cgroup not known")
 type cgroupManagers struct {
 	mu sync.Mutex
 	m  map[string]cgroupEntry
+	// budget bounds the files the entries keep open, together.
+	budget fdBudget
 }
 
-// cgroupEntry is a container's cgroup manager and the directories of its cgroup that
-// Stats reads.
+// cgroupEntry is a container's cgroup manager, the directories of its cgroup that
+// Stats reads, and the files of those that Stats, CPUUsage and Metrics keep open.
 type cgroupEntry struct {
-	m   cgroups.Manager
-	dir statDirs
+	m    cgroups.Manager
+	dir  statDirs
+	kept *keptFiles
 }
 
 // statDirs are the directories of one cgroup that readStats and readMetrics read: on
@@ -114,16 +117,20 @@ func (c *cgroupManagers) get(id string, path func() string) (cgroupEntry, error)
 	if c.m == nil {
 		c.m = map[string]cgroupEntry{}
 	}
-	e := cgroupEntry{m: m, dir: statDirsOf(m, cgroups.IsCgroup2UnifiedMode())}
+	e := cgroupEntry{m: m, dir: statDirsOf(m, cgroups.IsCgroup2UnifiedMode()), kept: &keptFiles{budget: &c.budget}}
 	c.m[id] = e
 	return e, nil
 }
 
-// forget drops the manager of a deleted container.
+// forget drops the manager of a deleted container, and closes the files it kept open.
 func (c *cgroupManagers) forget(id string) {
 	c.mu.Lock()
+	e, ok := c.m[id]
 	delete(c.m, id)
 	c.mu.Unlock()
+	if ok {
+		e.kept.close()
+	}
 }
 
 // Stats reads a container's cgroup. It forks no process: the cgroup path comes from
@@ -144,6 +151,7 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 	}
 	f := cgroupFilesPool.Get().(*cgroupFiles)
 	defer cgroupFilesPool.Put(f)
+	defer f.use(e.kept)()
 	cs, err := f.readStats(e.dir)
 	if err != nil {
 		return CgroupStats{}, fmt.Errorf("stats of %s: %w", id, err)
@@ -181,6 +189,7 @@ func (r *Runtime) CPUUsage(id string) (uint64, error) {
 	}
 	f := cgroupFilesPool.Get().(*cgroupFiles)
 	defer cgroupFilesPool.Put(f)
+	defer f.use(e.kept)()
 	var cs cgroups.Stats
 	if err := read(f, e.dir.cpu, &cs); errors.Is(err, fs.ErrNotExist) {
 		return 0, nil

@@ -83,7 +83,7 @@ func (r *Runtime) Metrics(id string, parts MetricParts) (CgroupMetrics, error) {
 	if !e.m.Exists() {
 		return CgroupMetrics{CgroupStats: CgroupStats{Timestamp: at}}, nil
 	}
-	m, err := readMetrics(e.dir, parts, at)
+	m, err := readMetrics(e.dir, e.kept, parts, at)
 	if err != nil {
 		return CgroupMetrics{}, fmt.Errorf("metrics of %s: %w", id, err)
 	}
@@ -91,10 +91,11 @@ func (r *Runtime) Metrics(id string, parts MetricParts) (CgroupMetrics, error) {
 }
 
 // readMetrics reads the figures of readStats and the parts asked for from the cgroup
-// directories d.
-func readMetrics(d statDirs, parts MetricParts, at time.Time) (CgroupMetrics, error) {
+// directories d, through the files kept open in kept (nil: none).
+func readMetrics(d statDirs, kept *keptFiles, parts MetricParts, at time.Time) (CgroupMetrics, error) {
 	f := cgroupFilesPool.Get().(*cgroupFiles)
 	defer cgroupFilesPool.Put(f)
+	defer f.use(kept)()
 	cs, err := f.readStats(d)
 	if err != nil {
 		return CgroupMetrics{}, err

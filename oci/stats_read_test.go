@@ -252,9 +252,9 @@ func TestReadStatsRealCgroup(t *testing.T) {
 	})
 }
 
-// BenchmarkCgroupStats reads one (empty) cgroup as Stats does now (readStats, and with
-// the swap files, as Stats reads them) and as it did before (the library's Manager.Stats
-// of the CPU, memory and pids controllers).
+// BenchmarkCgroupStats reads one (empty) cgroup as Stats does now (readStats and the
+// swap files, through files kept open), with its files opened each time as before, and
+// as it did first (the library's Manager.Stats of the CPU, memory and pids controllers).
 func BenchmarkCgroupStats(b *testing.B) {
 	testenv.RequireRoot(b, "the benchmark makes a cgroup")
 	m, err := manager.New(&cgroups.Cgroup{Path: "/crijournal-bench-" + testenv.RandomHex(b, 4), Resources: &cgroups.Resources{SkipDevices: true}})
@@ -271,6 +271,8 @@ func BenchmarkCgroupStats(b *testing.B) {
 	})
 	v2 := cgroups.IsCgroup2UnifiedMode()
 	dirs := statDirsOf(m, v2)
+	kept := &keptFiles{budget: budgetOf(64)}
+	b.Cleanup(kept.close)
 	for _, bb := range []struct {
 		name string
 		read func() (*cgroups.Stats, error)
@@ -282,6 +284,17 @@ func BenchmarkCgroupStats(b *testing.B) {
 		{"minimal+swap", func() (*cgroups.Stats, error) { // as Stats reads since swap is reported
 			f := cgroupFilesPool.Get().(*cgroupFiles)
 			defer cgroupFilesPool.Put(f)
+			cs, err := f.readStats(dirs)
+			if err != nil {
+				return nil, err
+			}
+			_, _, err = f.readSwap(dirs, cs.MemoryStats.Usage)
+			return cs, err
+		}},
+		{"minimal+swap kept", func() (*cgroups.Stats, error) { // as Stats reads now, its files kept open
+			f := cgroupFilesPool.Get().(*cgroupFiles)
+			defer cgroupFilesPool.Put(f)
+			defer f.use(kept)()
 			cs, err := f.readStats(dirs)
 			if err != nil {
 				return nil, err

@@ -116,8 +116,18 @@ func TestRuntimeStats(t *testing.T) {
 	if later, err := r.CPUUsage(c.id); err != nil || later != cpu {
 		t.Errorf("CPUUsage of a sleeping container moved from %d to %d (%v)", cpu, later, err)
 	}
+	// The cgroup's files are kept open between reads, and closed with the container.
+	r.cgroups.mu.Lock()
+	kept := r.cgroups.m[c.id].kept
+	r.cgroups.mu.Unlock()
+	if kept == nil || len(kept.fds) == 0 {
+		t.Errorf("no cgroup file kept open after Stats: %+v", kept)
+	}
 	if err := r.Delete(context.Background(), c.id); err != nil {
 		t.Fatal(err)
+	}
+	if kept != nil && (!kept.closed || len(kept.fds) != 0 || r.cgroups.budget.used != 0) {
+		t.Errorf("after Delete: kept files closed %v, %d descriptors, budget used %d; want closed, none, 0", kept.closed, len(kept.fds), r.cgroups.budget.used)
 	}
 	if _, err := r.CPUUsage(c.id); !errors.Is(err, ErrNoCgroup) {
 		t.Errorf("CPUUsage of a deleted container: %v, want ErrNoCgroup", err)
