@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -41,7 +42,8 @@ var cgroupFilesPool = sync.Pool{New: func() any { return &cgroupFiles{buf: make(
 // read returns the contents of dir/file, valid until the next read.
 func (f *cgroupFiles) read(dir, file string) ([]byte, error) {
 	path := filepath.Join(dir, filepath.Clean("/"+file))
-	if f.kept != nil && keepable(file) {
+	kept := f.kept != nil && keepable(file)
+	if kept {
 		if b, ok := f.readKept(path); ok {
 			return b, nil
 		}
@@ -50,79 +52,71 @@ func (f *cgroupFiles) read(dir, file string) ([]byte, error) {
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	if f.kept != nil && keepable(file) && f.kept.keep(path, fd) {
+	if kept && f.kept.keep(path, fd) {
 		if b, ok := f.readKept(path); ok {
 			return b, nil
 		}
-		// Unreadable at once: read it again below, through a descriptor of its own,
-		// for the error.
+		// Unreadable at once (readKept closed it): read it again below, through a
+		// descriptor of its own, for the error.
 		if fd, err = openRetry(path); err != nil {
 			return nil, &os.PathError{Op: "open", Path: path, Err: err}
 		}
 	}
 	defer unix.Close(fd)
-	b := f.buf[:0]
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := unix.Read(fd, b[len(b):cap(b)])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			f.buf = b
-			return nil, &os.PathError{Op: "read", Path: path, Err: err}
-		}
-		if n == 0 {
-			break
-		}
-		b = b[:len(b)+n]
-	}
-	f.buf = b
-	return b, nil
+	return f.fill(path, fd, false)
 }
 
-// readKept reads path through the descriptor f.kept holds for it: one pread from the
-// start, which makes the kernel show the file afresh (a cgroup file is a seq_file that
-// starts over when read at another offset than where its last read ended). ok is false
-// when no descriptor is kept for path, or when it could not be read: that descriptor is
-// then closed and forgotten (with those of its directory on ENODEV, which says the
-// cgroup was removed), and the caller opens the path again, which says what became of
-// it.
-//
-// The files kept hold one record each (keepable), which a read shows whole: a read
-// that leaves room in the buffer has read all of it, and needs no second read to see
-// the end of the file.
+// readKept reads path through the descriptor f.kept holds for it, from the start,
+// which makes the kernel show the file afresh (a cgroup file is a seq_file that starts
+// over when read at another offset than where its last read ended). ok is false when
+// no descriptor is kept for path, or when it could not be read: that descriptor is then
+// closed and forgotten (with those of its directory on ENODEV, which says the cgroup
+// was removed), and the caller opens the path again, which says what became of it.
 func (f *cgroupFiles) readKept(path string) (b []byte, ok bool) {
 	fd, ok := f.kept.fds[path]
 	if !ok {
 		return nil, false
 	}
-	b = f.buf[:0]
+	b, err := f.fill(path, fd, true)
+	if err != nil {
+		f.kept.drop(path)
+		if errors.Is(err, unix.ENODEV) { // the cgroup was removed: its other files too
+			f.kept.dropDir(filepath.Dir(path))
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+// fill reads the file open as fd into f's buffer: a descriptor just opened read to its
+// end, a kept one (kept) with preads from offset 0. The files kept hold one record each
+// (keepable), which a read shows whole: a pread that leaves room in the buffer has read
+// all of it, and needs no second one to see the end of the file.
+func (f *cgroupFiles) fill(path string, fd int, kept bool) ([]byte, error) {
+	b := f.buf[:0]
+	defer func() { f.buf = b }()
 	for {
 		if len(b) == cap(b) {
 			b = append(b, 0)[:len(b)]
 		}
-		n, err := unix.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		var n int
+		var err error
+		if kept {
+			n, err = unix.Pread(fd, b[len(b):cap(b)], int64(len(b)))
+		} else {
+			n, err = unix.Read(fd, b[len(b):cap(b)])
+		}
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
-			f.buf = b
-			f.kept.drop(path)
-			if err == unix.ENODEV { // the cgroup was removed: its other files too
-				f.kept.dropDir(filepath.Dir(path))
-			}
-			return nil, false
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
 		}
 		b = b[:len(b)+n]
-		if len(b) < cap(b) {
-			break
+		if n == 0 || (kept && len(b) < cap(b)) {
+			return b, nil
 		}
 	}
-	f.buf = b
-	return b, true
 }
 
 func openRetry(path string) (int, error) {

@@ -16,8 +16,8 @@ import (
 )
 
 // newTestCgroup makes an empty cgroup of the node's hierarchy, removed at the end of t
-// unless the test removed it.
-func newTestCgroup(t *testing.T) (cgroups.Manager, statDirs) {
+// (Destroy is idempotent: a test may remove it first).
+func newTestCgroup(t testing.TB) (cgroups.Manager, statDirs) {
 	t.Helper()
 	testenv.RequireRoot(t, "the test makes a cgroup")
 	m, err := manager.New(&cgroups.Cgroup{Path: "/crijournal-test-" + testenv.RandomHex(t, 4), Resources: &cgroups.Resources{SkipDevices: true}})

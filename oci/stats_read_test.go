@@ -13,7 +13,6 @@ import (
 	"github.com/opencontainers/cgroups"
 	cgroupfs "github.com/opencontainers/cgroups/fs"
 	"github.com/opencontainers/cgroups/fs2"
-	"github.com/opencontainers/cgroups/manager"
 
 	"github.com/crijournal/crijournal/internal/testenv"
 )
@@ -256,21 +255,8 @@ func TestReadStatsRealCgroup(t *testing.T) {
 // swap files, through files kept open), with its files opened each time as before, and
 // as it did first (the library's Manager.Stats of the CPU, memory and pids controllers).
 func BenchmarkCgroupStats(b *testing.B) {
-	testenv.RequireRoot(b, "the benchmark makes a cgroup")
-	m, err := manager.New(&cgroups.Cgroup{Path: "/crijournal-bench-" + testenv.RandomHex(b, 4), Resources: &cgroups.Resources{SkipDevices: true}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := m.Apply(-1); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		if err := m.Destroy(); err != nil {
-			b.Errorf("cleanup: %v", err)
-		}
-	})
-	v2 := cgroups.IsCgroup2UnifiedMode()
-	dirs := statDirsOf(m, v2)
+	m, dirs := newTestCgroup(b)
+	v2 := dirs.v2
 	kept := &keptFiles{budget: budgetOf(64)}
 	b.Cleanup(kept.close)
 	for _, bb := range []struct {
