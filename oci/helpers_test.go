@@ -361,6 +361,29 @@ func noZombies() error {
 	return nil
 }
 
+// asleep returns nil when process pid sleeps (state S) as a process named name, having
+// exec'd it as a shell does its last command, or sleeps with a sleeping child of that
+// name, forked and exec'd; an error says what still runs.
+func asleep(pid int, name string) error {
+	if st := testenv.ProcState(pid); st != "S" {
+		return fmt.Errorf("process %d in state %q, want S", pid, st)
+	}
+	if testenv.ProcStatus(pid, "Name") == name {
+		return nil
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || testenv.ProcStatus(p, "PPid") != strconv.Itoa(pid) {
+			continue
+		}
+		if testenv.ProcStatus(p, "Name") == name && testenv.ProcState(p) == "S" {
+			return nil
+		}
+	}
+	return fmt.Errorf("process %d (%s) has no sleeping child %q yet", pid, testenv.ProcStatus(pid, "Name"), name)
+}
+
 // describeProcs names processes by what /proc still tells of a zombie, so that a
 // failure says what leaked: "31762 (sleep, NSpid 31762, NSsid 31750)", where NSpid
 // and NSsid hold one value per pid namespace, the node's first.

@@ -112,6 +112,15 @@ func TestRuntimeStats(t *testing.T) {
 	if err != nil || cpu < again.CPUUsageNanos {
 		t.Errorf("CPUUsage = %d, %v; want at least Stats' %d", cpu, err, again.CPUUsageNanos)
 	}
+	// The shell forks and execs sleep after its echo, which costs CPU: the figure
+	// stays put only once the shell waits and its sleep child sleeps.
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		return asleep(c.pid, "sleep")
+	})
+	cpu, err = r.CPUUsage(c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(100 * time.Millisecond)
 	if later, err := r.CPUUsage(c.id); err != nil || later != cpu {
 		t.Errorf("CPUUsage of a sleeping container moved from %d to %d (%v)", cpu, later, err)
