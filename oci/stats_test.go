@@ -112,8 +112,8 @@ func TestRuntimeStats(t *testing.T) {
 	if err != nil || cpu < again.CPUUsageNanos {
 		t.Errorf("CPUUsage = %d, %v; want at least Stats' %d", cpu, err, again.CPUUsageNanos)
 	}
-	// The shell forks and execs sleep after its echo, which costs CPU: the figure
-	// stays put only once the shell waits and its sleep child sleeps.
+	// The shell execs sleep after its echo, which costs CPU: the figure stays put
+	// only once sleep runs and sleeps.
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		return asleep(c.pid, "sleep")
 	})
