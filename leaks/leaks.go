@@ -456,27 +456,29 @@ func (f *finder) runtimes() error {
 				return err
 			}
 		}
-		for _, p := range conmons(state.Dir()) {
-			f.add(KindConmon, fmt.Sprintf("%d: %s", p.pid, p.cmdline), p.id)
+		for _, p := range Conmons(state.Dir()) {
+			f.add(KindConmon, fmt.Sprintf("%d: %s", p.PID, p.Cmdline), p.ID)
 		}
 	}
 	return nil
 }
 
-type conmonProc struct {
-	pid         int
-	cmdline, id string
+// Conmon is a live conmon process: its PID, its command line (arguments joined by
+// spaces) and the container ID it names, if any.
+type Conmon struct {
+	PID         int
+	Cmdline, ID string
 }
 
-// conmons lists the live processes (not zombies) whose command line names the state
-// directory: the conmons of a handler.
-func conmons(stateDir string) []conmonProc {
+// Conmons lists the live processes (not zombies) whose command line names the state
+// directory: the conmons of a handler (or a wrapper of conmon, before it execs conmon).
+func Conmons(stateDir string) []Conmon {
 	list, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
 	needle := []byte(stateDir + "/")
-	var out []conmonProc
+	var out []Conmon
 	for _, e := range list {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil || pid == os.Getpid() {
@@ -496,7 +498,7 @@ func conmons(stateDir string) []conmonProc {
 		if i := slices.Index(args, "-c"); i >= 0 && i+1 < len(args) {
 			id = args[i+1]
 		}
-		out = append(out, conmonProc{pid: pid, cmdline: strings.Join(args, " "), id: cmp.Or(idRE.FindString(id), idRE.FindString(string(raw)))})
+		out = append(out, Conmon{PID: pid, Cmdline: strings.Join(args, " "), ID: cmp.Or(idRE.FindString(id), idRE.FindString(string(raw)))})
 	}
 	return out
 }

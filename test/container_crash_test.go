@@ -14,6 +14,7 @@ import (
 
 	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/leaks"
 )
 
 // Containers and crashes: the daemon killed during StartContainer or during a
@@ -258,8 +259,8 @@ func TestContainerReboot(t *testing.T) {
 	d.stop(t)
 
 	// The reboot: every process of the containers dies, /run is emptied.
-	for _, p := range conmonProcesses(d.ociStateDir) {
-		pids = append(pids, p.pid)
+	for _, p := range leaks.Conmons(d.ociStateDir) {
+		pids = append(pids, p.PID)
 	}
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGKILL)

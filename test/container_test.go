@@ -18,6 +18,7 @@ import (
 
 	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/leaks"
 	"github.com/crijournal/crijournal/storage/storagetest"
 )
 
@@ -372,8 +373,8 @@ func TestPodStopRemoveContainers(t *testing.T) {
 		t.Errorf("crictl ps lists %v after stopp", running)
 	}
 	// Nothing runs any more; the runtime containers are still there (stopped).
-	for _, p := range conmonProcesses(d.ociStateDir) {
-		t.Errorf("conmon still running after stopp: %d %s", p.pid, p.cmdline)
+	for _, p := range leaks.Conmons(d.ociStateDir) {
+		t.Errorf("conmon still running after stopp: %d %s", p.PID, p.Cmdline)
 	}
 	// A stopped pod takes no new container.
 	_, stderr, err := d.create(t, nil, podID, containerConfig(t, "late", 0, sleeper), pod)

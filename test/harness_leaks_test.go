@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -280,40 +279,6 @@ func runcList(root string) ([]string, error) {
 	return strings.Fields(string(out)), nil
 }
 
-type procInfo struct {
-	pid     int
-	cmdline string
-}
-
-// conmonProcesses lists the live processes (not zombies) whose command line
-// names the conmon state directory: the conmons of a daemon (or the tests'
-// wrapper of conmon, before it execs conmon).
-func conmonProcesses(stateDir string) []procInfo {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	needle := []byte(stateDir + "/")
-	var out []procInfo
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		cmdline, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil || !bytes.Contains(cmdline, needle) {
-			continue
-		}
-		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
-		}
-		out = append(out, procInfo{pid, strings.TrimSpace(string(bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '})))})
-	}
-	return out
-}
-
 // storageContainers reads containers/storage's containers from its
 // containers.json files (any driver) in its roots (the graph root and the run
 // root, which holds them in transient store mode), without opening the store
@@ -450,9 +415,9 @@ func removeCgroupDir(dir string) {
 }
 
 func removeNodeContainers(logf func(string, ...any), runcRoot, stateDir, cgroupParent string) {
-	for _, p := range conmonProcesses(stateDir) {
-		logf("cleanup: killing conmon %d: %s", p.pid, p.cmdline)
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+	for _, p := range leaks.Conmons(stateDir) {
+		logf("cleanup: killing conmon %d: %s", p.PID, p.Cmdline)
+		_ = syscall.Kill(p.PID, syscall.SIGKILL)
 	}
 	ids, _ := runcList(runcRoot)
 	for _, id := range ids {
