@@ -470,8 +470,9 @@ type Conmon struct {
 	Cmdline, ID string
 }
 
-// Conmons lists the live processes (not zombies) whose command line names the state
-// directory: the conmons of a handler (or a wrapper of conmon, before it execs conmon).
+// Conmons lists the live processes whose command line names the state directory: the
+// conmons of a handler (or a wrapper of conmon, before it execs conmon). A zombie is left
+// out by that test alone: its command line reads empty.
 func Conmons(stateDir string) []Conmon {
 	list, err := os.ReadDir("/proc")
 	if err != nil {
@@ -487,11 +488,6 @@ func Conmons(stateDir string) []Conmon {
 		raw, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		if err != nil || !bytes.Contains(raw, needle) {
 			continue
-		}
-		if stat, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil {
-			if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-				continue
-			}
 		}
 		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
 		id := ""

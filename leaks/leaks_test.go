@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -282,5 +283,40 @@ func TestFindInterfaceOfPinnedSandbox(t *testing.T) {
 	rep = n.find(t, false)
 	if !slices.ContainsFunc(rep.Leaks, func(it Item) bool { return it.Kind == KindInterface && it.Owner == sb }) {
 		t.Errorf("without a record: leaks %v; want the sandbox's interface", rep.Leaks)
+	}
+}
+
+// TestConmons lists a process whose command line names the state directory, with its
+// PID and the container it names, and leaves it out once it is a zombie (exited, not yet
+// reaped): the harness's "no conmon still running" checks count on that.
+func TestConmons(t *testing.T) {
+	stateDir := t.TempDir()
+	ctr := id('d')
+	cmd := exec.Command("sh", "-c", "sleep 60", "conmon", "-c", ctr, "--exit-dir", stateDir+"/exits")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+
+	if got := Conmons(stateDir); len(got) != 1 || got[0].PID != pid || got[0].ID != ctr || !strings.Contains(got[0].Cmdline, "-c "+ctr) {
+		t.Fatalf("Conmons(%s) = %+v, want only PID %d naming %s", stateDir, got, pid, ctr)
+	}
+	if got := Conmons(t.TempDir()); len(got) != 0 {
+		t.Errorf("Conmons of another state directory = %+v, want none", got)
+	}
+
+	// Killed and not waited for: a zombie of this process.
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if !testenv.IsZombie(pid) {
+			return fmt.Errorf("process %d is not a zombie yet (state %q)", pid, testenv.ProcState(pid))
+		}
+		return nil
+	})
+	if got := Conmons(stateDir); len(got) != 0 {
+		t.Errorf("Conmons(%s) = %+v with its only process a zombie, want none", stateDir, got)
 	}
 }
