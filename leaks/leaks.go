@@ -23,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/moby/sys/mountinfo"
@@ -276,7 +277,7 @@ func (f *finder) ipFiles(dir string) error {
 // interfaces: the ports of the bridges, each owned by the sandbox whose pinned network
 // namespace holds its peer.
 func (f *finder) interfaces(bridges map[string]bool) error {
-	links, err := netlink.LinkList()
+	links, err := listLinks(netlink.LinkList)
 	if err != nil {
 		return fmt.Errorf("list the node's interfaces: %w", err)
 	}
@@ -295,6 +296,25 @@ func (f *finder) interfaces(bridges map[string]bool) error {
 	return nil
 }
 
+// linkDumps is how many link dumps listLinks makes before it gives up on a node whose
+// interfaces keep changing.
+const linkDumps = 10
+
+// listLinks returns what list (a netlink link dump) answers, dumping again while a change
+// of the links interrupts the dump (netlink.ErrDumpInterrupted: the answer may miss links,
+// so a port would pass for nobody's). On a busy node the CNI plugins add and remove veths
+// all the time; a short pause between the dumps lets a burst of them end.
+func listLinks(list func() ([]netlink.Link, error)) ([]netlink.Link, error) {
+	for i := range linkDumps {
+		links, err := list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return links, err
+		}
+		time.Sleep(time.Duration(i+1) * 5 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("the interfaces changed during each of %d dumps in a row: run the check again when the node is quieter", linkDumps)
+}
+
 // sandboxPeers maps the host's index of the peer of each pinned network namespace's
 // interfaces to the sandbox.
 func (f *finder) sandboxPeers() map[int]string {
@@ -310,7 +330,7 @@ func (f *finder) sandboxPeers() map[int]string {
 		if err != nil {
 			continue
 		}
-		links, err := h.LinkList()
+		links, err := listLinks(h.LinkList)
 		h.Close()
 		if err != nil {
 			continue

@@ -2,6 +2,7 @@ package leaks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -318,5 +319,48 @@ func TestConmons(t *testing.T) {
 	})
 	if got := Conmons(stateDir); len(got) != 0 {
 		t.Errorf("Conmons(%s) = %+v with its only process a zombie, want none", stateDir, got)
+	}
+}
+
+// TestListLinks: a link dump interrupted by a change is made again, up to linkDumps
+// times; any other answer is taken at once.
+func TestListLinks(t *testing.T) {
+	lo := []netlink.Link{&netlink.Device{LinkAttrs: netlink.LinkAttrs{Name: "lo", Index: 1}}}
+	other := errors.New("netlink: permission denied")
+	for _, tc := range []struct {
+		name        string
+		interrupted int   // dumps interrupted before the answer
+		answer      error // the answer's error after them
+		wantDumps   int
+		wantLinks   bool
+		wantErr     string
+	}{
+		{"whole at once", 0, nil, 1, true, ""},
+		{"whole on the third dump", 2, nil, 3, true, ""},
+		{"another error at once", 0, other, 1, false, "permission denied"},
+		{"interrupted every time", linkDumps, nil, linkDumps, false, "run the check again"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dumps := 0
+			links, err := listLinks(func() ([]netlink.Link, error) {
+				dumps++
+				if dumps <= tc.interrupted {
+					return lo[:0], netlink.ErrDumpInterrupted
+				}
+				if tc.answer != nil {
+					return nil, tc.answer
+				}
+				return lo, nil
+			})
+			if dumps != tc.wantDumps {
+				t.Errorf("%d dumps, want %d", dumps, tc.wantDumps)
+			}
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("err = %v, want one saying %q", err, tc.wantErr)
+			}
+			if got := len(links) == 1; got != tc.wantLinks {
+				t.Errorf("links = %v, want lo: %v", links, tc.wantLinks)
+			}
+		})
 	}
 }
