@@ -24,7 +24,10 @@ var ErrDiskFull = errors.New("disk full")
 //     removes it when the pull returns; after a crash, Open empties the temporary
 //     directory;
 //   - a layer whose unpacking failed (on a full disk, say): containers/storage deletes
-//     it at once, or, after a crash, at the next start (its "incomplete" flag);
+//     it at once, or, after a crash, at the next start (its "incomplete" flag); a layer
+//     unpacked in full whose finished record could not be written on a full disk stays
+//     flagged incomplete (containers/storage's delete fails on the same write), and
+//     removeLeftovers deletes it as below;
 //   - the layers it unpacked in full before it failed, which no image uses yet:
 //     removeLeftovers deletes them once no other pull runs (one might be building on
 //     them), and Open after a crash. A retry downloads them again; CRI-O keeps them for
@@ -64,8 +67,8 @@ func (s *Store) removeLeftovers() {
 	}
 }
 
-// removeOrphanLayers deletes the layers that came from a registry (they have a digest) but
-// that no image and no container uses, children first, and returns their IDs. The caller
+// removeOrphanLayers deletes the layers that came from a registry but that no image and
+// no container uses (orphanLayers), children first, and returns their IDs. The caller
 // holds the pull gate: no pull is half-way through building an image on them.
 func (s *Store) removeOrphanLayers() ([]string, error) {
 	layers, err := s.st.Layers()
@@ -80,6 +83,37 @@ func (s *Store) removeOrphanLayers() ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	parents := make(map[string]string, len(layers))
+	for _, l := range layers {
+		parents[l.ID] = l.Parent
+	}
+	var removed []string
+	var errs []error
+	kept := map[string]bool{} // a layer whose delete failed; its parent stays too
+	for _, id := range orphanLayers(layers, images, containers) {
+		if kept[id] {
+			kept[parents[id]] = true
+			continue
+		}
+		if err := s.st.DeleteLayer(id); err != nil && !errors.Is(err, cstorage.ErrLayerUnknown) {
+			errs = append(errs, fmt.Errorf("delete layer %s: %w", id, err))
+			kept[parents[id]] = true
+			continue
+		}
+		removed = append(removed, id)
+	}
+	return removed, errors.Join(errs...)
+}
+
+// orphanLayers returns the IDs of the layers that came from a registry (they have a
+// digest) but that no image and no container uses, each before its parent.
+//
+// A layer without a digest is a container's, maybe being made now. A pulled layer may
+// still be flagged incomplete: when a full disk fails the write of its finished record,
+// containers/storage's own delete of it fails on the same write, and it stays, whole on
+// disk, until the store is next loaded. It is an orphan like the others: the caller holds
+// the pull gate, so no pull is building it.
+func orphanLayers(layers []cstorage.Layer, images []cstorage.Image, containers []cstorage.Container) []string {
 	byID := make(map[string]*cstorage.Layer, len(layers))
 	for i := range layers {
 		byID[layers[i].ID] = &layers[i]
@@ -104,36 +138,32 @@ func (s *Store) removeOrphanLayers() ([]string, error) {
 	for _, c := range containers {
 		use(c.LayerID)
 	}
-	orphan := func(l *cstorage.Layer) bool {
-		// A layer without a digest was not pulled: a container's, maybe being made now.
-		// An incomplete one is containers/storage's to delete.
-		return !used[l.ID] && (l.CompressedDigest != "" || l.UncompressedDigest != "") && l.Flags["incomplete"] != true
+	children := map[string]int{}
+	for _, l := range layers {
+		children[l.Parent]++
 	}
-	var removed []string
-	var errs []error
-	for {
-		children := map[string]int{}
-		for _, l := range byID {
-			children[l.Parent]++
-		}
-		progress := false
-		for id, l := range byID {
-			if children[id] > 0 || !orphan(l) {
-				continue
-			}
-			if err := s.st.DeleteLayer(id); err != nil && !errors.Is(err, cstorage.ErrLayerUnknown) {
-				errs = append(errs, fmt.Errorf("delete layer %s: %w", id, err))
-				used[id] = true // not again in this pass
-				continue
-			}
-			removed = append(removed, id)
-			delete(byID, id)
-			progress = true
-		}
-		if !progress {
-			return removed, errors.Join(errs...)
+	// Leaves first, then the parents they leave childless: a layer is used when any
+	// child is (use marks every ancestor), so an orphan's children are orphans too.
+	var out []string
+	var queue []string
+	for _, l := range layers {
+		if children[l.ID] == 0 {
+			queue = append(queue, l.ID)
 		}
 	}
+	for len(queue) > 0 {
+		id := queue[0]
+		queue = queue[1:]
+		l := byID[id]
+		if l == nil || used[id] || !(l.CompressedDigest != "" || l.UncompressedDigest != "") {
+			continue
+		}
+		out = append(out, id)
+		if children[l.Parent]--; children[l.Parent] == 0 && l.Parent != "" {
+			queue = append(queue, l.Parent)
+		}
+	}
+	return out
 }
 
 // rewriteLayerRecords has containers/storage write its file of layer records again. When
