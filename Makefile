@@ -17,7 +17,10 @@ export PATH := $(PATH):$(GOPATH_BIN):$(TOOLS_BIN)
 GOTAGS := containers_image_openpgp,exclude_graphdriver_btrfs,nri_no_wasm
 export CGO_ENABLED := 1
 
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The release (semantic version) is the VERSION file's; the revision is the git commit the
+# binary was built from (-dirty for a modified tree). No git tag is read: a tree without
+# tags names its release (releases/ names the previous one, CHANGELOG.md says what each brought).
+VERSION ?= $(shell cat VERSION 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 BIN := bin/crijournal
