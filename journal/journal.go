@@ -237,9 +237,14 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 	return db, nil
 }
 
+// corruptError is Open's error for a file bbolt cannot read back: it names the file, says
+// that it was left as it is, and what starting again costs.
 func corruptError(path string, cause error) error {
-	return fmt.Errorf("open journal %s: %w: %v; the daemon will not touch it: move it aside "+
-		"(keep it for inspection) and start again with an empty journal, or restore a backup", path, ErrCorrupt, cause)
+	return fmt.Errorf("open journal %s: %w: %v; the file was left as it is and the daemon will not start on it. "+
+		"`crijournal inspect --check` lists the damage. To start with an empty journal, move the file aside and keep it "+
+		"(mv %s %s.corrupt): the records of this node's pods and containers are then lost, so nothing undoes what they made; "+
+		"`crijournal inspect --leaks` lists it for removal by hand, and the kubelet makes its pods again. Or put back a copy of the file",
+		path, ErrCorrupt, cause, path, path)
 }
 
 // load checks the file, runs migrations and fills the index; a panic inside bbolt on a
