@@ -61,6 +61,10 @@ type Options struct {
 	// reserve, and a full disk fails the journal at the next commit that grows the file.
 	// Ignored by a read-only journal.
 	SpaceReserve int64
+	// Release is the binary's release ("0.2.0"): recorded in the file when it is opened for
+	// writing (migrations.KeyWrittenBy), and named, with the file's, when a newer schema is
+	// refused (NewerSchemaError). Empty: nothing recorded.
+	Release string
 
 	// fallocate, when set (by tests), replaces the preallocation of the space reserve.
 	fallocate func(fd int, off, n int64) error
@@ -167,7 +171,9 @@ type entry struct {
 // error that names the file and says what to do; Open never panics on a bad file.
 func Open(path string, opts Options) (*Journal, error) {
 	opts.setDefaults()
+	var created []string // directories that get an entry for a new file (see newfile.go)
 	if !opts.ReadOnly {
+		created = newPath(path)
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("open journal: %w", err)
 		}
@@ -177,6 +183,10 @@ func Open(path string, opts Options) (*Journal, error) {
 	db, err := openBolt(path, opts)
 	if err != nil {
 		return nil, err
+	}
+	if err := syncNewPath(created); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open journal %s: sync its directory: %w", path, err)
 	}
 	j := &Journal{
 		path:          path,
@@ -259,9 +269,14 @@ func (j *Journal) load() (err error) {
 		from, to, err := migrations.Run(tx)
 		if err != nil {
 			if errors.Is(err, migrations.ErrNewerSchema) {
-				return fmt.Errorf("open journal %s: %w; upgrade crijournal, or move the file aside to start afresh", j.path, err)
+				return newerSchemaError(tx, j.path, j.opts.Release)
 			}
 			return fmt.Errorf("open journal %s: %w", j.path, err)
+		}
+		if tx.Writable() && j.opts.Release != "" {
+			if err := migrations.SetWrittenBy(tx, j.opts.Release); err != nil {
+				return fmt.Errorf("open journal %s: %w", j.path, err)
+			}
 		}
 		if from != to {
 			j.log.Info("journal schema migrated", "path", j.path, "from", from, "to", to)
