@@ -98,7 +98,7 @@ FUZZ_TARGETS := ./server:FuzzRunPodSandboxConfig ./server:FuzzCreateContainerCon
 	./server:FuzzDecodeRecordObject ./journal:FuzzDecodeRecord
 FUZZTIME ?= 3s
 
-.PHONY: help deps bench-deps build kubelet node-e2e node-e2e-build test test-vm fuzz run lint bench clean install uninstall
+.PHONY: help deps bench-deps build kubelet node-e2e node-e2e-build test test-vm test-powerloss fuzz run lint bench clean install uninstall
 
 help:
 	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
@@ -108,7 +108,8 @@ help:
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
 	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed)'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
-	@echo 'make test-vm  opt-in, as root, ~30 min: the cgroup v2 + AppArmor tests in an emulated VM (test/vm, ../shared/vm)'
+	@echo 'make test-vm  opt-in, as root, ~30 min: the cgroup v2 + AppArmor tests in the emulated VM of test/vm'
+	@echo 'make test-powerloss  opt-in, as root, 1-2 h: CUTS (30) power cuts of the emulated VM during a kubelet workload (test/vm/powerloss.sh)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
 	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
@@ -218,10 +219,16 @@ test: deps build kubelet
 	go test -race -count=1 -tags '$(GOTAGS)' -p 2 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
 
-# Opt-in, not part of test: the tests of a cgroup v2 + AppArmor node, in an emulated VM
-# (QEMU without KVM, 10-20x slower than the host) booted by ../shared/vm. As root.
+# Opt-in, not part of test: the tests of a cgroup v2 + AppArmor node, in the project's
+# emulated VM (test/vm: QEMU without KVM, 10-20x slower than the host). As root.
 test-vm: deps build kubelet
 	test/vm/run.sh
+
+# Opt-in, not part of test: power cuts of the emulated VM, whose persistent disk holds the
+# node's state, at seeded random moments of a kubelet workload (test/vm/powerloss.sh; CUTS,
+# SEED). As root.
+test-powerloss: deps build kubelet
+	test/vm/powerloss.sh
 
 fuzz:
 	@for t in $(FUZZ_TARGETS); do \

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test/vm/run.sh: `make test-vm`. The tests of a cgroup v2 + AppArmor node, in the
-# emulated VM of ../shared/vm (Debian's 6.1 kernel under QEMU/TCG with cgroup_no_v1=all
-# and AppArmor on; the host's / read-only with a tmpfs over it), since this machine
-# boots cgroup v1 without AppArmor.
+# project's emulated VM (build.sh and boot.sh beside this script: Debian's kernel under
+# QEMU/TCG with cgroup_no_v1=all and AppArmor on; the host's / read-only with a tmpfs over
+# it), since this machine boots cgroup v1 without AppArmor.
 #
 # The test binaries are built here, on the host (compiling in the VM is 10-20x slower);
 # test/vm/inside.sh runs them in the VM and writes their output to OUT (default
@@ -14,18 +14,14 @@
 # the systemd driver (VM_DRIVERS, default "cgroupfs systemd"; "critest" is a third: the CRI
 # conformance suite against the daemon, see critest-inside.sh, most of an hour).
 #
-# Env: VM_SCRIPTS (../shared/vm beside the checkout), OUT, VM_DRIVERS, TESTS_E2E and
+# Env: VM_DIR (where build.sh prepares the VM, /var/tmp/crijournal-vm), OUT, VM_DRIVERS, TESTS_E2E and
 # TESTS_OCI (-test.run patterns; see inside.sh), VM_TIMEOUT (s, per boot, default 3000),
 # VM_MEM (MiB, 4096). The binaries must be built (make build, make kubelet) and the
 # Makefile's deps installed.
 set -euo pipefail
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$top"
-vm=${VM_SCRIPTS:-$(cd "$top/.." && pwd)/shared/vm}
-if [ ! -x "$vm/run.sh" ]; then
-	echo "test-vm: no VM scripts at $vm (set VM_SCRIPTS to the shared/vm directory)" >&2
-	exit 2
-fi
+vm=$top/test/vm
 out=${OUT:-$top/_output/test-vm/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$out"
 bin=$out/bin
@@ -77,7 +73,7 @@ boot() {
 		echo "test-vm: booting the VM for the $driver driver (results in $out)"
 		rc=0
 		VM_INIT=$init VM_RW="$out" VM_MEM=${VM_MEM:-4096} VM_TIMEOUT=${VM_TIMEOUT:-3000} \
-			"$vm/run.sh" "$top/test/vm/inside.sh" "$bin" "$out" "$driver" 2> >(tee "$out/$driver-vm.log" >&2) || rc=$?
+			"$vm/boot.sh" "$top/test/vm/inside.sh" "$bin" "$out" "$driver" 2> >(tee "$out/$driver-vm.log" >&2) || rc=$?
 		wait # for tee
 		if [ $rc -eq 124 ] && grep -q 'Kernel panic' "$out/$driver-vm.log" &&
 			[ -z "$(find "$out" -maxdepth 1 -name "$driver-*.log" ! -name "$driver-vm.log")" ]; then
