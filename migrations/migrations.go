@@ -25,6 +25,11 @@ var (
 	BucketRecords = []byte("records")
 	BucketNames   = []byte("names")
 	KeyVersion    = []byte("schema_version")
+	// KeyWrittenBy in BucketMeta holds the release of the crijournal that last opened the
+	// file for writing, as text ("0.2.0"): the refusal of a newer schema names it. Written
+	// since v0.2.0 within schema 2; v0.1.0 neither writes nor reads it, so a file v0.1.0
+	// wrote last may name a later release.
+	KeyWrittenBy = []byte("written_by")
 )
 
 // ErrNewerSchema is returned when the database was written by a newer schema than this
@@ -77,6 +82,26 @@ func Version(tx *bolt.Tx) (uint64, error) {
 		return 0, fmt.Errorf("schema version has %d bytes, want 8", len(v))
 	}
 	return binary.BigEndian.Uint64(v), nil
+}
+
+// WrittenBy returns the release recorded under KeyWrittenBy, "" when none is.
+func WrittenBy(tx *bolt.Tx) string {
+	if meta := tx.Bucket(BucketMeta); meta != nil {
+		return string(meta.Get(KeyWrittenBy))
+	}
+	return ""
+}
+
+// SetWrittenBy records release under KeyWrittenBy (inside a writable tx, after Run).
+func SetWrittenBy(tx *bolt.Tx, release string) error {
+	meta, err := tx.CreateBucketIfNotExists(BucketMeta)
+	if err != nil {
+		return fmt.Errorf("create meta bucket: %w", err)
+	}
+	if string(meta.Get(KeyWrittenBy)) == release {
+		return nil
+	}
+	return meta.Put(KeyWrittenBy, []byte(release))
 }
 
 // Run brings the database to Latest inside tx. It returns the version found and the
