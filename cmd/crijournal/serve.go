@@ -74,6 +74,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	d := &serving{cfg: cfg, log: log}
 	defer d.close()
 	for _, stage := range []func() error{
+		d.checkJournal,    // a journal a newer release wrote: refused before anything is made
 		d.checkNode,       // the pause program, systemd, becoming the subreaper
 		d.openRuntimes,    // before anything is opened: a runtime refused stops the daemon here
 		d.openStorage,     // images and root filesystems
@@ -120,6 +121,13 @@ func (d *serving) close() {
 	for i := len(d.cleanups) - 1; i >= 0; i-- {
 		d.cleanups[i]()
 	}
+}
+
+// checkJournal refuses to start on a journal that a newer release wrote (a rollback
+// past a schema change), naming both releases, before any stage makes anything: the
+// state is left as the newer release left it, for it to start on again.
+func (d *serving) checkJournal() error {
+	return journal.CheckSchema(d.cfg.Layout().JournalFile(), version, d.cfg.JournalLockTimeout)
 }
 
 // checkNode checks what the daemon needs of the node (the pause program, systemd for
@@ -174,13 +182,14 @@ func (d *serving) openStorage() error {
 		RegistriesConf: cfg.RegistriesConf, RegistriesConfDir: cfg.RegistriesConfDir,
 		SignaturePolicy: cfg.SignaturePolicy, AuthFile: cfg.GlobalAuthFile,
 		TransientStore: cfg.StorageTransientStore, PullProgressTimeout: cfg.ImagePullProgressTimeout,
+		ImageStore: cfg.ImageStore, PinnedImages: cfg.PinnedImages,
 	})
 	if err != nil {
 		return err
 	}
 	d.images = images
 	d.onClose(func() { images.Close() })
-	d.log.Info("image storage ready", "driver", images.Driver(), "root", node.StorageRootDir())
+	d.log.Info("image storage ready", "driver", images.Driver(), "root", node.StorageRootDir(), "image_store", cfg.ImageStore)
 	return nil
 }
 
@@ -234,6 +243,7 @@ func (d *serving) openJournal() error {
 		UndoRetryMax: cfg.UndoRetryMax,
 		UndoTimeout:  cfg.UndoTimeout,
 		SpaceReserve: cfg.JournalReserve(),
+		Release:      version,
 		Registry:     registry,
 		Logger:       log,
 		Hooks:        d.metrics.JournalHooks(),
