@@ -100,6 +100,14 @@ FUZZTIME ?= 3s
 
 .PHONY: help deps bench-deps build kubelet node-e2e node-e2e-build test test-vm test-powerloss fuzz run lint bench clean install uninstall
 
+# The previous release that test-upgrade starts from: releases/previous ("v<semver> <commit>"),
+# built once with its own Makefile into bin/prev/<commit>/ (the daemon, its pause program and
+# sleeper), from a git worktree that is removed again.
+PREV_RELEASE := $(shell awk 'NF == 2 && $$1 ~ /^v[0-9]/ {print; exit}' releases/previous 2>/dev/null)
+PREV_VERSION := $(or $(word 1,$(PREV_RELEASE)),v0.1.0)
+PREV_COMMIT := $(or $(word 2,$(PREV_RELEASE)),efb8895)
+.PHONY: test-upgrade
+
 help:
 	@echo 'make deps   install the Debian packages, crictl and the project runc the daemon and tests need'
 	@echo 'make bench-deps  what contrib/bench/containerd.sh needs: Debian'"'"'s containerd 1.6, jq, and containerd $(CONTAINERD2_VERSION) built into $(CONTAINERD2_DIR)'
@@ -108,6 +116,7 @@ help:
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
 	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed)'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
+	@echo 'make test-upgrade  as root, a few minutes: $(PREV_VERSION) ($(PREV_COMMIT)) builds state, this build takes it over (test/upgrade)'
 	@echo 'make test-vm  opt-in, as root, ~30 min: the cgroup v2 + AppArmor tests in the emulated VM of test/vm'
 	@echo 'make test-powerloss  opt-in, as root, 1-2 h: CUTS (30) power cuts of the emulated VM during a kubelet workload (test/vm/powerloss.sh)'
 	@echo 'make fuzz   every fuzz target for FUZZTIME (default 3s; make fuzz FUZZTIME=10m)'
@@ -218,6 +227,24 @@ test: deps build kubelet
 	go vet -tags '$(GOTAGS)' ./...
 	go test -race -count=1 -tags '$(GOTAGS)' -p 2 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
+
+# The upgrade test (issue 50, test/upgrade): the previous release's daemon builds state on a
+# node of its own, is stopped (SIGTERM in one run, SIGKILL in the other), and this build's
+# daemon takes the node over. As root.
+test-upgrade: deps build
+	@set -euo pipefail; \
+	sha="$$(git rev-parse --verify -q '$(PREV_COMMIT)^{commit}')" || { echo "test-upgrade: commit $(PREV_COMMIT) is not in this clone" >&2; exit 1; }; \
+	dir="$(CURDIR)/bin/prev/$$sha"; \
+	if [ ! -x "$$dir/crijournal" ] || [ ! -x "$$dir/crijournal-pause" ] || [ ! -x "$$dir/crijournal-pause-sleep" ]; then \
+		echo "test-upgrade: building $(PREV_VERSION) ($$sha) into $$dir"; \
+		tmp="$$(mktemp -d)"; trap 'git worktree remove --force "$$tmp/src" >/dev/null 2>&1 || true; rm -rf "$$tmp"' EXIT; \
+		git worktree add --detach -q "$$tmp/src" "$$sha"; \
+		$(MAKE) --no-print-directory -C "$$tmp/src" build VERSION='$(PREV_VERSION:v%=%)'; \
+		rm -rf "$$dir.new"; mkdir -p "$$dir.new"; \
+		for b in crijournal crijournal-pause crijournal-pause-sleep; do install -m 0755 "$$tmp/src/bin/$$b" "$$dir.new/$$b"; done; \
+		rm -rf "$$dir"; mv "$$dir.new" "$$dir"; \
+	fi; \
+	CRIJOURNAL_PREV_BIN="$$dir/crijournal" go test -race -count=1 -tags '$(GOTAGS)' -timeout 30m -v ./test/upgrade/
 
 # Opt-in, not part of test: the tests of a cgroup v2 + AppArmor node, in the project's
 # emulated VM (test/vm: QEMU without KVM, 10-20x slower than the host). As root.
