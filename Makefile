@@ -92,13 +92,16 @@ DESTDIR ?=
 MANIFEST := $(SHAREDIR)/installed-files
 POLICY := contrib/containers/policy.json
 
+# Where `make release` puts the tarball, the packages and their checksums (packaging/release.sh).
+DIST := dist
+
 # Fuzz targets (package:Target) that `make test` runs for FUZZTIME each, from their seed
 # corpus in the package's testdata/fuzz. A longer run: make fuzz FUZZTIME=10m.
 FUZZ_TARGETS := ./server:FuzzRunPodSandboxConfig ./server:FuzzCreateContainerConfig \
 	./server:FuzzDecodeRecordObject ./journal:FuzzDecodeRecord
 FUZZTIME ?= 3s
 
-.PHONY: help deps bench-deps build kubelet node-e2e node-e2e-build test test-vm test-powerloss fuzz run lint bench clean install uninstall
+.PHONY: help deps bench-deps build release kubelet node-e2e node-e2e-build test test-vm test-powerloss fuzz run lint bench clean install uninstall
 
 # The previous release that test-upgrade starts from: releases/previous ("v<semver> <commit>"),
 # built once with its own Makefile into bin/prev/<commit>/ (the daemon, its pause program and
@@ -123,6 +126,7 @@ help:
 	@echo 'make run    deps, build, a default CNI bridge if none, then serve (as root)'
 	@echo 'make install    install $(BIN), the systemd unit and defaults (PREFIX, DESTDIR; after make build)'
 	@echo 'make uninstall  remove what install added (never the journal or the storage)'
+	@echo 'make release  build, then $(DIST)/: the tarball, .deb and .rpm of VERSION ($(VERSION)) with SHA256SUMS (packaging/)'
 	@echo 'make lint   gofmt, go vet, staticcheck; the daemon links no benchmark package, creation no CRI type'
 	@echo 'make bench  every benchmark, 5 times'
 	@echo 'make clean  remove build and test outputs'
@@ -179,6 +183,12 @@ build:
 	CGO_ENABLED=0 go build -trimpath -o $(PAUSE_BIN) ./cmd/crijournal-pause
 	$(CC) $(SLEEP_CFLAGS) -o $(SLEEP_BIN) cmd/crijournal-pause-sleep/sleep.c
 	go build -tags '$(GOTAGS)' -o $(BENCH_BIN) ./cmd/crijournal-bench
+
+# The release of VERSION (packaging/release.sh): the tarball, the .deb and the .rpm (nfpm,
+# pinned in tools/go.mod) with SHA256SUMS, in $(DIST). Needs only what build needs and the
+# Go module proxy. CHANGELOG.md says what each release brought.
+release: build
+	packaging/release.sh $(VERSION) $(DIST)
 
 # The kubelet takes minutes to build cold: rebuilt only when its module changed.
 kubelet: $(KUBELET_BIN)
@@ -351,5 +361,5 @@ bench: build
 	go test -tags '$(GOTAGS)' -run '^$$' -bench . -count 5 ./...
 
 clean:
-	rm -rf bin/ coverage.out coverage.html *.coverprofile
+	rm -rf bin/ $(DIST)/ coverage.out coverage.html *.coverprofile
 	find . -name '*.test' -type f -not -path './.git/*' -delete
