@@ -229,6 +229,22 @@ type Config struct {
 	// StorageRunRootDir.
 	StorageRunRoot string `toml:"storage_run_root" help:"storage run directory (empty: <run_root>/storage)"`
 
+	// ImageStore splits the image file system from the containers' (the kubelet's
+	// KubeletSeparateDiskGC, on by default since 1.31): images are pulled into this
+	// directory, often on a disk of its own, and the containers' writable layers stay on
+	// storage_root. It is containers/storage's image store (imagestore in
+	// containers-storage.conf(5), CRI-O's imagestore): its layers and image records, while
+	// storage_root keeps the containers, their layers and records. ImageFsInfo then reports
+	// it in image_filesystems and storage_root in container_filesystems; without it both
+	// report storage_root. The kubelet's image garbage collection measures the first
+	// (through its CRI stats provider, which also counts the containers' writable layers
+	// against it: Kubernetes v1.37's "for CRI Stats Provider we don't support separate
+	// disks yet"). Images pulled before it was set stay in storage_root and are still
+	// used; images pulled into it are not seen by a daemon started without it, nor are
+	// the containers made from them: stop the node's pods before unsetting or moving it.
+	// It must be absolute and differ from the storage root. Default: "", meaning no split.
+	ImageStore string `toml:"image_store" help:"directory images are pulled into, apart from the containers' storage_root (empty: storage_root)"`
+
 	// ImagePullProgressTimeout cancels an image pull that has received no bytes from the
 	// registry for this long while it waits for some: a registry that stalls in the middle
 	// of a blob (or before the first) would otherwise hold the pull, and the kubelet's
@@ -238,6 +254,24 @@ type Config struct {
 	// containerd's image_pull_progress_timeout (CRI-O's pull_progress_timeout is off by
 	// default). 0: no timeout. Default: 5m.
 	ImagePullProgressTimeout time.Duration `toml:"image_pull_progress_timeout" help:"cancel a pull that receives no bytes from the registry for this long (0: never)"`
+
+	// PinnedImages are the images the kubelet's image garbage collection must leave:
+	// ListImages and ImageStatus report them pinned, and the kubelet skips a pinned image
+	// whatever its disk usage or age (imagesInEvictionOrder in
+	// pkg/kubelet/images/image_gc_manager.go). As CRI-O's pinned_images, each is an exact
+	// name, a glob or a keyword: "registry.k8s.io/pause:3.10" (exact: a fully qualified
+	// name with a tag or a digest, as crictl images shows it), "registry.k8s.io/pause:*"
+	// (glob: every name that starts with what comes before the trailing *), "*pause*"
+	// (keyword: every name that contains it). Case is ignored. An image is pinned when any
+	// of its tags or digests matches. A pattern that could never match is refused at start
+	// (a short name such as "busybox:1.36", which the store names
+	// docker.io/library/busybox:1.36; a name without tag or digest; a * elsewhere). It
+	// pins, and removes nothing from RemoveImage's reach: crictl rmi still removes a pinned
+	// image. CRI-O adds its pause_image to the list; crijournal has no pause image (its
+	// pause process is the pause_path program, run from the host), and the kubelet (v1.37:
+	// its --pod-infra-container-image is gone) names no sandbox image to the runtime, so
+	// there is none to add. Default: [].
+	PinnedImages []string `toml:"pinned_images" help:"images the kubelet's image garbage collection leaves: exact names, globs (prefix*) or keywords (*word*)"`
 
 	// StorageTransientStore keeps containers/storage's records of containers
 	// (and of their writable layers) in the storage run directory, written
@@ -487,6 +521,7 @@ func Default() Config {
 
 		StorageTransientStore:    true,
 		ImagePullProgressTimeout: 5 * time.Minute,
+		PinnedImages:             []string{},
 		ExecSyncMaxConcurrent:    32,
 
 		EnableNRI:                    true,

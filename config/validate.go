@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/crijournal/crijournal/storage/pinned"
 )
 
 // Cgroup managers (drivers) of CgroupManager.
@@ -155,6 +157,13 @@ func (c Config) Validate() error {
 	oneOf("storage_driver", c.StorageDriver, storageDrivers)
 	absolute("storage_root", c.StorageRoot, false)
 	absolute("storage_run_root", c.StorageRunRoot, false)
+	absolute("image_store", c.ImageStore, false)
+	if c.ImageStore != "" && filepath.Clean(c.ImageStore) == filepath.Clean(c.Layout().StorageRootDir()) {
+		bad("image_store", "must differ from the storage root %s (empty: no split)", c.Layout().StorageRootDir())
+	}
+	if _, err := pinned.Parse(c.PinnedImages); err != nil {
+		bad("pinned_images", "%v", err)
+	}
 
 	for _, name := range sortedKeys(c.Runtimes) {
 		rt := c.Runtimes[name]

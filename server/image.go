@@ -159,10 +159,17 @@ func (i *imageService) RemoveImage(ctx context.Context, req *runtimeapi.RemoveIm
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
-// ImageFsInfo reports the usage of the image store's filesystem. The containers' writable
-// layers in it are counted as their stats count them, from the background collector's
-// figures (a stats period old, an idle container's up to a minute: see layerCollector), so
-// that a call does not walk every container's layer again.
+// ImageFsInfo reports the usage of the images' file system (image_filesystems) and of the
+// containers' writable layers' (container_filesystems): the image store and the graph root
+// when the storage keeps images apart (image_store), else the graph root in both, as CRI-O
+// does. The kubelet's cadvisor stats provider with KubeletSeparateDiskGC (on since 1.31)
+// refuses an answer without container_filesystems ("missing image stats"), and takes the
+// image file system as split when the two mount points differ
+// (pkg/kubelet/stats/cadvisor_stats_provider.go, v1.37.2); its CRI stats provider, which a
+// kubelet on crijournal uses, reads image_filesystems only. The containers' writable
+// layers are counted as their stats count them, from the background collector's figures
+// (a stats period old, an idle container's up to a minute: see layerCollector), so that a
+// call does not walk every container's layer again.
 func (i *imageService) ImageFsInfo(ctx context.Context, req *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	st, err := i.store()
 	if err != nil {
@@ -172,15 +179,21 @@ func (i *imageService) ImageFsInfo(ctx context.Context, req *runtimeapi.ImageFsI
 	if i.s.layers != nil {
 		measured = i.s.layers.byDir()
 	}
-	u, err := st.FsInfo(ctx, measured)
+	u, err := st.Usage(ctx, measured)
 	if err != nil {
 		return nil, err
 	}
-	usage := &runtimeapi.FilesystemUsage{
-		Timestamp:  time.Now().UnixNano(),
-		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
-		UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
-		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
+	now := time.Now().UnixNano()
+	usage := func(u storage.FsUsage) *runtimeapi.FilesystemUsage {
+		return &runtimeapi.FilesystemUsage{
+			Timestamp:  now,
+			FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
+			UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
+			InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
+		}
 	}
-	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{usage}}, nil
+	return &runtimeapi.ImageFsInfoResponse{
+		ImageFilesystems:     []*runtimeapi.FilesystemUsage{usage(u.Images)},
+		ContainerFilesystems: []*runtimeapi.FilesystemUsage{usage(u.Containers)},
+	}, nil
 }

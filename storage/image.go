@@ -33,8 +33,8 @@ type Image struct {
 	RepoDigests []string // qualified names with a digest, sorted: docker.io/library/busybox@sha256:...
 	Size        uint64   // bytes of the unpacked layers plus the image's metadata
 	Config      ImageConfig
-	// Pinned images are exempt from the kubelet's image garbage collection. crijournal has
-	// no pinned images configuration yet: it is always false.
+	// Pinned images are exempt from the kubelet's image garbage collection: those a
+	// pattern of Options.PinnedImages matches by a tag or a digest (package pinned).
 	Pinned bool
 }
 
@@ -397,6 +397,7 @@ func (s *Store) image(ctx context.Context, img *cstorage.Image) (Image, error) {
 	}
 	out.RepoDigests = repoDigests(img, tags, digests)
 	slices.Sort(out.RepoTags)
+	out.Pinned = s.pinned.Match(out.RepoTags...) || s.pinned.Match(out.RepoDigests...)
 	if size, err := s.st.ImageSize(img.ID); err == nil && size >= 0 {
 		out.Size = uint64(size)
 	}

@@ -19,6 +19,8 @@ import (
 	"go.podman.io/image/v5/types"
 	cstorage "go.podman.io/storage"
 	storagetypes "go.podman.io/storage/types"
+
+	"github.com/crijournal/crijournal/storage/pinned"
 )
 
 // Errors that callers branch on. Each is wrapped with the reference or ID it is about.
@@ -100,6 +102,14 @@ type Options struct {
 	// fails while RunRoot still records containers made with it: such a store would not
 	// see them.
 	TransientStore bool
+	// ImageStore, when set, is where pulled images go, layers and records (containers/
+	// storage's image store), apart from Root, which keeps the containers and their
+	// writable layers: a split image file system (see Usage). Images pulled into Root
+	// before are still used. Absolute, not Root. Default: "", no split.
+	ImageStore string
+	// PinnedImages are the pinned_images patterns (package pinned): the images whose
+	// Image.Pinned is true. Default: none.
+	PinnedImages []string
 	// PullProgressTimeout cancels a pull that has waited on the registry and received
 	// nothing for this long (see progressWatch); the pull fails with ErrPullNoProgress.
 	// 0: no timeout (config.Config.ImagePullProgressTimeout, default 5m).
@@ -121,6 +131,8 @@ type Store struct {
 
 	rootfsDir string // Options.RootfsDir: user-namespace root filesystems' bind mounts
 
+	pinned pinned.Patterns // Options.PinnedImages
+
 	configMu sync.Mutex
 	configs  map[string]ImageConfig // by image ID; an ID's config never changes
 
@@ -141,6 +153,10 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("open storage: %w", err)
 	}
 	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
+	pins, err := pinned.Parse(opts.PinnedImages)
+	if err != nil {
 		return nil, fmt.Errorf("open storage: %w", err)
 	}
 	log := opts.Logger
@@ -176,6 +192,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 
 	sopts := storagetypes.StoreOptions{
 		GraphRoot:       opts.Root,
+		ImageStore:      opts.ImageStore,
 		RunRoot:         opts.RunRoot,
 		GraphDriverName: opts.Driver,
 		TransientStore:  opts.TransientStore,
@@ -222,6 +239,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		registriesConfDir:   opts.RegistriesConfDir,
 		configs:             map[string]ImageConfig{},
 		rootfsDir:           rootfsDir,
+		pinned:              pins,
 		pullProgressTimeout: opts.PullProgressTimeout,
 	}
 	// What pulls that a crash interrupted left: their blobs' temporary copies, and the
@@ -265,10 +283,14 @@ func (o Options) validate() error {
 	for _, p := range []struct{ name, path string }{
 		{"image cache dir", o.ImageCacheDir}, {"registries.conf", o.RegistriesConf}, {"registries.conf.d", o.RegistriesConfDir},
 		{"signature policy", o.SignaturePolicy}, {"auth file", o.AuthFile}, {"rootfs dir", o.RootfsDir},
+		{"image store", o.ImageStore},
 	} {
 		if p.path != "" && !filepath.IsAbs(p.path) {
 			errs = append(errs, fmt.Errorf("%s must be an absolute path, got %q", p.name, p.path))
 		}
+	}
+	if o.ImageStore != "" && filepath.Clean(o.ImageStore) == filepath.Clean(o.Root) {
+		errs = append(errs, fmt.Errorf("image store must differ from the root %s", o.Root))
 	}
 	if !slices.Contains([]string{"", DriverOverlay, DriverVFS}, o.Driver) {
 		errs = append(errs, fmt.Errorf("driver must be %q, %q or empty, got %q", DriverOverlay, DriverVFS, o.Driver))
@@ -298,41 +320,86 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// FsUsage is the usage of the file system that holds the images (CRI ImageFsInfo).
+// FsUsage is the usage of one of the store's file systems (CRI ImageFsInfo).
 type FsUsage struct {
-	Mountpoint string // the graph root
-	UsedBytes  uint64 // bytes allocated to files under the graph root
-	InodesUsed uint64 // distinct inodes under the graph root
+	Mountpoint string // the directory measured: the graph root, or the image store
+	UsedBytes  uint64 // bytes allocated to files under it
+	InodesUsed uint64 // distinct inodes under it
 }
 
-// FsInfo measures the graph root: the bytes allocated and the inodes used by every file
-// under it, counting a hard-linked inode once and not descending into other file systems
-// (the mounted root filesystems of containers). The kubelet asks every ~10 s, and a whole
-// walk cost 20-40 ms with a few images and about 10 ms more per 100 containers, so the
-// directories whose files do not change are measured once and their figures kept
-// (stableDirs): a complete image layer's directory, a container's directory, and a
-// container's overlay layer directory but for its upper directory (diff). What a
-// container writes to (the upper directory with overlay, the whole layer with vfs) is
-// taken from measured, figures the caller has of containers' writable layer directories
-// (WritableLayerDir: the server's, from its background walks, at most a minute
-// old, counting bytes as DirUsage does), and walked when measured has none; the rest of
-// the tree is walked again. A hard link between two such directories would be counted
-// twice; neither overlay nor vfs makes one.
+// Usage is what ImageFsInfo reports: the file system of the images, and that of the
+// containers' writable layers.
+type Usage struct {
+	// Images measures the image store (Options.ImageStore) when there is one; else the
+	// graph root, and it is Containers.
+	Images FsUsage
+	// Containers measures the graph root: the containers, their layers and records, and
+	// without an image store the images too (with one, the images pulled before it was
+	// set).
+	Containers FsUsage
+}
+
+// ImageStore returns the directory pulled images go to (Options.ImageStore), or "" when
+// they go to the graph root.
+func (s *Store) ImageStore() string { return s.st.ImageStore() }
+
+// FsInfo measures the graph root: the figure of Usage's Containers, which without an
+// image store is the only one.
 func (s *Store) FsInfo(ctx context.Context, measured map[string]FsUsage) (FsUsage, error) {
-	root := s.st.GraphRoot()
+	u, err := s.Usage(ctx, measured)
+	return u.Containers, err
+}
+
+// Usage measures the graph root, and the image store when there is one: for each, the
+// bytes allocated and the inodes used by every file under it, counting a hard-linked
+// inode once and not descending into other file systems (the mounted root filesystems of
+// containers) nor into the other directory, should one hold the other. The kubelet asks
+// every ~10 s, and a whole walk cost 20-40 ms with a few images and about 10 ms more per
+// 100 containers, so the directories whose files do not change are measured once and
+// their figures kept (stableDirs): a complete image layer's directory, a container's
+// directory, and a container's overlay layer directory but for its upper directory
+// (diff). What a container writes to (the upper directory with overlay, the whole layer
+// with vfs) is taken from measured, figures the caller has of containers' writable layer
+// directories (WritableLayerDir: the server's, from its background walks, at most a
+// minute old, counting bytes as DirUsage does), and walked when measured has none; the
+// rest of the trees is walked again. A hard link between two such directories would be
+// counted twice; neither overlay nor vfs makes one.
+func (s *Store) Usage(ctx context.Context, measured map[string]FsUsage) (Usage, error) {
+	graphRoot, imageStore := s.st.GraphRoot(), s.st.ImageStore()
 	stable, err := s.stableDirs()
 	if err != nil {
-		return FsUsage{}, fmt.Errorf("measure %s: %w", root, err)
+		return Usage{}, fmt.Errorf("measure %s: %w", graphRoot, err)
 	}
 	s.fsMu.Lock()
 	defer s.fsMu.Unlock()
+	kept := make(map[string]dirUsage, len(stable))
+	containers, err := s.measureTree(ctx, graphRoot, imageStore, stable, measured, kept)
+	if err != nil {
+		return Usage{}, err
+	}
+	images := containers
+	if imageStore != "" {
+		if images, err = s.measureTree(ctx, imageStore, graphRoot, stable, measured, kept); err != nil {
+			return Usage{}, err
+		}
+	}
+	s.fsKept = kept
+	return Usage{Images: images, Containers: containers}, nil
+}
+
+// measureTree measures the tree at root, leaving out the directory other (the other of
+// the graph root and the image store; "" for none), as Usage says. The figures of the
+// stable directories it measured or took from s.fsKept are added to kept.
+func (s *Store) measureTree(ctx context.Context, root, other string, stable map[string]string, measured map[string]FsUsage, kept map[string]dirUsage) (FsUsage, error) {
 	var rootStat syscall.Stat_t
 	if err := syscall.Lstat(root, &rootStat); err != nil {
 		return FsUsage{}, fmt.Errorf("measure %s: %w", root, err)
 	}
 	w := usageWalk{ctx: ctx, dev: rootStat.Dev, seen: map[uint64]bool{}}
-	kept := make(map[string]dirUsage, len(stable))
 	total, err := w.walk(root, func(dir string) (dirUsage, bool, error) {
+		if dir == other {
+			return dirUsage{}, true, nil
+		}
 		writable, ok := stable[dir]
 		if !ok {
 			return dirUsage{}, false, nil
@@ -360,7 +427,6 @@ func (s *Store) FsInfo(ctx context.Context, measured map[string]FsUsage) (FsUsag
 	if err != nil {
 		return FsUsage{}, fmt.Errorf("measure %s: %w", root, err)
 	}
-	s.fsKept = kept
 	return FsUsage{Mountpoint: root, UsedBytes: total.bytes, InodesUsed: total.inodes}, nil
 }
 
@@ -380,7 +446,7 @@ func skipping(dir string) func(string) (dirUsage, bool, error) {
 	return func(d string) (dirUsage, bool, error) { return dirUsage{}, d == dir, nil }
 }
 
-// stableDirs returns the directories FsInfo measures apart, each with the directory in it
+// stableDirs returns the directories Usage measures apart, each with the directory in it
 // that a container writes to ("" for none; the directory itself when all of it is): the
 // directories of the complete image layers (those with a digest and without
 // containers/storage's "incomplete" flag: see removeLeftovers), whose files no longer
@@ -388,17 +454,24 @@ func skipping(dir string) func(string) (dirUsage, bool, error) {
 // there); and each container's layer directory: with overlay, its upper directory (diff)
 // is what changes (its work directory is empty between two operations, its merged
 // directory a mount point), with vfs all of it, the container's root filesystem. None
-// for a driver whose layout FsInfo does not know.
+// for a driver whose layout Usage does not know.
 func (s *Store) stableDirs() (map[string]string, error) {
 	driver := s.st.GraphDriverName()
-	var base string
-	switch root := s.st.GraphRoot(); driver {
+	var layersDir string // of a root
+	switch driver {
 	case "overlay":
-		base = filepath.Join(root, "overlay")
+		layersDir = "overlay"
 	case "vfs":
-		base = filepath.Join(root, "vfs", "dir")
+		layersDir = filepath.Join("vfs", "dir")
 	default:
 		return nil, nil
+	}
+	base := filepath.Join(s.st.GraphRoot(), layersDir)
+	// Image layers pulled into the image store are there; those pulled before it was set,
+	// and every container's, in the graph root.
+	imageBases := []string{base}
+	if is := s.st.ImageStore(); is != "" {
+		imageBases = append(imageBases, filepath.Join(is, layersDir))
 	}
 	layers, err := s.st.Layers()
 	if err != nil {
@@ -411,7 +484,9 @@ func (s *Store) stableDirs() (map[string]string, error) {
 	dirs := make(map[string]string, len(layers)+len(containers))
 	for _, l := range layers {
 		if (l.CompressedDigest != "" || l.UncompressedDigest != "") && l.Flags["incomplete"] != true {
-			dirs[filepath.Join(base, l.ID)] = ""
+			for _, b := range imageBases {
+				dirs[filepath.Join(b, l.ID)] = ""
+			}
 		}
 	}
 	containersDir := filepath.Join(s.st.GraphRoot(), driver+"-containers")

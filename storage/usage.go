@@ -36,8 +36,9 @@ func (s *Store) WritableLayerDir(id string) (string, error) {
 	return "", fmt.Errorf("writable layer of %s: driver %s names no upper directory", id, s.Driver())
 }
 
-// GraphRoot is the graph root, the directory ImageFsInfo reports as the image
-// filesystem; containers' writable layers live on it too.
+// GraphRoot is the graph root, where containers' writable layers live: the directory
+// ImageFsInfo reports as the containers' file system, and as the images' too unless an
+// image store holds them (ImageStore).
 func (s *Store) GraphRoot() string { return s.st.GraphRoot() }
 
 // DirUsage measures a directory tree (containers/storage's directory.Usage): the bytes of
