@@ -261,3 +261,59 @@ func TestSpecMaskedPaths(t *testing.T) {
 		})
 	}
 }
+
+// TestSpecProcMount is issue 51's item 1: the pod API's procMount as the kubelet encodes
+// it (k8s.io/kubernetes pkg/securitycontext/util.go, ConvertToRuntimeMaskedPaths and
+// ConvertToRuntimeReadonlyPaths): Default sends the default lists, Unmasked sends both
+// empty, which the API allows only with hostUsers: false (pkg/apis/core/validation:
+// "`hostUsers` must be false to use `Unmasked`"). In a pod's own user namespace the empty
+// lists are honoured, nothing masked or read-only; outside one (where the kubelet never
+// sends them empty) the defaults stay; the kubelet's Default lists are taken as sent
+// everywhere; privileged containers get none.
+func TestSpecProcMount(t *testing.T) {
+	// The kubelet's Default lists (its defaultMaskedPaths before the thermal_throttle
+	// directories it adds, and defaultReadonlyPaths).
+	kubeletMasked := []string{"/proc/asound", "/proc/acpi", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+		"/sys/firmware", "/sys/devices/virtual/powercap"}
+	kubeletReadonly := []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+	throttle := []string{"/sys/devices/system/cpu/cpu0/thermal_throttle"}
+	h := testHost()
+	h.ThermalThrottle = throttle
+	userns := map[string]string{"user": "/run/ns/user/pod", "net": "/run/ns/net/pod"}
+	for _, tc := range []struct {
+		name             string
+		namespaces       map[string]string
+		privileged       bool
+		masked, readonly []string // the request's lists
+		wantMasked       []string
+		wantReadonly     []string
+	}{
+		{name: "Default in a user namespace", namespaces: userns, masked: kubeletMasked, readonly: kubeletReadonly,
+			wantMasked: kubeletMasked, wantReadonly: kubeletReadonly},
+		{name: "Unmasked in a user namespace", namespaces: userns},
+		{name: "Default in the node's user namespace", masked: kubeletMasked, readonly: kubeletReadonly,
+			wantMasked: kubeletMasked, wantReadonly: kubeletReadonly},
+		{name: "empty lists in the node's user namespace keep the defaults",
+			wantMasked: append(slices.Clone(defaultMaskedPaths), throttle...), wantReadonly: defaultReadonlyPaths},
+		{name: "one list empty in the node's user namespace", masked: []string{"/proc/kcore"},
+			wantMasked: []string{"/proc/kcore"}, wantReadonly: defaultReadonlyPaths},
+		{name: "privileged Unmasked in a user namespace", namespaces: userns, privileged: true},
+		{name: "privileged Default", privileged: true, masked: kubeletMasked, readonly: kubeletReadonly},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			in.Namespaces = tc.namespaces
+			s := sc(&in)
+			s.Privileged = tc.privileged
+			s.MaskedPaths, s.ReadonlyPaths = tc.masked, tc.readonly
+			got := mustSpec(t, in, h).Linux
+			if !slices.Equal(got.MaskedPaths, tc.wantMasked) {
+				t.Errorf("masked paths %q, want %q", got.MaskedPaths, tc.wantMasked)
+			}
+			if !slices.Equal(got.ReadonlyPaths, tc.wantReadonly) {
+				t.Errorf("read-only paths %q, want %q", got.ReadonlyPaths, tc.wantReadonly)
+			}
+		})
+	}
+}

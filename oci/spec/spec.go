@@ -228,14 +228,7 @@ func Build(ctx context.Context, in SpecInput, h Host) (*specs.Spec, error) {
 		}
 	} else {
 		s.Linux.Resources.Devices = []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}
-		s.Linux.MaskedPaths = slices.Concat(defaultMaskedPaths, h.ThermalThrottle)
-		if p := sc.GetMaskedPaths(); len(p) > 0 {
-			s.Linux.MaskedPaths = slices.Clone(p)
-		}
-		s.Linux.ReadonlyPaths = slices.Clone(defaultReadonlyPaths)
-		if p := sc.GetReadonlyPaths(); len(p) > 0 {
-			s.Linux.ReadonlyPaths = slices.Clone(p)
-		}
+		s.Linux.MaskedPaths, s.Linux.ReadonlyPaths = procPaths(sc, in.Namespaces["user"] != "", h)
 	}
 	for _, d := range c.Devices {
 		dev, rule, err := criDevice(d)
@@ -252,6 +245,34 @@ func Build(ctx context.Context, in SpecInput, h Host) (*specs.Spec, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// procPaths returns the masked and read-only paths of an unprivileged container: the
+// request's lists when it sends them, and when a list is empty, the default one, but in
+// a container in its pod's own user namespace (userns), where an empty list means none.
+//
+// The kubelet encodes the pod API's procMount in these two lists
+// (securitycontext.ConvertToRuntimeMaskedPaths and ConvertToRuntimeReadonlyPaths): the
+// default lists for Default, both empty for Unmasked, which the API allows only with
+// hostUsers: false (ValidateSecurityContext: "`hostUsers` must be false to use
+// `Unmasked`"). An empty list reaches the runtime as no list at all (protobuf has no empty
+// repeated field), so "Unmasked" and "nothing sent" are one request. containerd and CRI-O
+// take it as "none masked" for every container. crijournal does so only in a user
+// namespace, where the kubelet may ask for it; outside one the kubelet never sends empty
+// lists, so an empty list there is a client that sends none (crictl's configurations)
+// and the container keeps the defaults rather than a /proc that shows the host's.
+func procPaths(sc *runtimeapi.LinuxContainerSecurityContext, userns bool, h Host) (masked, readonly []string) {
+	masked, readonly = slices.Clone(sc.GetMaskedPaths()), slices.Clone(sc.GetReadonlyPaths())
+	if userns {
+		return masked, readonly
+	}
+	if len(masked) == 0 {
+		masked = slices.Concat(defaultMaskedPaths, h.ThermalThrottle)
+	}
+	if len(readonly) == 0 {
+		readonly = slices.Clone(defaultReadonlyPaths)
+	}
+	return masked, readonly
 }
 
 // processArgs merges the CRI command and args with the image's entrypoint and cmd the
