@@ -276,15 +276,21 @@ func StopPause(ctx context.Context, path string, pid int) error {
 // PauseAlive reports whether path is a pinned pid namespace whose init (the
 // pause process) is alive.
 func PauseAlive(path string) bool {
+	return PausePID(path) > 0
+}
+
+// PausePID returns the PID (in the caller's pid namespace) of the pause process
+// whose pid namespace is pinned at path, or 0 when none is alive.
+func PausePID(path string) int {
 	if !IsPinned(path) {
-		return false
+		return 0
 	}
 	pin, err := statPin(path)
 	if err != nil {
-		return false
+		return 0
 	}
 	m := pauseMatcher{pin: &pin}
-	return m.find(0) > 0
+	return m.find(0)
 }
 
 // nsID identifies a namespace: the device and inode of its nsfs file.

@@ -13,7 +13,8 @@ import (
 	"github.com/crijournal/crijournal/oci"
 )
 
-// ContainerStatus reports a container.
+// ContainerStatus reports a container; verbose adds what containerd's verbose status
+// holds (pid, config, runtimeSpec) and the journal's view (containerVerboseInfo).
 func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
 	c, err := s.viewContainer(req.GetContainerId())
 	if err != nil {
@@ -27,10 +28,7 @@ func (s *Server) ContainerStatus(ctx context.Context, req *runtimeapi.ContainerS
 	}
 	resp := &runtimeapi.ContainerStatusResponse{Status: c.status()}
 	if req.GetVerbose() {
-		resp.Info = map[string]string{"info": infoJSON(map[string]any{
-			"sandbox_id": c.obj.SandboxID, "runtime_handler": c.obj.Handler, "bundle": c.obj.Bundle, "rootfs": c.obj.Rootfs,
-			"journal": map[string]any{"state": c.rec.State, "steps": c.rec.Steps, "markers": c.rec.Markers},
-		})}
+		resp.Info = map[string]string{"info": infoJSON(s.containerVerboseInfo(ctx, c))}
 	}
 	return resp, nil
 }

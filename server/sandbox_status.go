@@ -10,7 +10,9 @@ import (
 	"github.com/crijournal/crijournal/journal"
 )
 
-// PodSandboxStatus reports a created sandbox; verbose adds the journal's view of it.
+// PodSandboxStatus reports a created sandbox; verbose adds what containerd's verbose
+// status holds (the pause process, the configuration, a runtime spec of the pod's
+// namespaces; see sandboxVerboseInfo) and the journal's view of it.
 //
 // The answer carries the statuses of the sandbox's containers and the time they were
 // read (containers_statuses and timestamp), always both: a kubelet with the Evented PLEG
@@ -36,12 +38,7 @@ func (s *Server) PodSandboxStatus(ctx context.Context, req *runtimeapi.PodSandbo
 		resp.ContainersStatuses, resp.Timestamp = statuses, at.UnixNano()
 	}
 	if req.GetVerbose() {
-		resp.Info = map[string]string{"info": infoJSON(map[string]any{
-			"namespaces": sb.obj.Namespaces, "host_network": sb.obj.HostNetwork,
-			// The pod-level resources as created or last updated (UpdatePodSandboxResources).
-			"overhead": sb.config.GetLinux().GetOverhead(), "resources": sb.config.GetLinux().GetResources(),
-			"journal": map[string]any{"state": sb.rec.State, "steps": sb.rec.Steps, "markers": sb.rec.Markers},
-		})}
+		resp.Info = map[string]string{"info": infoJSON(s.sandboxVerboseInfo(sb))}
 	}
 	return resp, nil
 }
