@@ -146,6 +146,13 @@ func New(d Deps) *Server {
 			measure: storage.DirUsage, now: time.Now, busy: s.containerCPU, log: d.Log, soon: newIDQueue()}
 	}
 	s.pauseProgram, _ = PauseProgramPath(d.Config) // StartPause refuses "": the daemon checks it at start
+	if d.Runtimes != nil {
+		// What the kernel allows pods in a user namespace on the node's network, asked
+		// once now rather than in the first Status (see oci.ProbeUsernsHostNetwork).
+		if err := oci.ProbeUsernsHostNetwork(); err != nil {
+			s.log.Info("pods with their own user namespace cannot have the node's network", "err", err)
+		}
+	}
 	return s
 }
 

@@ -111,7 +111,11 @@ func (s *Server) UpdateRuntimeConfig(ctx context.Context, req *runtimeapi.Update
 func (s *Server) describeRuntime(ctx context.Context, verbose bool, resp *runtimeapi.StatusResponse) {
 	// mount_options: bind mounts honour Mount.mount_options (noexec, nodev, nosuid; see
 	// oci.criMount), whatever the handler: runc applies them as it applies ro.
-	resp.Features = &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true}
+	// user_namespaces_host_network: pods with their own user namespace on the node's
+	// network, where the kernel lets their containers bind the node's /sys (probed once,
+	// at the daemon's start: oci.ProbeUsernsHostNetwork).
+	resp.Features = &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true,
+		UserNamespacesHostNetwork: oci.ProbeUsernsHostNetwork() == nil}
 	supported := map[string]oci.Features{}
 	handlers := s.handlers()
 	names := handlers.Names()

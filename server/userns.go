@@ -7,6 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/netns"
+	"github.com/crijournal/crijournal/oci"
 )
 
 // podUserns checks the user namespace a pod asks for (namespace_options.userns_options)
@@ -14,7 +15,10 @@ import (
 // own (mode POD). No options, or mode NODE, is the host's user namespace.
 //
 // Refusals:
-//   - mode POD with the node's network, ipc or pid namespace (the kubelet never asks);
+//   - mode POD with the node's ipc or pid namespace (the kubelet never asks); with the
+//     node's network namespace it is accepted where the kernel allows it
+//     (oci.ProbeUsernsHostNetwork; FailedPrecondition elsewhere), as containerd 2.3+ and
+//     CRI-O 1.35+ accept it;
 //   - modes CONTAINER and TARGET, which the CRI does not define for user namespaces, and
 //     mappings that are not exactly one uid and one gid range starting at container ID 0
 //     with a length that fits: InvalidArgument (the request itself is wrong, wherever
@@ -42,11 +46,19 @@ func (s *Server) podUserns(ctx context.Context, opts *runtimeapi.NamespaceOption
 	for _, n := range []struct {
 		kind string
 		mode runtimeapi.NamespaceMode
-	}{{"network", opts.GetNetwork()}, {"ipc", opts.GetIpc()}, {"pid", opts.GetPid()}} {
+	}{{"ipc", opts.GetIpc()}, {"pid", opts.GetPid()}} {
 		if n.mode == runtimeapi.NamespaceMode_NODE {
-			// The kubelet refuses hostUsers: false with any of them: the node's
+			// The kubelet refuses hostUsers: false with either: the node's
 			// namespaces belong to the node's user namespace.
 			return false, invalidf("user namespace mode POD cannot be combined with the node's %s namespace", n.kind)
+		}
+	}
+	if opts.GetNetwork() == runtimeapi.NamespaceMode_NODE {
+		// hostNetwork with hostUsers: false (the kubelet's UserNamespacesHostNetworkSupport,
+		// sent when Status advertises user_namespaces_host_network): the containers get the
+		// node's /sys bound (spec's sysMount), which the kernel must allow.
+		if err := oci.ProbeUsernsHostNetwork(); err != nil {
+			return false, newError(errWrongState, "user namespace mode POD with the node's network namespace is not supported on this node: %v", err)
 		}
 	}
 	for _, m := range []struct {

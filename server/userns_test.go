@@ -42,8 +42,10 @@ func TestPodUserns(t *testing.T) {
 			Uids: one(0, 1000, 100000), Gids: one(0, 1000, 0)}), false, codes.InvalidArgument},
 		{"POD beyond 32 bits", pod(&runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD,
 			Uids: one(0, 1<<32-10, 100), Gids: one(0, 1000, 100)}), false, codes.InvalidArgument},
+		// Valid (user_namespaces_host_network), but refused here: no handler supports
+		// user namespaces, or (not root) the kernel probe failed.
 		{"POD with the host's network", &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_NODE, UsernsOptions: &runtimeapi.UserNamespace{
-			Mode: runtimeapi.NamespaceMode_POD, Uids: one(0, 1000, 100000), Gids: one(0, 1000, 100000)}}, false, codes.InvalidArgument},
+			Mode: runtimeapi.NamespaceMode_POD, Uids: one(0, 1000, 100000), Gids: one(0, 1000, 100000)}}, false, codes.FailedPrecondition},
 		{"POD with the host's pid", &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_NODE, UsernsOptions: &runtimeapi.UserNamespace{
 			Mode: runtimeapi.NamespaceMode_POD, Uids: one(0, 1000, 100000), Gids: one(0, 1000, 100000)}}, false, codes.InvalidArgument},
 		{"POD with the host's ipc", &runtimeapi.NamespaceOption{Ipc: runtimeapi.NamespaceMode_NODE, UsernsOptions: &runtimeapi.UserNamespace{

@@ -196,7 +196,7 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
 		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620", "gid=5"}},
 		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
-		{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", sysOpt}},
+		sysMount(in, sysOpt),
 		{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"nosuid", "noexec", "nodev", "relatime", sysOpt}},
 	}
 	if in.ShmPath != "" {
@@ -248,6 +248,18 @@ func containerMounts(in SpecInput, privileged, readonlyRootfs bool) ([]specs.Mou
 		return slices.ContainsFunc(own, func(o specs.Mount) bool { return o.Destination == x.Destination })
 	})
 	return append(mounts, own...), propagation, nil
+}
+
+// sysMount is the container's /sys: a new sysfs, but for a container in its pod's own
+// user namespace on the node's network (user namespace, no network namespace of its
+// own), whose root may not mount a sysfs of a network namespace it does not own (the
+// kernel's "sysfs: Restrict mounting sysfs"): it gets the node's /sys bound with its
+// submounts, as containerd and CRI-O give it (user_namespaces_host_network).
+func sysMount(in SpecInput, opt string) specs.Mount {
+	if in.Namespaces["user"] != "" && in.Namespaces["net"] == "" {
+		return specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", opt}}
+	}
+	return specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", opt}}
 }
 
 // isHostFile reports whether src, a sandbox file's bind source, is the node's own file at

@@ -317,3 +317,42 @@ func TestSpecProcMount(t *testing.T) {
 		})
 	}
 }
+
+// TestSpecSysUsernsHostNetwork is issue 51's item 3: a container in its pod's own user
+// namespace on the node's network may not mount a sysfs (its user namespace does not own
+// the network namespace), so its /sys is the node's, bound recursively, read-only
+// unless privileged, as containerd (internal/cri/server: "use bind mounts for /sys
+// when a pod employs both hostNetwork and user namespace") and CRI-O give it; every
+// other container gets a new sysfs.
+func TestSpecSysUsernsHostNetwork(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		namespaces map[string]string
+		privileged bool
+		want       specs.Mount
+	}{
+		{name: "user namespace, node's network", namespaces: map[string]string{"user": "/run/ns/user/p", "ipc": "/run/ns/ipc/p"},
+			want: specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "ro"}}},
+		{name: "privileged, user namespace, node's network", namespaces: map[string]string{"user": "/run/ns/user/p"}, privileged: true,
+			want: specs.Mount{Destination: "/sys", Type: "bind", Source: "/sys", Options: []string{"rbind", "nosuid", "noexec", "nodev", "rw"}}},
+		{name: "user namespace, pod network", namespaces: map[string]string{"user": "/run/ns/user/p", "net": "/run/ns/net/p"},
+			want: specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}}},
+		{name: "node's user namespace, node's network",
+			want: specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := baseInput(t)
+			in.Namespaces = tc.namespaces
+			sc(&in).Privileged = tc.privileged
+			var got []specs.Mount
+			for _, m := range mustSpec(t, in, testHost()).Mounts {
+				if m.Destination == "/sys" {
+					got = append(got, m)
+				}
+			}
+			if diff := cmp.Diff([]specs.Mount{tc.want}, got); diff != "" {
+				t.Errorf("/sys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
