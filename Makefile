@@ -118,6 +118,7 @@ help:
 	@echo 'make kubelet  build $(KUBELET_BIN), the kubelet of the end-to-end tests (only when test/kubelet changed)'
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
 	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed)'
+	@echo 'make critest  opt-in, as root, ~4 min (the first run builds bin/critest): the CRI conformance suite (critest $(CRITEST_VERSION), NRI on) against $(BIN) with the stand-in images of test/kit; prints passed / failed / skipped'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
 	@echo 'make test-upgrade  as root, a few minutes: $(PREV_VERSION) ($(PREV_COMMIT)) builds state, this build takes it over (test/upgrade)'
 	@echo 'make test-vm  opt-in, as root, ~30 min: the cgroup v2 + AppArmor tests in the emulated VM of test/vm'
@@ -232,6 +233,17 @@ node-e2e: deps build node-e2e-build
 	@# the host tools mk-images.sh copies into the agnhost stand-in
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES='curl netcat-openbsd'
 	test/node-e2e/run.sh $(NODE_E2E_ARGS)
+
+# critest (cri-tools, the CRI conformance suite) against the daemon: test/kit builds its
+# stand-in images and serves them from a loopback registry (crane, tools/go.mod), builds
+# bin/critest once, runs the daemon on private paths and stops everything it started.
+# Results in _output/critest/<time>/. Opt-in, as root. CRITEST_ARGS go to critest.
+CRITEST_VERSION := v1.37.0
+CRITEST_ARGS ?=
+.PHONY: critest
+critest: deps build
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES='jq'
+	KIT_CRITEST_VERSION=$(CRITEST_VERSION) test/kit/critest.sh $(BIN) $(CRITEST_ARGS)
 
 test: deps build kubelet
 	go vet -tags '$(GOTAGS)' ./...

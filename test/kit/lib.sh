@@ -15,7 +15,7 @@
 KIT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 KIT_ROOT=$(cd "$KIT_DIR/../.." && pwd)
 KIT_BIN=${KIT_BIN:-$KIT_ROOT/bin}
-KIT_CRITEST_VERSION=v1.37.0
+KIT_CRITEST_VERSION=${KIT_CRITEST_VERSION:-v1.37.0}
 # Where the kit's images are cached (images.sh OUTDIR); the bench and test/vm read them too.
 KIT_IMAGES=${KIT_IMAGES:-/var/tmp/crij-images}
 export PATH=/usr/local/go/bin:$PATH
