@@ -198,10 +198,21 @@ func Export(ctx context.Context, rt *oci.Runtime, job Job, src Source) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("checkpoint of %s: %w", job.ID, err)
 	}
-	if err := os.Rename(job.Partial, job.Location); err != nil {
+	if err := publish(job.Partial, job.Location); err != nil {
 		return fmt.Errorf("checkpoint of %s: %w", job.ID, err)
 	}
-	return syncDir(filepath.Dir(job.Location))
+	return nil
+}
+
+// publish renames the archive partial, whole and synced, onto location, and syncs their
+// directory: a reader of location finds the whole archive or none, and once publish has
+// returned, so does a reader after a power cut. On failure partial stays, for the step's
+// undo.
+func publish(partial, location string) error {
+	if err := os.Rename(partial, location); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(location))
 }
 
 // writeMetadata writes config.dump, spec.dump, status.dump and bind.mounts.

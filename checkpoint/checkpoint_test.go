@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -109,6 +110,55 @@ func TestWriteArchive(t *testing.T) {
 	cancel()
 	if err := writeArchive(ctx, work, out+"2"); !errors.Is(err, context.Canceled) {
 		t.Errorf("writeArchive with an ended context: %v, want context.Canceled", err)
+	}
+}
+
+// TestPublish: the archive replaces what is at the location whole, and the partial file
+// is gone; when the rename fails, nothing is at the location and the partial file stays
+// for the step's undo.
+func TestPublish(t *testing.T) {
+	tests := []struct {
+		name    string
+		before  *string // the location's content before; nil: none
+		noDir   bool    // the location's directory is gone
+		wantErr bool
+	}{
+		{name: "new location"},
+		{name: "replaces a file", before: new("an older archive")},
+		{name: "location's directory gone", noDir: true, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			partial := filepath.Join(dir, ".a.tar.crijournal-0")
+			location := filepath.Join(dir, "a.tar")
+			if tt.noDir {
+				location = filepath.Join(dir, "gone", "a.tar")
+			}
+			if err := os.WriteFile(partial, []byte("the whole archive"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tt.before != nil {
+				if err := os.WriteFile(location, []byte(*tt.before), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err := publish(partial, location)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("publish = %v, want error %v", err, tt.wantErr)
+			}
+			got, rerr := os.ReadFile(location)
+			_, perr := os.Stat(partial)
+			if tt.wantErr {
+				if rerr == nil || perr != nil {
+					t.Errorf("after a failed publish: location %q (%v), partial %v; want no location and the partial kept", got, rerr, perr)
+				}
+				return
+			}
+			if string(got) != "the whole archive" || !errors.Is(perr, fs.ErrNotExist) {
+				t.Errorf("after publish: location %q (%v), partial %v; want the archive and no partial", got, rerr, perr)
+			}
+		})
 	}
 }
 
