@@ -3,14 +3,14 @@
 #
 # Starts a crijournal daemon and containerd side by side, each on private paths with a
 # bridge network of its own, gives both the busybox image (crijournal pulls it from the
-# loopback registry $REG_ADDR, containerd imports the tarballs of $IMAGEDIR; both made
-# by the conformance kit, $KIT (default ../shared/conformance beside the repository):
-# mk-local-images.sh and local-registry.sh), then runs `crijournal-bench
-# --compare-endpoint` (the workload alternates between the daemons, round by round) with
-# the floor measured after each round, and prints the ratios. Then it stops every daemon
-# by PID and removes what they made. Run as root from the repository, after `make build`
-# and `make bench-deps`. Other arguments go to `crijournal-bench` (default: -n 20 -c 1
-# --rounds 4).
+# loopback registry $REG_ADDR, containerd imports the tarballs of $IMAGEDIR, default
+# /var/tmp/crij-images; both from the project's kit, test/kit: images.sh builds the
+# tarballs when missing, and without REG_ADDR lib.sh starts registry.sh for the run),
+# then runs `crijournal-bench --compare-endpoint` (the workload alternates between the
+# daemons, round by round) with the floor measured after each round, and prints the
+# ratios. Then it stops every daemon by PID and removes what they made. Run as root from
+# the repository, after `make build` and `make bench-deps`. Other arguments go to
+# `crijournal-bench` (default: -n 20 -c 1 --rounds 4).
 #
 # --containerd picks the containerd (anywhere among the arguments):
 #   2     containerd 2.x, the anchor of the targets (issue 42): the containerd,
@@ -55,8 +55,8 @@ both) wanted=(1.6 2) ;;
 esac
 [ ${#args[@]} -gt 0 ] || args=(-n 20 -c 1 --rounds 4)
 IMAGE="${IMAGE:-docker.io/library/busybox:latest}"
-IMAGEDIR="${IMAGEDIR:-/var/tmp/crij-images}"
-KIT="${KIT:-$(cd "$(dirname "$0")/../.." && pwd)/../shared/conformance}"
+IMAGEDIR="${IMAGEDIR:-${KIT_IMAGES:-/var/tmp/crij-images}}"
+export KIT_IMAGES="$IMAGEDIR" # the registry lib.sh starts pushes these
 CONTAINERD2_DIR="${CONTAINERD2_DIR:-/usr/local/libexec/crijournal/containerd-2.4.2}"
 for c in jq crictl; do
 	command -v "$c" >/dev/null || { echo "$0: no $c (apt-get install jq; crictl: make deps)" >&2; exit 1; }
@@ -71,10 +71,7 @@ for v in "${wanted[@]}"; do
 		}
 	done
 done
-[ -f "$IMAGEDIR/busybox.tar" ] && [ -f "$IMAGEDIR/pause-sandbox.tar" ] || {
-	echo "$0: no image tarballs in $IMAGEDIR: run $KIT/mk-local-images.sh $IMAGEDIR" >&2
-	exit 1
-}
+"$kit/images.sh" "$IMAGEDIR" >&2 # nothing when they are there already
 
 bundled_runc=/usr/local/libexec/crijournal/runc # config.BundledRunc
 if [ -z "${CONTAINERD_RUNC:-}" ]; then

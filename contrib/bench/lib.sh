@@ -8,7 +8,9 @@
 # what they made; then it runs the commands in $cleanups (other daemons' cleanups).
 #
 # mirror_config <file> writes a daemon configuration whose registries are mirrored by the
-# loopback registry $REG_ADDR (default 127.0.0.1:5000, see the conformance kit in ../shared/conformance beside the repository), and
+# loopback registry $REG_ADDR. Without REG_ADDR it first starts the project's registry
+# (test/kit/registry.sh: crane on a free 127.0.0.1 port, filled with the stand-in images of
+# test/kit/images.sh, built into $KIT_IMAGES when missing) for this run; cleanup stops it.
 # pull <side> <image> pulls an image into a side's daemon with crictl.
 #
 # $bin is the daemon (CRIJOURNAL_BIN, default bin/crijournal), $bench the benchmark program
@@ -56,9 +58,27 @@ cleanup() {
 	rm -rf "$base"
 }
 cleanups=()
-REG_ADDR="${REG_ADDR:-127.0.0.1:5000}"
+kit="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../test/kit" && pwd)"
+
+# stop_registry stops the registry start_registry started (cleanup runs it).
+stop_registry() { REG_RUN="$base/registry" "$kit/registry.sh" stop >/dev/null; }
+
+# start_registry starts the kit's registry for this run, unless REG_ADDR names one already.
+start_registry() {
+	[ -z "${REG_ADDR:-}" ] || return 0
+	"$kit/images.sh" >&2
+	cleanups+=(stop_registry)
+	REG_ADDR=127.0.0.1:0 REG_RUN="$base/registry" "$kit/registry.sh" start >"$base/registry.log" 2>&1 || {
+		echo "$0: the kit's registry did not start:" >&2
+		tail -n 20 "$base/registry.log" >&2
+		exit 1
+	}
+	REG_ADDR="$(REG_RUN="$base/registry" "$kit/registry.sh" addr)"
+	echo "registry: $REG_ADDR (test/kit/registry.sh)" >&2
+}
 
 mirror_config() {
+	start_registry
 	for h in registry.k8s.io gcr.io k8s.gcr.io docker.io; do
 		printf '[[registries]]\nprefix = "%s"\nlocation = "%s"\ninsecure = true\n' "$h" "$REG_ADDR"
 	done >"$1"
