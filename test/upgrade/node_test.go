@@ -442,19 +442,19 @@ func (n *node) record(t *testing.T, bin, id string) (journal.Record, bool) {
 }
 
 // leaks returns what bin's `inspect --leaks` finds on the node that no record owns (with
-// the daemon down, records of work left half done too), one a line.
-func (n *node) leaks(t *testing.T, bin string) []string {
+// the daemon down, records of work left half done too), one a line, and how many things
+// it found that records own.
+func (n *node) leaks(t *testing.T, bin string) (leaked []string, held int) {
 	t.Helper()
 	var rep leaks.Report
 	err := n.inspect(t, bin, &rep, "--leaks", "--json", "--cgroup-parent", n.cgroupPar)
-	var out []string
 	for _, it := range rep.Leaks {
-		out = append(out, it.String())
+		leaked = append(leaked, it.String())
 	}
-	if (err != nil) != (len(out) > 0) {
-		t.Errorf("inspect --leaks exited with %v, reporting %d leak(s)", err, len(out))
+	if (err != nil) != (len(leaked) > 0) {
+		t.Errorf("inspect --leaks exited with %v, reporting %d leak(s)", err, len(leaked))
 	}
-	return out
+	return leaked, len(rep.Held)
 }
 
 // ipAllocations returns host-local's allocations: IP -> sandbox ID.
