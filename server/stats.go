@@ -185,10 +185,12 @@ func (s *Server) statsContainers(id, sandboxID string, selector map[string]strin
 	return out
 }
 
-// forgetStats drops what the stats calls keep of containers that are gone.
+// forgetStats drops what the stats calls keep of containers and pods that are gone.
 func (s *Server) forgetStats() {
 	live := map[string]bool{}
-	for _, r := range s.journal.Snapshot(func(r *journal.Record) bool { return r.Kind == journal.KindContainer }) {
+	for _, r := range s.journal.Snapshot(func(r *journal.Record) bool {
+		return r.Kind == journal.KindContainer || r.Kind == journal.KindSandbox
+	}) {
 		live[r.ID] = true
 	}
 	s.stats.prune(live)
@@ -310,14 +312,14 @@ func (s *Server) writableLayer(id string) (*runtimeapi.FilesystemUsage, error) {
 // measured yet: its stats leave the writable layer out.
 var errNotMeasured = errors.New("writable layer not measured yet")
 
-// PodSandboxStats reports a pod's resource usage: its containers', summed, and its
-// network namespace's interface counters.
+// PodSandboxStats reports a pod's resource usage: its own cgroup's (see podStats), with
+// its containers', and its network namespace's interface counters.
 func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
 	sb, err := s.findSandbox(req.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
-	return &runtimeapi.PodSandboxStatsResponse{Stats: s.podStats(ctx, sb)}, nil
+	return &runtimeapi.PodSandboxStatsResponse{Stats: s.podStats(ctx, sb, s.podCgroupParents())}, nil
 }
 
 // ListPodSandboxStats reports the resource usage of the created pods that pass the filter
@@ -328,6 +330,7 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPo
 		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated && strings.HasPrefix(r.ID, f.GetId())
 	})
 	resp := &runtimeapi.ListPodSandboxStatsResponse{}
+	parents := s.podCgroupParents()
 	for _, rec := range recs {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -340,13 +343,42 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPo
 		if !labelsMatch(sb.config.GetLabels(), f.GetLabelSelector()) {
 			continue
 		}
-		resp.Stats = append(resp.Stats, s.podStats(ctx, sb))
+		resp.Stats = append(resp.Stats, s.podStats(ctx, sb, parents))
 	}
 	return resp, nil
 }
 
-// podStats sums the stats of a pod's containers and reads its network namespace.
-func (s *Server) podStats(ctx context.Context, sb sandbox) *runtimeapi.PodSandboxStats {
+// podCgroupParents counts the created pods by cgroup_parent.
+func (s *Server) podCgroupParents() map[string]int {
+	n := map[string]int{}
+	for _, rec := range s.journal.Snapshot(func(r *journal.Record) bool {
+		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated
+	}) {
+		if sb, err := s.sandboxCache.view(rec, decodeSandbox); err == nil {
+			n[sb.config.GetLinux().GetCgroupParent()]++
+		}
+	}
+	return n
+}
+
+// ownPodCgroup reports whether parent, a pod's cgroup_parent, is the pod's alone: set,
+// and neither another created pod's (parents counts them, the pod included) nor above
+// another's.
+func ownPodCgroup(parent string, parents map[string]int) bool {
+	if parent == "" || parents[parent] > 1 {
+		return false
+	}
+	for p := range parents {
+		if strings.HasPrefix(p, strings.TrimSuffix(parent, "/")+"/") {
+			return false
+		}
+	}
+	return true
+}
+
+// podStats reads a pod's cgroup, its containers' and its network namespace; parents
+// counts the created pods by cgroup_parent (podCgroupParents).
+func (s *Server) podStats(ctx context.Context, sb sandbox, parents map[string]int) *runtimeapi.PodSandboxStats {
 	now := time.Now().UnixNano()
 	cpu := &runtimeapi.CpuUsage{Timestamp: now, UsageCoreNanoSeconds: &runtimeapi.UInt64Value{}, UsageNanoCores: &runtimeapi.UInt64Value{}}
 	mem := &runtimeapi.MemoryUsage{
@@ -374,6 +406,22 @@ func (s *Server) podStats(ctx context.Context, sb sandbox) *runtimeapi.PodSandbo
 			mem.RssBytes.Value += st.GetMemory().GetRssBytes().GetValue()
 			mem.PageFaults.Value += st.GetMemory().GetPageFaults().GetValue()
 			mem.MajorPageFaults.Value += st.GetMemory().GetMajorPageFaults().GetValue()
+		}
+	}
+	// With a cgroup of its own (its cgroup_parent, as the kubelet gives every pod), the
+	// pod's CPU, memory and process count are that cgroup's, as containerd reports them:
+	// they count the pause process and the containers' conmons beside the containers, and
+	// the pod's memory limit gives available_bytes. Without one (no cgroup_parent, or one
+	// that other pods share) they stay its containers' sums.
+	if parent := sb.config.GetLinux().GetCgroupParent(); ownPodCgroup(parent, parents) {
+		if pod, err := oci.PodStats(parent, s.cfg.SystemdCgroup()); err != nil {
+			s.log.Warn("pod cgroup stats not readable: the pod's figures are its containers' sums", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
+		} else {
+			ts := pod.Timestamp.UnixNano()
+			cpu.Timestamp, cpu.UsageCoreNanoSeconds.Value = ts, pod.CPUUsageNanos
+			cpu.UsageNanoCores.Value = s.stats.nanoCores(sb.rec.ID, pod.Timestamp, pod.CPUUsageNanos)
+			mem = memoryUsage(pod)
+			linux.Memory, procs = mem, pod.Processes
 		}
 	}
 	linux.Process = &runtimeapi.ProcessUsage{Timestamp: now, ProcessCount: &runtimeapi.UInt64Value{Value: procs}}
