@@ -192,6 +192,10 @@ func (s *Store) pull(ctx context.Context, named reference.Named, auth *Auth) (Im
 		}
 		return Image{}, fmt.Errorf("pull %s: %w", named, err)
 	}
+	// Durable before it is answered (see durable.go).
+	if err := s.syncGraphRoot(); err != nil {
+		return Image{}, fmt.Errorf("pull %s: %w", named, err)
+	}
 	_, img, err := istorage.ResolveReference(destRef)
 	if err != nil {
 		return Image{}, fmt.Errorf("pull %s: find the pulled image: %w", named, err)

@@ -28,6 +28,32 @@ func BenchmarkPull(b *testing.B) {
 	storagetest.RequireRoot(b)
 	storagetest.RequireBusybox(b)
 	host := storagetest.StartRegistry(b)
+	ref := pushBig(b, host)
+	for _, timeout := range []time.Duration{0, 5 * time.Minute} {
+		b.Run(fmt.Sprintf("progress_timeout=%v", timeout), func(b *testing.B) {
+			dir := b.TempDir()
+			s, err := Open(context.Background(), Options{Root: filepath.Join(dir, "root"), RunRoot: filepath.Join(dir, "run"),
+				Driver: DriverVFS, PullProgressTimeout: timeout, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := s.PullImage(ctx, ref, nil); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.RemoveImage(ctx, ref); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// pushBig pushes the busybox image with a 16 MiB incompressible layer on top to the
+// registry at host, as bench/big:1.0, and returns its reference.
+func pushBig(b *testing.B, host string) string {
 	data := make([]byte, 16<<20)
 	rand.Read(data)
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
@@ -44,26 +70,7 @@ func BenchmarkPull(b *testing.B) {
 	if err := remote.Write(ref, img); err != nil {
 		b.Fatal(err)
 	}
-	for _, timeout := range []time.Duration{0, 5 * time.Minute} {
-		b.Run(fmt.Sprintf("progress_timeout=%v", timeout), func(b *testing.B) {
-			dir := b.TempDir()
-			s, err := Open(context.Background(), Options{Root: filepath.Join(dir, "root"), RunRoot: filepath.Join(dir, "run"),
-				Driver: DriverVFS, PullProgressTimeout: timeout, Logger: slog.New(slog.DiscardHandler)})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close()
-			ctx := context.Background()
-			for b.Loop() {
-				if _, err := s.PullImage(ctx, ref.String(), nil); err != nil {
-					b.Fatal(err)
-				}
-				if err := s.RemoveImage(ctx, ref.String()); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-	}
+	return ref.String()
 }
 
 // BenchmarkFsInfo measures ImageFsInfo's walk of a graph root holding the busybox image:

@@ -204,6 +204,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		// vfs has no mount to carry it, and refuses mount options.
 		GraphDriverOptions: []string{DriverOverlay + ".mountopt=nodev"},
 	}
+	if syncLayers {
+		// A layer's files are flushed (syncfs) before it is recorded complete, so that
+		// a power cut never leaves a complete layer with files missing (see durable.go).
+		sopts.GraphDriverOptions = append(sopts.GraphDriverOptions, DriverOverlay+".sync=filesystem")
+	}
 	if opts.Driver == "" {
 		// With an explicit priority list containers/storage reuses the driver whose
 		// state the graph root holds, and otherwise takes the first that initializes;
