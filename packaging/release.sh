@@ -13,8 +13,9 @@
 # The default configuration is `crijournal config`'s, every key commented out: each names
 # its default, none sets it, so a node gets the defaults of the release it runs (an older
 # release refuses keys it does not know; see README, "Upgrading and rolling back").
-# RELEASE_ANY_BINARY=1 skips the check that the binary names VERSION: for the package test
-# (packaging/packages_test.go), which packs the same binaries as a lower version.
+# For the package test (packaging/packages_test.go), which packs the same binaries as a
+# lower version: RELEASE_ANY_BINARY=1 skips the check that the binary names VERSION,
+# RELEASE_PACKAGES_ONLY=1 makes no tarball, and NFPM names an nfpm binary already built.
 set -euo pipefail
 
 version=${1:?usage: release.sh VERSION OUT}
@@ -44,7 +45,7 @@ done
 sed 's|@BINDIR@|/usr/bin|g' "$root/contrib/systemd/crijournal.service" >"$stage/crijournal.service"
 "$root/bin/crijournal" completion bash >"$stage/crijournal.bash"
 {
-	echo "# The defaults of crijournal $version, every key commented out: uncomment a key to set it."
+	echo "# The defaults of crijournal, every key commented out: uncomment a key to set it."
 	"$root/bin/crijournal" config --config /dev/null | sed -E 's/^([a-z_]+ = )/# \1/; s/^(\[)/# \1/'
 } >"$stage/crijournal.toml"
 # The commented file must set nothing: the configuration it gives is the defaults.
@@ -58,21 +59,29 @@ install -m 0644 "$root/contrib/cni/10-crijournal-bridge.conflist" "$stage/10-cri
 install -m 0644 "$root/contrib/containers/policy.json" "$stage/policy.json"
 
 # The tarball: one directory; its unit runs /usr/local/bin/crijournal, as make install's.
-tree=$work/$name
-mkdir -p "$tree"
-cp -a "$stage/." "$tree/"
-sed 's|@BINDIR@|/usr/local/bin|g' "$root/contrib/systemd/crijournal.service" >"$tree/crijournal.service"
-install -m 0644 "$root/README.md" "$root/CHANGELOG.md" "$tree/"
-tar -C "$work" --owner=0 --group=0 --numeric-owner -czf "$out/$name.tar.gz" "$name"
+made=()
+if [ "${RELEASE_PACKAGES_ONLY:-}" != 1 ]; then
+	tree=$work/$name
+	mkdir -p "$tree"
+	cp -a "$stage/." "$tree/"
+	sed 's|@BINDIR@|/usr/local/bin|g' "$root/contrib/systemd/crijournal.service" >"$tree/crijournal.service"
+	install -m 0644 "$root/README.md" "$root/CHANGELOG.md" "$tree/"
+	tar -C "$work" --owner=0 --group=0 --numeric-owner -czf "$out/$name.tar.gz" "$name"
+	made+=("$name.tar.gz")
+fi
 
 # The packages: nfpm runs where the staged files are (nfpm.yaml names them relative).
-(cd "$root/tools" && go build -o "$work/nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm)
+nfpm=${NFPM:-$work/nfpm}
+if [ -z "${NFPM:-}" ]; then
+	(cd "$root/tools" && go build -o "$nfpm" github.com/goreleaser/nfpm/v2/cmd/nfpm)
+fi
 cp "$root/packaging/nfpm.yaml" "$work/"
 cp -r "$root/packaging/scripts" "$work/"
 deb=crijournal_${version}-1_amd64.deb
 rpm=crijournal-${version}-1.x86_64.rpm
-(cd "$work" && VERSION=$version ./nfpm package --config nfpm.yaml --packager deb --target "$out/$deb" >/dev/null)
-(cd "$work" && VERSION=$version ./nfpm package --config nfpm.yaml --packager rpm --target "$out/$rpm" >/dev/null)
+(cd "$work" && VERSION=$version "$nfpm" package --config nfpm.yaml --packager deb --target "$out/$deb" >/dev/null)
+(cd "$work" && VERSION=$version "$nfpm" package --config nfpm.yaml --packager rpm --target "$out/$rpm" >/dev/null)
 
-(cd "$out" && sha256sum "$name.tar.gz" "$deb" "$rpm" >SHA256SUMS)
-echo "release: $out/{$name.tar.gz,$deb,$rpm,SHA256SUMS}"
+made+=("$deb" "$rpm")
+(cd "$out" && sha256sum "${made[@]}" >SHA256SUMS)
+echo "release: in $out: ${made[*]} SHA256SUMS"

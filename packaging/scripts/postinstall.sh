@@ -29,7 +29,7 @@ put() { # put SOURCE DESTINATION: install it and record it in the manifest
 	sha256sum "$2" >>"$manifest"
 	echo "crijournal: installed $2"
 }
-if ls /etc/cni/net.d/*.conf /etc/cni/net.d/*.conflist /etc/cni/net.d/*.json >/dev/null 2>&1; then
+if [ -n "$(ls /etc/cni/net.d/*.conf /etc/cni/net.d/*.conflist /etc/cni/net.d/*.json 2>/dev/null)" ]; then
 	echo "crijournal: kept the CNI network in /etc/cni/net.d"
 else
 	put $share/10-crijournal-bridge.conflist /etc/cni/net.d/10-crijournal-bridge.conflist
