@@ -59,9 +59,9 @@ NODE_E2E_ARGS ?=
 # (libseccomp-dev and pkg-config build the project's runc; apparmor's apparmor_parser loads
 # the default AppArmor profile on nodes that have AppArmor, and compiles it in the tests; systemd
 # and dbus are booted in namespaces of their own by the systemd cgroup driver's tests, test/systemd;
-# runc runs criu for CheckpointContainer.)
+# runc runs criu for CheckpointContainer; rpm installs the release's .rpm in packaging's test.)
 DEB_PACKAGES := runc conmon containernetworking-plugins iproute2 util-linux iptables gcc libc6-dev busybox-static \
-	libseccomp-dev pkg-config apparmor systemd dbus criu
+	libseccomp-dev pkg-config apparmor systemd dbus criu rpm
 CRICTL_VERSION := v1.37.0
 # The project's runc: built by deps from its Go module (Debian's runc 1.1 has no idmapped
 # mounts, which user namespaces need). The daemon's handlers without a path use it when it
