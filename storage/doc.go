@@ -15,7 +15,8 @@
 // or /var/cache/containers:
 //
 //	Options.Root           graph root: layers, images, containers, the per-container dirs
-//	                       (config.Config.StorageRootDir, default /var/lib/crijournal/storage)
+//	                       (config.Config.StorageRootDir, default /var/lib/crijournal/storage);
+//	                       crijournal-checked-boot: the boot of Open's last check (repair.go)
 //	Options.RunRoot        run root: mount counts and per-container run dirs; lost on reboot
 //	                       (config.Config.StorageRunRootDir, default /run/crijournal/storage)
 //	Options.RootfsDir      bind mounts of the root filesystems of containers in a user
@@ -57,6 +58,9 @@
 //
 // Pulls of the same names with the same credentials at the same time share one download
 // (pullshare.go), detached from every caller and cancelled when the last has gone. A pull
+// is answered only once the image is on disk for good, so that a power cut cannot take an
+// image the kubelet was told it has (durable.go); the first Open of each boot removes what
+// a cut damaged: images whose layers are gone, layers nothing uses (repair.go). A pull
 // that waits on the registry and receives nothing for Options.PullProgressTimeout is
 // cancelled (pullwatch.go, ErrPullNoProgress). A pull that fails, on a full disk
 // (ErrDiskFull) or otherwise, leaves no layer and no temporary file (pullclean.go).

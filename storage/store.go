@@ -247,6 +247,9 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		pinned:              pins,
 		pullProgressTimeout: opts.PullProgressTimeout,
 	}
+	// What a reboot after a power cut found damaged: images whose layers or data are
+	// gone, layers no record names (see repair.go). No pull and no creation runs yet.
+	s.checkOnce(log)
 	// What pulls that a crash interrupted left: their blobs' temporary copies, and the
 	// layers they had unpacked (see pullclean.go). No pull runs yet.
 	if err := emptyDir(sys.BigFilesTemporaryDir); err != nil {
