@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # mk-images.sh OUTDIR — stand-ins of the images the kubelet's node conformance specs pull
-# (issue 23), built without a network the way ../shared/conformance/mk-local-images.sh builds
-# critest's (single-layer OCI tarballs by its mkimage.sh). Writes OUTDIR/images.list,
-# "<tarball> <upstream reference>", which local-registry.sh pushes as 127.0.0.1:PORT/<path>.
+# (issue 23), built without a network the way the project's kit builds critest's
+# (test/kit/images.sh: single-layer OCI tarballs by test/kit/mkimage.sh). Writes
+# OUTDIR/images.list, "<tarball> <upstream reference>", which test/kit/registry.sh pushes
+# as 127.0.0.1:PORT/<path>.
 #
-# Needs the conformance kit (CONFORMANCE_KIT, default ../shared/conformance beside the
-# repository), and bin/agnhost and bin/nonewprivs (make node-e2e-build): the two Go programs
-# of k8s.io/kubernetes/test/images, built from test/kubelet. See IMAGES.md for what each
+# Needs bin/agnhost and bin/nonewprivs (make node-e2e-build): the two Go programs of
+# k8s.io/kubernetes/test/images, built from test/kubelet. See IMAGES.md for what each
 # stand-in is, and which images cannot be made.
 set -euo pipefail
 OUT=${1:?usage: mk-images.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-KIT=${CONFORMANCE_KIT:-$ROOT/../shared/conformance}
+KIT=$ROOT/test/kit
 BIN=${BIN:-$ROOT/bin}
 MK="$KIT/mkimage.sh"
-for f in "$MK" "$KIT/mk-local-images.sh" "$BIN/agnhost" "$BIN/nonewprivs"; do
-	[ -e "$f" ] || { echo "mk-images.sh: $f missing (CONFORMANCE_KIT? make node-e2e-build?)" >&2; exit 1; }
+for f in "$BIN/agnhost" "$BIN/nonewprivs"; do
+	[ -e "$f" ] || { echo "mk-images.sh: $f missing (make node-e2e-build)" >&2; exit 1; }
 done
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
@@ -25,7 +25,7 @@ trap 'rm -rf "$work"' EXIT
 
 # The kit's images: busybox (Debian's dynamic busybox with applet hard links, /etc/passwd),
 # pause (pause.c), the nginx stand-in (busybox httpd on :80).
-"$KIT/mk-local-images.sh" "$OUT/kit" >/dev/null
+"$KIT/images.sh" "$OUT/kit" >/dev/null
 : >"$OUT/images.list"
 add() { echo "$1 $2" >>"$OUT/images.list"; }
 

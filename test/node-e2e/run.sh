@@ -3,11 +3,12 @@
 # (issue 23). As root, after `make build node-e2e-build` (`make node-e2e` does both and runs this).
 #
 # It builds the stand-in images (mk-images.sh, cached in $IMAGES), serves them from a loopback
-# registry ($REG_ADDR), starts bin/crijournal on private paths under a temporary directory
-# (its own socket, root, CNI network, registries.conf), writes the base kubelet configuration
-# this node needs, and runs bin/e2e_node.test, which starts etcd and the kube-apiserver
-# in-process and bin/kubelet as a child, with the focus and skip below. Results (junit, logs,
-# the kubelet's and the daemon's) go to $RESULTS.
+# registry ($REG_ADDR: test/kit/registry.sh, the crane of tools/go.mod), starts bin/crijournal
+# on private paths under a temporary directory (its own socket, root, CNI network,
+# registries.conf), writes the base kubelet configuration this node needs, and runs
+# bin/e2e_node.test, which starts etcd and the kube-apiserver in-process and bin/kubelet as
+# a child, with the focus and skip below. Results (junit, logs, the kubelet's and the
+# daemon's) go to $RESULTS.
 #
 #   ONLY    a regex: only the focused specs it matches (FOCUS='(ONLY).*\[NodeConformance\]')
 #   FOCUS   ginkgo focus   (default '\[NodeConformance\]'; replaces it, so a FOCUS of your own
@@ -25,7 +26,7 @@ set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$ROOT/bin
-KIT=${CONFORMANCE_KIT:-$ROOT/../shared/conformance}
+KIT=$ROOT/test/kit
 FOCUS=${FOCUS:-'\[NodeConformance\]'}
 [ -z "${ONLY:-}" ] || FOCUS="($ONLY).*\[NodeConformance\]"
 SKIP=${SKIP:-'\[Flaky\]|\[Slow\]|\[Serial\]'}
@@ -69,7 +70,7 @@ cleanup() {
 	local state_dirs=()
 	[ -f "$WORK/crijournal.toml" ] && mapfile -t state_dirs < <("$BIN/crijournal" inspect --config "$WORK/crijournal.toml" --paths 2>/dev/null |
 		jq -r '.handlers[].conmon_state' 2>/dev/null)
-	"$KIT/local-registry.sh" stop >/dev/null 2>&1
+	"$KIT/registry.sh" stop >/dev/null 2>&1
 	for r in "${NAT_RULES[@]}"; do iptables -t nat -D OUTPUT $r 2>/dev/null; done
 	# the network the daemon's pods used: nothing should be left, the bridge is ours
 	ip link del cnie2e0 2>/dev/null
@@ -88,11 +89,11 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 # 1. images ------------------------------------------------------------------------------
-if [ ! -s "$IMAGES/images.list" ] || [ "$HERE/mk-images.sh" -nt "$IMAGES/images.list" ] ||
-	[ "$BIN/agnhost" -nt "$IMAGES/images.list" ]; then
+if [ ! -s "$IMAGES/images.list" ] || [ "$BIN/agnhost" -nt "$IMAGES/images.list" ] ||
+	[ -n "$(find "$HERE/mk-images.sh" "$KIT"/{images.sh,mkimage.sh,pause.c,nnp.c} -newer "$IMAGES/images.list")" ]; then
 	"$HERE/mk-images.sh" "$IMAGES"
 fi
-"$KIT/local-registry.sh" start "$IMAGES" >"$RESULTS/registry-push.log"
+"$KIT/registry.sh" start "$IMAGES" >"$RESULTS/registry-push.log"
 
 # 2. the daemon, on private paths --------------------------------------------------------
 mkdir -p "$WORK/cni" "$WORK/registries.conf.d" "$WORK/run"
