@@ -3,7 +3,6 @@ package journal
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/migrations"
 )
 
@@ -36,10 +36,6 @@ func TestStoredStringsAreStable(t *testing.T) {
 	}
 }
 
-// update rewrites the golden files from the current encoding: only for a new schema
-// version, with its migration.
-var update = flag.Bool("update", false, "rewrite testdata/record-v1.json from the current encoding")
-
 // TestRecordEncodingIsStable decodes a record as schema version 1 stores it
 // (testdata/record-v1.json) and encodes it back byte for byte.
 func TestRecordEncodingIsStable(t *testing.T) {
@@ -61,7 +57,7 @@ func TestRecordEncodingIsStable(t *testing.T) {
 		Object:    json.RawMessage(`{"handler":"runc"}`),
 		HoldsName: false,
 	}
-	if *update {
+	if testenv.Updating() { // only for a new schema version, with its migration
 		b, err := encodeRecord(&want)
 		if err != nil {
 			t.Fatal(err)
