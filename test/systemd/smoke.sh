@@ -1,19 +1,25 @@
 #!/bin/bash
 # smoke.sh BIN: run INSIDE a systemd booted by up.sh (nse smoke.sh BIN): a crijournal with
-# cgroup_manager = "systemd" on the default paths, a pod in a slice of its own that systemd does
-# not have (so the daemon makes it, as a step), a busybox container; prints the units and
-# cgroups at each stage and fails if any is left once the pod is removed. Images come from a
-# loopback registry (/work/shared/conformance/local-registry.sh, or $REGISTRY_SH).
+# cgroup_manager = "systemd" on the default paths (but the repository's CNI network and
+# signature policy, which the node may lack), a pod in a slice of its own that systemd does not
+# have (so the daemon makes it, as a step), a busybox container; prints the units and cgroups
+# at each stage and fails if any is left once the pod is removed. Images come from a
+# loopback registry (test/kit/registry.sh, or $REGISTRY_SH), filled with the kit's images, which
+# must be made on the host before the boot (test/kit/images.sh; the booted systemd has no network).
 set -euo pipefail
 BIN=$(readlink -f "${1:?usage: smoke.sh BIN}")
-REGISTRY_SH=${REGISTRY_SH:-/work/shared/conformance/local-registry.sh}
+REGISTRY_SH=${REGISTRY_SH:-$(cd "$(dirname "$0")/../kit" && pwd)/registry.sh}
 [ -d /run/systemd/system ] || { echo "smoke.sh: not inside a systemd (run it through nse)" >&2; exit 1; }
 mountpoint -q /var/lib || mount -t tmpfs tmpfs /var/lib # storage's overlay cannot sit on the root overlay
 "$REGISTRY_SH" start >/tmp/registry.log 2>&1
-W=/tmp/smoke; mkdir -p $W
+W=/tmp/smoke; mkdir -p $W/cni
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+cp "$TOP/contrib/cni/10-crijournal-bridge.conflist" $W/cni/ # the node's own may be missing
 cat >$W/crijournal.toml <<T
 cgroup_manager = "systemd"
 log_level = "debug"
+signature_policy = "$TOP/contrib/containers/policy.json"
+cni_conf_dir = "$W/cni"
 [[registries]]
 prefix = "registry.k8s.io"
 location = "127.0.0.1:5000"
