@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # test/vm/critest-inside.sh OUT: run in the VM by test/vm/run.sh (VM_CRITEST=1): the CRI
-# conformance suite (critest v1.37.0, /usr/local/bin/critest) against the daemon on its
-# default paths with the cgroupfs driver, NRI on, through the conformance kit of
-# ../shared/conformance (stand-in images from /var/tmp/crij-images on a loopback registry,
-# the registries critest names mirrored to it). Its counts go to OUT/critest/summary.txt.
+# conformance suite (critest v1.37.0) against the daemon on its default paths with the
+# cgroupfs driver, NRI on, through the project's kit, test/kit: the stand-in images of
+# $KIT_IMAGES (/var/tmp/crij-images, made on the host by images.sh) on its loopback registry
+# (registry.sh), the registries critest names mirrored to it; critest and crane from bin/ or
+# PATH, built on the host (the VM's checkout is read-only). Its counts go to
+# OUT/critest/summary.txt.
 set -uo pipefail
 out=$1
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-kit=${CONFORMANCE:-$(cd "$top/.." && pwd)/shared/conformance}
+kit=$top/test/kit
+images=${KIT_IMAGES:-/var/tmp/crij-images}
+export REG_ADDR=127.0.0.1:5000 # the VM's own loopback
 bin=${CRIJOURNAL_BIN:-$top/bin/crijournal}
 sock=/run/crijournal/crijournal.sock
 
@@ -33,10 +37,10 @@ mkdir -p /etc/cni/net.d /etc/containers
 cp "$top/contrib/cni/10-crijournal-bridge.conflist" /etc/cni/net.d/
 [ -e /etc/containers/policy.json ] || cp "$top/contrib/containers/policy.json" /etc/containers/
 for h in registry.k8s.io gcr.io k8s.gcr.io docker.io; do
-	printf '[[registries]]\nprefix = "%s"\nlocation = "127.0.0.1:5000"\ninsecure = true\n' "$h"
+	printf '[[registries]]\nprefix = "%s"\nlocation = "%s"\ninsecure = true\n' "$h" "$REG_ADDR"
 done >/tmp/critest.toml
 
-"$kit/local-registry.sh" start /var/tmp/crij-images >"$out/critest-registry.log" 2>&1 ||
+"$kit/registry.sh" start "$images" >"$out/critest-registry.log" 2>&1 ||
 	{ echo "critest: the registry did not start"; cat "$out/critest-registry.log"; exit 1; }
 CRIJOURNAL_CONFIG=/tmp/critest.toml "$bin" serve >"$out/critest-daemon.log" 2>&1 &
 daemon=$!
@@ -52,5 +56,5 @@ CRITEST_TIMEOUT=${CRITEST_TIMEOUT:-6000} "$kit/run-critest.sh" "unix://$sock" "$
 	-nri-socket /var/run/nri/nri.sock --ginkgo.timeout=95m | tee "$out/critest/summary.txt"
 rc=${PIPESTATUS[0]}
 kill $daemon; wait $daemon
-"$kit/local-registry.sh" stop
+"$kit/registry.sh" stop
 exit $rc
