@@ -3,18 +3,21 @@ package oci
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go/features"
+	"golang.org/x/sys/unix"
 )
 
 // Features is what the runtime binary of a handler says it supports (`runc features`),
 // reduced to what the CRI's Status reports per handler.
 type Features struct {
-	// RecursiveReadOnlyMounts: the runtime knows the "rro" mount option.
+	// RecursiveReadOnlyMounts: the runtime knows the "rro" mount option and the kernel
+	// has what it needs for it (mount_setattr, Linux 5.12; see onKernel).
 	RecursiveReadOnlyMounts bool `json:"recursiveReadOnlyMounts"`
 	// UserNamespaces: the runtime creates user namespaces and supports idmapped
 	// mounts (which the CRI's user namespaces need for volumes).
@@ -66,8 +69,26 @@ func (r *Runtime) readFeatures(ctx context.Context) (Features, error) {
 	if err != nil {
 		return Features{}, fmt.Errorf("%s features: %w", r.handler, err)
 	}
-	return f, nil
+	return onKernel(f, kernelMountSetattr()), nil
 }
+
+// onKernel is what the runtime's features f come to on a kernel with or without
+// mount_setattr(2) (hasSetattr): a runtime lists "rro" whatever the kernel, but applies it
+// with mount_setattr's MOUNT_ATTR_RDONLY over a whole tree (Linux 5.12), and fails the
+// container where the kernel lacks it; so recursive read-only mounts are advertised only
+// where both have them (containerd checks the kernel's version, 5.12, for the same).
+func onKernel(f Features, hasSetattr bool) Features {
+	f.RecursiveReadOnlyMounts = f.RecursiveReadOnlyMounts && hasSetattr
+	return f
+}
+
+// kernelMountSetattr reports whether the kernel has mount_setattr(2), asked once: a call
+// with no file descriptor fails with EBADF where the system call exists, ENOSYS where it
+// does not (before 5.12, or filtered out by a seccomp profile the daemon runs under).
+var kernelMountSetattr = sync.OnceValue(func() bool {
+	err := unix.MountSetattr(-1, "", unix.AT_EMPTY_PATH, &unix.MountAttr{})
+	return !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EPERM)
+})
 
 // parseFeatures reads the JSON of `runc features` (the OCI features document).
 func parseFeatures(out []byte) (Features, error) {
