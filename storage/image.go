@@ -272,31 +272,18 @@ func (s *Store) ImageStatus(ctx context.Context, ref string) (Image, error) {
 	return s.image(ctx, img)
 }
 
-// RemoveImage removes an image. By ID or by digest it removes the image with all its names.
-// By tag it removes that tag, and the image too if no other tag remains. ErrImageInUse while
-// a storage container uses the image; ErrImageNotFound when nothing matches.
+// RemoveImage removes an image, by ID, digest or tag, with all its names: removing it by
+// one of several tags removes the others too, as the CRI says since cri-api 0.36
+// (RemoveImage: "removing the image by a single tag will remove all of its tags"), and as
+// containerd and CRI-O do. ErrImageInUse while a storage container uses the image;
+// ErrImageNotFound when nothing matches.
 func (s *Store) RemoveImage(ctx context.Context, ref string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("remove image %s: %w", ref, err)
 	}
-	img, named, err := s.lookup(ref)
+	img, _, err := s.lookup(ref)
 	if err != nil {
 		return fmt.Errorf("remove image: %w", err)
-	}
-	if tagged, ok := named.(reference.NamedTagged); ok {
-		name := tagged.String()
-		otherTags := slices.ContainsFunc(img.Names, func(n string) bool {
-			other, err := reference.ParseNormalizedNamed(n)
-			_, isTag := other.(reference.NamedTagged)
-			return err == nil && isTag && other.String() != name
-		})
-		if otherTags {
-			if err := s.st.RemoveNames(img.ID, []string{name}); err != nil {
-				return fmt.Errorf("remove image %s: untag %s: %w", img.ID, name, err)
-			}
-			s.log.Info("image untagged", "id", img.ID, "name", name)
-			return nil
-		}
 	}
 	if _, err := s.st.DeleteImage(img.ID, true); err != nil {
 		switch {
