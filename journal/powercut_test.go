@@ -248,3 +248,15 @@ func zero(t *testing.T, path string, off, n int64) {
 		t.Fatal(err)
 	}
 }
+
+// TestBoltOptionsForPowerLoss: the journal's bbolt handle fsyncs every commit (NoSync
+// off), fsyncs the file's growth (NoGrowSync off: ext4 needs it), and stores no freelist
+// (NoFreelistSync, as etcd: nothing to tear in it; Open rebuilds it by walking the tree,
+// which preflight walks first, so that damage there is an error, not a panic).
+func TestBoltOptionsForPowerLoss(t *testing.T) {
+	j, _ := testJournal(t, Options{})
+	if j.db.NoSync || j.db.NoGrowSync || !j.db.NoFreelistSync {
+		t.Errorf("bbolt options NoSync %v, NoGrowSync %v, NoFreelistSync %v; want false, false, true",
+			j.db.NoSync, j.db.NoGrowSync, j.db.NoFreelistSync)
+	}
+}
