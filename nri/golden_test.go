@@ -31,8 +31,8 @@ func TestStepsGolden(t *testing.T) {
 	pod := &api.PodSandbox{Id: "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", Name: "web",
 		Uid: "uid-1", Namespace: "default", Labels: map[string]string{"app": "web"}, RuntimeHandler: "runc",
 		Annotations: map[string]string{"left-out": "of the step: the record holds the configuration"},
-		Linux: &api.LinuxPodSandbox{CgroupParent: "/kubepods/pod-uid-1", Namespaces: []*api.LinuxNamespace{{Type: "network", Path: "/var/run/crijournal/ns/netns/0123"}}},
-		Pid: 4242}
+		Linux:       &api.LinuxPodSandbox{CgroupParent: "/kubepods/pod-uid-1", Namespaces: []*api.LinuxNamespace{{Type: "network", Path: "/var/run/crijournal/ns/netns/0123"}}},
+		Pid:         4242}
 	ctr := &api.Container{Id: "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210", PodSandboxId: pod.Id,
 		Name: "nginx", State: api.ContainerState_CONTAINER_CREATED, Labels: map[string]string{"tier": "front"},
 		Args: []string{"nginx", "-g", "daemon off;"}, Env: []string{"A=1"},
