@@ -270,6 +270,7 @@ func (d *serving) recover() error {
 	d.srv = server.New(server.Deps{Config: cfg, Journal: j, Networks: d.networks, Metrics: m,
 		Images: d.images, Runtimes: d.runtimes, Version: version, Log: log, NRI: d.plugins})
 	d.onClose(d.srv.Close)
+	freeTornAddresses(cfg.CNIConfDir, log)
 	start := time.Now()
 	sum := recovery.Run(d.ctx, j, log, d.srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
@@ -288,6 +289,25 @@ func (d *serving) recover() error {
 		m.Recovered(outcome, n)
 	}
 	return nil
+}
+
+// freeTornAddresses frees the addresses whose host-local file a power cut left empty
+// (see netns.RemoveTornAllocations): no DEL could ever free them.
+func freeTornAddresses(confDir string, log *slog.Logger) {
+	dirs, err := netns.HostLocalDirs(confDir)
+	if err != nil {
+		log.Warn("host-local's files torn by a power cut were not looked for", "err", err)
+		return
+	}
+	for _, dir := range dirs {
+		freed, err := netns.RemoveTornAllocations(dir)
+		if len(freed) > 0 {
+			log.Warn("freed the addresses whose host-local file a power cut left empty", "dir", dir, "addresses", freed)
+		}
+		if err != nil {
+			log.Warn("host-local's files torn by a power cut were not all removed", "dir", dir, "err", err)
+		}
+	}
 }
 
 // serveDiagnostic serves the metrics and Go's profiles, when configured.
