@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	drivers "go.podman.io/storage/drivers"
 
@@ -66,6 +67,7 @@ func TestPullIsDurableBeforeItsAnswer(t *testing.T) {
 // layer, then its removal) on each driver: "answer" with the flush of the graph root
 // before the answer (what a pull does), "none" without it, and on overlay "layers+answer"
 // with containers/storage's flush of each layer too (what a pull does there).
+// flush-ms/op is the time spent in the flush before the answer.
 func BenchmarkPullDurable(b *testing.B) {
 	storagetest.RequireRoot(b)
 	storagetest.RequireBusybox(b)
@@ -79,8 +81,17 @@ func BenchmarkPullDurable(b *testing.B) {
 			b.Run(driver+"/"+mode, func(b *testing.B) {
 				defer func(layers bool, fs func(string) error) { syncLayers, syncfs = layers, fs }(syncLayers, syncfs)
 				syncLayers = mode == "layers+answer"
+				var flushed time.Duration // in the flushes before the answers
 				if mode == "none" {
 					syncfs = func(string) error { return nil }
+				} else {
+					orig := syncfs
+					syncfs = func(dir string) error {
+						start := time.Now()
+						err := orig(dir)
+						flushed += time.Since(start)
+						return err
+					}
 				}
 				dir := b.TempDir()
 				s, err := Open(context.Background(), Options{Root: filepath.Join(dir, "root"), RunRoot: filepath.Join(dir, "run"),
@@ -98,6 +109,7 @@ func BenchmarkPullDurable(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+				b.ReportMetric(float64(flushed.Milliseconds())/float64(b.N), "flush-ms/op")
 			})
 		}
 	}
