@@ -70,7 +70,17 @@ func (c container) statusImage() *runtimeapi.ImageSpec {
 
 // ListContainers lists created containers; cached and in-progress ones are hidden.
 func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
-	f := req.GetFilter()
+	resp := &runtimeapi.ListContainersResponse{}
+	err := s.eachContainer(req.GetFilter(), func(c *runtimeapi.Container) error {
+		resp.Containers = append(resp.Containers, c)
+		return nil
+	})
+	return resp, err
+}
+
+// eachContainer hands emit, in turn, each created container that passes the filter, as
+// it decodes it (see eachPodSandbox); an error from emit stops it.
+func (s *Server) eachContainer(f *runtimeapi.ContainerFilter, emit func(*runtimeapi.Container) error) error {
 	recs := s.journal.Snapshot(func(r *journal.Record) bool {
 		return r.Kind == journal.KindContainer && r.State == journal.StateCreated && strings.HasPrefix(r.ID, f.GetId()) &&
 			(f.GetPodSandboxId() == "" || strings.HasPrefix(r.Parent, f.GetPodSandboxId()))
@@ -78,7 +88,6 @@ func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContain
 	if f.GetId() == "" && f.GetPodSandboxId() == "" {
 		s.containerCache.keepOnly(recs)
 	}
-	resp := &runtimeapi.ListContainersResponse{}
 	for _, rec := range recs {
 		c, err := s.listedContainer(rec)
 		if err != nil {
@@ -91,13 +100,15 @@ func (s *Server) ListContainers(ctx context.Context, req *runtimeapi.ListContain
 		if !labelsMatch(c.config.GetLabels(), f.GetLabelSelector()) {
 			continue
 		}
-		resp.Containers = append(resp.Containers, &runtimeapi.Container{
+		if err := emit(&runtimeapi.Container{
 			Id: rec.ID, PodSandboxId: c.obj.SandboxID, Metadata: c.config.GetMetadata(), Image: c.config.GetImage(),
 			ImageRef: c.obj.ImageRef, ImageId: c.obj.ImageID, State: c.state(), CreatedAt: c.obj.CreatedAt.UnixNano(),
 			Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
-		})
+		}); err != nil {
+			return err
+		}
 	}
-	return resp, nil
+	return nil
 }
 
 // What ContainerStatus reports beyond the journal's markers: the process's user as the

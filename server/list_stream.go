@@ -13,7 +13,9 @@ import (
 // The Stream* calls of CRI v1.37 (feature gate CRIListStreaming, KEP 5825): each answers
 // with what its List* counterpart answers, the same items for the same filter, cut into
 // chunks so that a node with many pods, containers or images stays under gRPC's message
-// size limit. Each item is in exactly one chunk, a chunk holds at least one item (no
+// size limit. Each chunk is sent as soon as it is full, while the next items are read
+// (the List* calls' each* walks), so neither the list nor the time to read it all is
+// held before the first chunk goes. Each item is in exactly one chunk, a chunk holds at least one item (no
 // items: no chunk), and the stream ends with EOF once every item was sent; the kubelet
 // collects the whole stream before it uses any of it.
 
@@ -25,48 +27,62 @@ var (
 	streamChunkBytes = 1 << 20
 )
 
-// chunks cuts items into consecutive chunks of at most maxItems items and, unless one
-// item alone exceeds it, at most maxBytes encoded bytes.
-func chunks[T proto.Message](items []T, maxItems, maxBytes int) [][]T {
-	var out [][]T
-	start, size := 0, 0
-	for i, it := range items {
-		n := proto.Size(it)
-		if i > start && (i-start >= maxItems || size+n > maxBytes) {
-			out = append(out, items[start:i])
-			start, size = i, 0
+// chunker sends items in chunks as they are added: a chunk goes out once it holds
+// maxItems items, or before an item that would take it past maxBytes encoded bytes (an
+// item larger than that goes alone), and flush sends the rest. Only the chunk being
+// filled is held, never the whole list.
+type chunker[T proto.Message, R any] struct {
+	ctx                context.Context
+	maxItems, maxBytes int
+	wrap               func([]T) *R
+	send               func(*R) error
+
+	items []T
+	size  int
+}
+
+// add adds one item, sending the chunk before it when that chunk is full.
+func (c *chunker[T, R]) add(it T) error {
+	n := proto.Size(it)
+	if len(c.items) > 0 && (len(c.items) >= c.maxItems || c.size+n > c.maxBytes) {
+		if err := c.flush(); err != nil {
+			return err
 		}
-		size += n
 	}
-	if start < len(items) {
-		out = append(out, items[start:])
+	c.items = append(c.items, it)
+	c.size += n
+	return nil
+}
+
+// flush sends the chunk being filled, if it holds anything; a client that went (its
+// context ended) stops the sending.
+func (c *chunker[T, R]) flush() error {
+	if len(c.items) == 0 {
+		return nil
 	}
-	return out
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
+	err := c.send(c.wrap(c.items))
+	c.items, c.size = nil, 0
+	return err
 }
 
 // streamList answers a Stream* call: the fail-stop refusal and the status codes of
-// UnaryInterceptor (which streams do not pass), then list's items sent chunk by chunk,
-// wrapped by wrap. A client that goes (its context ends) stops the sending.
-func streamList[T proto.Message, R any](s *Server, method string, ss grpc.ServerStream, list func(context.Context) ([]T, error), wrap func([]T) *R, send func(*R) error) error {
+// UnaryInterceptor (which streams do not pass), then the items each hands over, sent
+// chunk by chunk as they come (a chunker), wrapped by wrap. A client that goes (its
+// context ends) stops the sending.
+func streamList[T proto.Message, R any](s *Server, method string, ss grpc.ServerStream, each func(ctx context.Context, emit func(T) error) error, wrap func([]T) *R, send func(*R) error) error {
 	start := time.Now()
 	err := func() error {
 		if jerr := s.journal.Err(); jerr != nil {
 			return newError(errUnavailable, "%v; the runtime is stopping and takes no more work", jerr)
 		}
-		ctx := ss.Context()
-		items, err := list(ctx)
-		if err != nil {
+		c := &chunker[T, R]{ctx: ss.Context(), maxItems: streamChunkItems, maxBytes: streamChunkBytes, wrap: wrap, send: send}
+		if err := each(ss.Context(), c.add); err != nil {
 			return err
 		}
-		for _, c := range chunks(items, streamChunkItems, streamChunkBytes) {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := send(wrap(c)); err != nil {
-				return err
-			}
-		}
-		return nil
+		return c.flush()
 	}()
 	err = toStatus(err)
 	s.metrics.Operation(method, status.Code(err).String(), time.Since(start))
@@ -81,9 +97,8 @@ func streamList[T proto.Message, R any](s *Server, method string, ss grpc.Server
 // StreamPodSandboxes streams what ListPodSandbox lists.
 func (s *Server) StreamPodSandboxes(req *runtimeapi.StreamPodSandboxesRequest, ss grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxesResponse]) error {
 	return streamList(s, runtimeapi.RuntimeService_StreamPodSandboxes_FullMethodName, ss,
-		func(ctx context.Context) ([]*runtimeapi.PodSandbox, error) {
-			resp, err := s.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: req.GetFilter()})
-			return resp.GetItems(), err
+		func(ctx context.Context, emit func(*runtimeapi.PodSandbox) error) error {
+			return s.eachPodSandbox(req.GetFilter(), emit)
 		},
 		func(c []*runtimeapi.PodSandbox) *runtimeapi.StreamPodSandboxesResponse {
 			return &runtimeapi.StreamPodSandboxesResponse{PodSandboxes: c}
@@ -93,9 +108,8 @@ func (s *Server) StreamPodSandboxes(req *runtimeapi.StreamPodSandboxesRequest, s
 // StreamContainers streams what ListContainers lists.
 func (s *Server) StreamContainers(req *runtimeapi.StreamContainersRequest, ss grpc.ServerStreamingServer[runtimeapi.StreamContainersResponse]) error {
 	return streamList(s, runtimeapi.RuntimeService_StreamContainers_FullMethodName, ss,
-		func(ctx context.Context) ([]*runtimeapi.Container, error) {
-			resp, err := s.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: req.GetFilter()})
-			return resp.GetContainers(), err
+		func(ctx context.Context, emit func(*runtimeapi.Container) error) error {
+			return s.eachContainer(req.GetFilter(), emit)
 		},
 		func(c []*runtimeapi.Container) *runtimeapi.StreamContainersResponse {
 			return &runtimeapi.StreamContainersResponse{Containers: c}
@@ -105,9 +119,8 @@ func (s *Server) StreamContainers(req *runtimeapi.StreamContainersRequest, ss gr
 // StreamContainerStats streams what ListContainerStats reports.
 func (s *Server) StreamContainerStats(req *runtimeapi.StreamContainerStatsRequest, ss grpc.ServerStreamingServer[runtimeapi.StreamContainerStatsResponse]) error {
 	return streamList(s, runtimeapi.RuntimeService_StreamContainerStats_FullMethodName, ss,
-		func(ctx context.Context) ([]*runtimeapi.ContainerStats, error) {
-			resp, err := s.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: req.GetFilter()})
-			return resp.GetStats(), err
+		func(ctx context.Context, emit func(*runtimeapi.ContainerStats) error) error {
+			return s.eachContainerStats(ctx, req.GetFilter(), emit)
 		},
 		func(c []*runtimeapi.ContainerStats) *runtimeapi.StreamContainerStatsResponse {
 			return &runtimeapi.StreamContainerStatsResponse{ContainerStats: c}
@@ -117,9 +130,8 @@ func (s *Server) StreamContainerStats(req *runtimeapi.StreamContainerStatsReques
 // StreamPodSandboxStats streams what ListPodSandboxStats reports.
 func (s *Server) StreamPodSandboxStats(req *runtimeapi.StreamPodSandboxStatsRequest, ss grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxStatsResponse]) error {
 	return streamList(s, runtimeapi.RuntimeService_StreamPodSandboxStats_FullMethodName, ss,
-		func(ctx context.Context) ([]*runtimeapi.PodSandboxStats, error) {
-			resp, err := s.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: req.GetFilter()})
-			return resp.GetStats(), err
+		func(ctx context.Context, emit func(*runtimeapi.PodSandboxStats) error) error {
+			return s.eachPodSandboxStats(ctx, req.GetFilter(), emit)
 		},
 		func(c []*runtimeapi.PodSandboxStats) *runtimeapi.StreamPodSandboxStatsResponse {
 			return &runtimeapi.StreamPodSandboxStatsResponse{PodSandboxStats: c}
@@ -129,9 +141,8 @@ func (s *Server) StreamPodSandboxStats(req *runtimeapi.StreamPodSandboxStatsRequ
 // StreamPodSandboxMetrics streams what ListPodSandboxMetrics reports.
 func (s *Server) StreamPodSandboxMetrics(req *runtimeapi.StreamPodSandboxMetricsRequest, ss grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxMetricsResponse]) error {
 	return streamList(s, runtimeapi.RuntimeService_StreamPodSandboxMetrics_FullMethodName, ss,
-		func(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
-			resp, err := s.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
-			return resp.GetPodMetrics(), err
+		func(ctx context.Context, emit func(*runtimeapi.PodSandboxMetrics) error) error {
+			return s.eachPodSandboxMetrics(ctx, emit)
 		},
 		func(c []*runtimeapi.PodSandboxMetrics) *runtimeapi.StreamPodSandboxMetricsResponse {
 			return &runtimeapi.StreamPodSandboxMetricsResponse{PodSandboxMetrics: c}
@@ -141,9 +152,16 @@ func (s *Server) StreamPodSandboxMetrics(req *runtimeapi.StreamPodSandboxMetrics
 // StreamImages streams what ListImages lists.
 func (i *imageService) StreamImages(req *runtimeapi.StreamImagesRequest, ss grpc.ServerStreamingServer[runtimeapi.StreamImagesResponse]) error {
 	return streamList(i.s, runtimeapi.ImageService_StreamImages_FullMethodName, ss,
-		func(ctx context.Context) ([]*runtimeapi.Image, error) {
+		// The images are listed whole first (ListImages, which looks each up in the
+		// store), then sent in chunks.
+		func(ctx context.Context, emit func(*runtimeapi.Image) error) error {
 			resp, err := i.ListImages(ctx, &runtimeapi.ListImagesRequest{Filter: req.GetFilter()})
-			return resp.GetImages(), err
+			for _, img := range resp.GetImages() {
+				if err == nil {
+					err = emit(img)
+				}
+			}
+			return err
 		},
 		func(c []*runtimeapi.Image) *runtimeapi.StreamImagesResponse {
 			return &runtimeapi.StreamImagesResponse{Images: c}

@@ -22,6 +22,60 @@ type sentStream[T any] struct {
 func (s *sentStream[T]) Context() context.Context { return s.ctx }
 func (s *sentStream[T]) Send(m *T) error          { s.sent = append(s.sent, m); return nil }
 
+// chunks cuts items as a chunker sends them, for TestChunks.
+func chunks[T proto.Message](items []T, maxItems, maxBytes int) [][]T {
+	var out [][]T
+	c := &chunker[T, []T]{ctx: context.Background(), maxItems: maxItems, maxBytes: maxBytes,
+		wrap: func(c []T) *[]T { return &c },
+		send: func(c *[]T) error { out = append(out, *c); return nil }}
+	for _, it := range items {
+		if err := c.add(it); err != nil {
+			panic(err)
+		}
+	}
+	if err := c.flush(); err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// TestStreamSendsAsItReads is issue 51's item 7: a Stream* call sends each chunk once it
+// is full, while the items after it are still being read, not once the whole list is
+// built.
+func TestStreamSendsAsItReads(t *testing.T) {
+	s := scaleServer(t)
+	ss := &sentStream[runtimeapi.StreamPodSandboxesResponse]{ctx: context.Background()}
+	var sentAfter []int // chunks sent once each item was handed over
+	err := streamList(s, "test", ss, func(ctx context.Context, emit func(*runtimeapi.PodSandbox) error) error {
+		for i := range 2*streamChunkItems + 1 {
+			if err := emit(&runtimeapi.PodSandbox{Id: fmt.Sprint(i)}); err != nil {
+				return err
+			}
+			sentAfter = append(sentAfter, len(ss.sent))
+		}
+		return nil
+	}, func(c []*runtimeapi.PodSandbox) *runtimeapi.StreamPodSandboxesResponse {
+		return &runtimeapi.StreamPodSandboxesResponse{PodSandboxes: c}
+	}, ss.Send)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss.sent) != 3 {
+		t.Fatalf("%d chunks sent, want 3", len(ss.sent))
+	}
+	// The first chunk went out as item streamChunkItems (the first of the second chunk)
+	// was read, the second as the last item was, before the walk ended.
+	if got := sentAfter[streamChunkItems-1]; got != 0 {
+		t.Errorf("chunks sent once item %d was read: %d, want 0 (the chunk is not full)", streamChunkItems-1, got)
+	}
+	if got := sentAfter[streamChunkItems]; got != 1 {
+		t.Errorf("chunks sent once item %d was read: %d, want 1", streamChunkItems, got)
+	}
+	if got := sentAfter[2*streamChunkItems]; got != 2 {
+		t.Errorf("chunks sent once the last item was read: %d, want 2", got)
+	}
+}
+
 func TestChunks(t *testing.T) {
 	item := func(n int) *runtimeapi.PodSandbox { return &runtimeapi.PodSandbox{Id: fmt.Sprintf("%0*d", n, 0)} }
 	size := proto.Size(item(100)) // every item below is this size

@@ -106,7 +106,18 @@ func (s *Server) podContainerStatuses(sandboxID string) (statuses []*runtimeapi.
 
 // ListPodSandbox lists created sandboxes; cached and in-progress ones are hidden.
 func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
-	f := req.GetFilter()
+	resp := &runtimeapi.ListPodSandboxResponse{}
+	err := s.eachPodSandbox(req.GetFilter(), func(p *runtimeapi.PodSandbox) error {
+		resp.Items = append(resp.Items, p)
+		return nil
+	})
+	return resp, err
+}
+
+// eachPodSandbox hands emit, in turn, each created sandbox that passes the filter, as it
+// decodes it (ListPodSandbox collects them, StreamPodSandboxes sends them as they come);
+// an error from emit stops it.
+func (s *Server) eachPodSandbox(f *runtimeapi.PodSandboxFilter, emit func(*runtimeapi.PodSandbox) error) error {
 	recs := s.journal.Snapshot(func(r *journal.Record) bool {
 		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated &&
 			strings.HasPrefix(r.ID, f.GetId())
@@ -114,7 +125,6 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSand
 	if f.GetId() == "" {
 		s.sandboxCache.keepOnly(recs)
 	}
-	resp := &runtimeapi.ListPodSandboxResponse{}
 	for _, rec := range recs {
 		sb, err := s.listedSandbox(rec)
 		if err != nil {
@@ -127,11 +137,13 @@ func (s *Server) ListPodSandbox(ctx context.Context, req *runtimeapi.ListPodSand
 		if !labelsMatch(sb.config.GetLabels(), f.GetLabelSelector()) {
 			continue
 		}
-		resp.Items = append(resp.Items, &runtimeapi.PodSandbox{
+		if err := emit(&runtimeapi.PodSandbox{
 			Id: rec.ID, Metadata: sb.config.GetMetadata(), State: sb.state(),
 			CreatedAt: sb.obj.CreatedAt.UnixNano(), Labels: sb.config.GetLabels(),
 			Annotations: sb.config.GetAnnotations(), RuntimeHandler: sb.obj.RuntimeHandler,
-		})
+		}); err != nil {
+			return err
+		}
 	}
-	return resp, nil
+	return nil
 }

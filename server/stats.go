@@ -138,27 +138,41 @@ func (s *Server) ContainerStats(ctx context.Context, req *runtimeapi.ContainerSt
 // is left out and logged, so that one broken container does not blind the kubelet to the
 // others.
 func (s *Server) ListContainerStats(ctx context.Context, req *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
-	if s.runtimes == nil {
-		return nil, errNoStats
-	}
-	f := req.GetFilter()
-	cs := s.statsContainers(f.GetId(), f.GetPodSandboxId(), f.GetLabelSelector())
 	resp := &runtimeapi.ListContainerStatsResponse{}
+	err := s.eachContainerStats(ctx, req.GetFilter(), func(st *runtimeapi.ContainerStats) error {
+		resp.Stats = append(resp.Stats, st)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// eachContainerStats hands emit, in turn, the stats of each created container that
+// passes the filter, as it reads them (see eachPodSandbox); an error from emit stops it.
+func (s *Server) eachContainerStats(ctx context.Context, f *runtimeapi.ContainerStatsFilter, emit func(*runtimeapi.ContainerStats) error) error {
+	if s.runtimes == nil {
+		return errNoStats
+	}
+	cs := s.statsContainers(f.GetId(), f.GetPodSandboxId(), f.GetLabelSelector())
 	for _, c := range cs {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		st, err := s.containerStats(c)
 		if err != nil {
 			s.log.Warn("container stats not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
 			continue
 		}
-		resp.Stats = append(resp.Stats, st)
+		if err := emit(st); err != nil {
+			return err
+		}
 	}
 	if f.GetId() == "" && f.GetPodSandboxId() == "" && len(f.GetLabelSelector()) == 0 {
 		s.forgetStats() // a full listing sees every live container
 	}
-	return resp, nil
+	return nil
 }
 
 // statsContainers returns the created containers whose ID starts with id, whose sandbox ID
@@ -325,15 +339,27 @@ func (s *Server) PodSandboxStats(ctx context.Context, req *runtimeapi.PodSandbox
 // ListPodSandboxStats reports the resource usage of the created pods that pass the filter
 // (ID prefix, labels).
 func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
-	f := req.GetFilter()
+	resp := &runtimeapi.ListPodSandboxStatsResponse{}
+	err := s.eachPodSandboxStats(ctx, req.GetFilter(), func(st *runtimeapi.PodSandboxStats) error {
+		resp.Stats = append(resp.Stats, st)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// eachPodSandboxStats hands emit, in turn, the stats of each created pod that passes
+// the filter, as it reads them (see eachPodSandbox); an error from emit stops it.
+func (s *Server) eachPodSandboxStats(ctx context.Context, f *runtimeapi.PodSandboxStatsFilter, emit func(*runtimeapi.PodSandboxStats) error) error {
 	recs := s.journal.List(func(r *journal.Record) bool {
 		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated && strings.HasPrefix(r.ID, f.GetId())
 	})
-	resp := &runtimeapi.ListPodSandboxStatsResponse{}
 	parents := s.podCgroupParents()
 	for _, rec := range recs {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		sb, err := decodeSandbox(rec)
 		if err != nil {
@@ -343,9 +369,11 @@ func (s *Server) ListPodSandboxStats(ctx context.Context, req *runtimeapi.ListPo
 		if !labelsMatch(sb.config.GetLabels(), f.GetLabelSelector()) {
 			continue
 		}
-		resp.Stats = append(resp.Stats, s.podStats(ctx, sb, parents))
+		if err := emit(s.podStats(ctx, sb, parents)); err != nil {
+			return err
+		}
 	}
-	return resp, nil
+	return nil
 }
 
 // podCgroupParents counts the created pods by cgroup_parent.

@@ -288,6 +288,20 @@ func (s *Server) ListMetricDescriptors(ctx context.Context, req *runtimeapi.List
 // containers. A container whose cgroup cannot be read is left out and logged, as in
 // ListContainerStats.
 func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtimeapi.ListPodSandboxMetricsRequest) (*runtimeapi.ListPodSandboxMetricsResponse, error) {
+	resp := &runtimeapi.ListPodSandboxMetricsResponse{}
+	err := s.eachPodSandboxMetrics(ctx, func(m *runtimeapi.PodSandboxMetrics) error {
+		resp.PodMetrics = append(resp.PodMetrics, m)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// eachPodSandboxMetrics hands emit, in turn, the metrics of each ready pod, as it reads
+// them (see eachPodSandbox); an error from emit stops it.
+func (s *Server) eachPodSandboxMetrics(ctx context.Context, emit func(*runtimeapi.PodSandboxMetrics) error) error {
 	groups, parts := s.includedMetrics()
 	now := time.Now()
 	shared := metricInput{now: now, device: blockDeviceName}
@@ -305,12 +319,11 @@ func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtimeapi.List
 	}) {
 		byPod[r.Parent] = append(byPod[r.Parent], r)
 	}
-	resp := &runtimeapi.ListPodSandboxMetricsResponse{}
 	for _, rec := range s.journal.List(func(r *journal.Record) bool {
 		return r.Kind == journal.KindSandbox && r.State == journal.StateCreated
 	}) {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		sb, err := s.listedSandbox(rec)
 		if err != nil {
@@ -320,9 +333,11 @@ func (s *Server) ListPodSandboxMetrics(ctx context.Context, req *runtimeapi.List
 		if sb.state() != runtimeapi.PodSandboxState_SANDBOX_READY {
 			continue
 		}
-		resp.PodMetrics = append(resp.PodMetrics, s.podMetrics(sb, byPod[sb.rec.ID], groups, parts, shared))
+		if err := emit(s.podMetrics(sb, byPod[sb.rec.ID], groups, parts, shared)); err != nil {
+			return err
+		}
 	}
-	return resp, nil
+	return nil
 }
 
 // podMetrics computes the metrics of one pod and of its running containers.
