@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -60,8 +61,11 @@ func CheckSchema(path, release string, lockTimeout time.Duration) (err error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil
 	}
+	// Damage bbolt panics on, or reads past the end of a truncated file fault on (a fault
+	// is fatal unless turned into a panic): Open says what it is.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
-		if recover() != nil { // damage bbolt panics on: Open says what it is
+		if recover() != nil {
 			err = nil
 		}
 	}()
