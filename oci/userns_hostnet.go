@@ -19,7 +19,7 @@ import (
 // the node's user namespace owns, and the kernel lets only a process with CAP_SYS_ADMIN
 // over the current network namespace mount a sysfs (fs/sysfs: "sysfs: Restrict mounting
 // sysfs", 3.11). Its /sys is therefore the node's /sys bound read-only (spec.Build does
-// so, as containerd 2.3+ and CRI-O 1.35+ do). What that needs of the kernel is that a
+// so, as containerd (PR 12518) and CRI-O (PR 9634) do). What that needs of the kernel is that a
 // process in a new user namespace, in a mount namespace that namespace owns, may bind the
 // node's /sys with its submounts and make the bind read-only: user namespaces not
 // disabled (user.max_user_namespaces > 0, no security module refusing them) and the

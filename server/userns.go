@@ -17,8 +17,8 @@ import (
 // Refusals:
 //   - mode POD with the node's ipc or pid namespace (the kubelet never asks); with the
 //     node's network namespace it is accepted where the kernel allows it
-//     (oci.ProbeUsernsHostNetwork; FailedPrecondition elsewhere), as containerd 2.3+ and
-//     CRI-O 1.35+ accept it;
+//     (oci.ProbeUsernsHostNetwork; FailedPrecondition elsewhere), as containerd (PR 12518)
+//     and CRI-O (PR 9634) accept it;
 //   - modes CONTAINER and TARGET, which the CRI does not define for user namespaces, and
 //     mappings that are not exactly one uid and one gid range starting at container ID 0
 //     with a length that fits: InvalidArgument (the request itself is wrong, wherever

@@ -23,8 +23,8 @@ echo ready; sleep 3600`
 // TestUsernsHostNetwork is issue 51's item 3: a pod with its own user namespace on the
 // node's network (hostUsers: false with hostNetwork: true, KEP-5607; the kubelet sends it
 // to a node whose runtime advertises RuntimeFeatures.user_namespaces_host_network, see
-// k8s.io/kubernetes pkg/kubelet/kubelet_node_declared_features.go), as containerd 2.3+
-// and CRI-O 1.35+ run it. Status advertises the feature (the kernel probe passes here);
+// k8s.io/kubernetes pkg/kubelet/kubelet_node_declared_features.go), as containerd (PR 12518)
+// and CRI-O (PR 9634) run it. Status advertises the feature (the kernel probe passes here);
 // crictl runs the pod and its container, which is in the user namespace (its uid map) and
 // sees the node's interfaces, in /sys/class/net (the node's /sys, bound) and in
 // /proc/net/dev; the pod gets no IP of its own. Removal leaves nothing.

@@ -321,7 +321,7 @@ func TestSpecProcMount(t *testing.T) {
 // TestSpecSysUsernsHostNetwork is issue 51's item 3: a container in its pod's own user
 // namespace on the node's network may not mount a sysfs (its user namespace does not own
 // the network namespace), so its /sys is the node's, bound recursively, read-only
-// unless privileged, as containerd (internal/cri/server: "use bind mounts for /sys
+// unless privileged, as containerd (PR 12518: "use bind mounts for /sys
 // when a pod employs both hostNetwork and user namespace") and CRI-O give it; every
 // other container gets a new sysfs.
 func TestSpecSysUsernsHostNetwork(t *testing.T) {
