@@ -119,7 +119,7 @@ help:
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
 	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed)'
 	@echo 'make critest  opt-in, as root, ~4 min (the first run builds bin/critest): the CRI conformance suite (critest $(CRITEST_VERSION), NRI on) against $(BIN) with the stand-in images of test/kit; prints passed / failed / skipped'
-	@echo 'make test   deps, build, kubelet, go vet, then every test with -race (as root)'
+	@echo 'make test   deps, build, kubelet, go vet, then every test with -race, the fuzz targets and test-upgrade (as root)'
 	@echo 'make test-upgrade  as root, a few minutes: $(PREV_VERSION) ($(PREV_COMMIT)) builds state, this build takes it over (test/upgrade)'
 	@echo 'make test-vm  opt-in, as root, ~30 min: the cgroup v2 + AppArmor tests in the emulated VM of test/vm'
 	@echo 'make test-powerloss  opt-in, as root, 1-2 h: CUTS (30) power cuts of the emulated VM during a kubelet workload (test/vm/powerloss.sh)'
@@ -249,6 +249,7 @@ test: deps build kubelet
 	go vet -tags '$(GOTAGS)' ./...
 	go test -race -count=1 -tags '$(GOTAGS)' -p 2 -timeout 30m ./...
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory test-upgrade
 
 # The upgrade test (issue 50, test/upgrade): the previous release's daemon builds state on a
 # node of its own, is stopped (SIGTERM in one run, SIGKILL in the other), and this build's
