@@ -33,21 +33,16 @@ echo "test-vm: building the test binaries into $bin"
 go test -c -tags "$tags" -o "$bin/e2e.test" ./test
 go test -c -tags "$tags" -o "$bin/oci.test" ./oci
 
-# critest's tools and images, as ../shared/conformance/README.md builds them, when missing.
+# critest's tools and images from the project's kit (test/kit), made on the host (the VM has
+# no network and a read-only view of the checkout): the stand-in images, crane and critest.
 if [[ " ${VM_DRIVERS:-} " == *" critest "* ]]; then
-	kit=$(cd "$vm/.." && pwd)/conformance
-	[ -s /var/tmp/crij-images/images.list ] || "$kit/mk-local-images.sh" /var/tmp/crij-images >"$out/images.log" 2>&1
-	command -v crane >/dev/null || GOBIN=/usr/local/bin go install github.com/google/go-containerregistry/cmd/crane@v0.20.6
+	# shellcheck source=../kit/lib.sh
+	. "$top/test/kit/lib.sh"
+	"$top/test/kit/images.sh" >"$out/images.log" 2>&1 || { cat "$out/images.log" >&2; exit 1; }
+	kit_crane >/dev/null
+	kit_critest >/dev/null
 	# critest's AppArmor specs load their profiles through sudo (as root: a no-op).
 	command -v sudo >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends sudo
-	if [ "$(critest --version 2>/dev/null | head -n 1)" != "critest version: v1.37.0" ]; then
-		src=$(mktemp -d)
-		go mod download -json sigs.k8s.io/cri-tools@v1.37.0 >/dev/null
-		cp -r "$(go env GOMODCACHE)/sigs.k8s.io/cri-tools@v1.37.0/." "$src" && chmod -R u+w "$src"
-		(cd "$src" && CGO_ENABLED=0 go test -vet=off -c -o /usr/local/bin/critest \
-			-ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=v1.37.0" ./cmd/critest)
-		rm -rf "$src"
-	fi
 fi
 
 export CRIJOURNAL_TEST_TIME_SCALE=${CRIJOURNAL_TEST_TIME_SCALE:-10}
