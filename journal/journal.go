@@ -251,9 +251,9 @@ func openBolt(path string, opts Options) (db *bolt.DB, err error) {
 // that it was left as it is, and what starting again costs.
 func corruptError(path string, cause error) error {
 	return fmt.Errorf("open journal %s: %w: %v; the file was left as it is and the daemon will not start on it. "+
-		"`crijournal inspect --check` lists the damage. To start with an empty journal, move the file aside and keep it "+
+		"`crijournal inspect --check` lists the damage. To start with an empty journal, move it aside and keep it "+
 		"(mv %s %s.corrupt): the records of this node's pods and containers are then lost, so nothing undoes what they made; "+
-		"`crijournal inspect --leaks` lists it for removal by hand, and the kubelet makes its pods again. Or put back a copy of the file",
+		"`crijournal inspect --leaks` lists it for removal by hand, and the kubelet makes its pods again. Or restore a copy of the file",
 		path, ErrCorrupt, cause, path, path)
 }
 

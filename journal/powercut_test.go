@@ -140,7 +140,7 @@ func checkCorruptMessage(t *testing.T, err error, path string) {
 		t.Fatalf("Open = %v, want ErrCorrupt", err)
 	}
 	msg := err.Error()
-	for _, want := range []string{path, "left as it is", "mv " + path + " " + path + ".corrupt", "inspect --check", "inspect --leaks", "lost"} {
+	for _, want := range []string{path, "left as it is", "move it aside", "mv " + path + " " + path + ".corrupt", "inspect --check", "inspect --leaks", "lost", "restore"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("error does not say %q: %s", want, msg)
 		}
