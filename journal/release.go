@@ -35,7 +35,7 @@ func (e *NewerSchemaError) Error() string {
 		self += " " + e.Release
 	}
 	return fmt.Sprintf("open journal %s: written by %s with journal schema %d; %s knows schemas up to %d: %v. "+
-		"Nothing was written: start the release that wrote it (or a later one) again, or move the file aside to start afresh "+
+		"Nothing was written: upgrade to the release that wrote it (or a later one) again, or move it aside to start afresh "+
 		"(the records of this node's pods and containers are then lost)",
 		e.Path, writer, e.Schema, self, e.Known, migrations.ErrNewerSchema)
 }

@@ -60,7 +60,7 @@ func TestNewerSchemaRefusedNamingBothReleases(t *testing.T) {
 		name, writtenBy string
 		want            []string
 	}{
-		{"named", "9.1.0", []string{"written by crijournal 9.1.0", "this crijournal 0.2.0", "schema " + itoa(migrations.Latest()+1), "up to " + itoa(migrations.Latest()), "Nothing was written"}},
+		{"named", "9.1.0", []string{"written by crijournal 9.1.0", "this crijournal 0.2.0", "schema " + itoa(migrations.Latest()+1), "up to " + itoa(migrations.Latest()), "Nothing was written", "upgrade", "move it aside"}},
 		{"unnamed", "", []string{"does not name its release", "this crijournal 0.2.0"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
