@@ -146,7 +146,7 @@ func (s *Server) sandboxSpec(sb sandbox, pid int) *specs.Spec {
 		}
 	}
 	if sb.obj.Namespaces[string(netns.UTS)] != "" {
-		sp.Hostname = cfg.GetHostname()
+		sp.Hostname = sandboxHostname(cfg)
 	}
 	if u := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetUsernsOptions(); u.GetMode() == runtimeapi.NamespaceMode_POD {
 		sp.Linux.UIDMappings, sp.Linux.GIDMappings = idMaps(u.GetUids()), idMaps(u.GetGids())
