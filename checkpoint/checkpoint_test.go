@@ -197,7 +197,12 @@ func TestUndo(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (runc)")
 	}
-	rt, err := oci.New(oci.Config{Handler: "runc", Root: t.TempDir(), StateDir: filepath.Join(t.TempDir(), "s")})
+	short, err := os.MkdirTemp("", "cju") // t.TempDir's path is too long for conmon's sockets
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(short) })
+	rt, err := oci.New(oci.Config{Handler: "runc", Root: filepath.Join(short, "root"), StateDir: filepath.Join(short, "s")})
 	if err != nil {
 		t.Skipf("no runtime: %v", err)
 	}
