@@ -24,7 +24,20 @@ import (
 // image, and leaves the storage containers (the journal's) alone, a damaged one included,
 // for their records' undo.
 func TestOpenRepairsWhatACutDamaged(t *testing.T) {
-	onEachDriver(t, func(t *testing.T, driver string, s *testStore) {
+	for _, split := range []bool{false, true} {
+		t.Run(map[bool]string{false: "graph root", true: "image store"}[split], func(t *testing.T) { testRepair(t, split) })
+	}
+}
+
+// testRepair is TestOpenRepairsWhatACutDamaged with the images in the graph root, or in
+// an image store of their own (split).
+func testRepair(t *testing.T, split bool) {
+	edit := func(o *Options) {
+		if split {
+			o.ImageStore = filepath.Join(filepath.Dir(o.Root), "images")
+		}
+	}
+	onEachDriverWith(t, edit, func(t *testing.T, driver string, s *testStore) {
 		setBootID(t, "boot-1")
 		s.reopen(t, nil) // checked in boot-1
 		ctx := context.Background()
@@ -137,51 +150,63 @@ func containerLayer(t *testing.T, s *testStore, id string) string {
 	return c.LayerID
 }
 
-// removeLayerDir removes a layer's directory as the driver keeps it, as a cut that lost
-// its files leaves it.
-func removeLayerDir(t *testing.T, s *testStore, id string) {
-	t.Helper()
-	dir := filepath.Join(s.opts.Root, DriverOverlay, id)
-	if s.Driver() == DriverVFS {
-		dir = filepath.Join(s.opts.Root, DriverVFS, "dir", id)
+// roots are the store's graph root and, when it has one, its image store.
+func (s *testStore) roots() []string {
+	if s.opts.ImageStore != "" {
+		return []string{s.opts.Root, s.opts.ImageStore}
 	}
-	if _, err := os.Stat(dir); err != nil {
-		t.Fatalf("layer directory: %v", err)
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
+	return []string{s.opts.Root}
 }
 
-// flagIncomplete flags a layer incomplete in the layer records, as a cut during its
-// unpacking leaves it.
-func flagIncomplete(t *testing.T, s *testStore, id string) {
+// removeLayerDir removes a layer's directory as the driver keeps it (in the graph root or
+// the image store), as a cut that lost its files leaves it.
+func removeLayerDir(t *testing.T, s *testStore, id string) {
 	t.Helper()
-	path := filepath.Join(s.opts.Root, s.Driver()+"-layers", "layers.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var layers []map[string]any
-	if err := json.Unmarshal(b, &layers); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, l := range layers {
-		if l["id"] == id {
-			l["flags"] = map[string]any{"incomplete": true}
-			found = true
+	for _, root := range s.roots() {
+		dir := filepath.Join(root, layersDir(s.Driver()), id)
+		if _, err := os.Stat(dir); err == nil {
+			if err := os.RemoveAll(dir); err != nil {
+				t.Fatal(err)
+			}
+			return
 		}
 	}
-	if !found {
-		t.Fatalf("layer %s not in %s", id, path)
+	t.Fatalf("no directory of layer %s under %v", id, s.roots())
+}
+
+// flagIncomplete flags a layer incomplete in the layer records (of the graph root or the
+// image store), as a cut during its unpacking leaves it.
+func flagIncomplete(t *testing.T, s *testStore, id string) {
+	t.Helper()
+	for _, root := range s.roots() {
+		path := filepath.Join(root, s.Driver()+"-layers", "layers.json")
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var layers []map[string]any
+		if err := json.Unmarshal(b, &layers); err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, l := range layers {
+			if l["id"] == id {
+				l["flags"] = map[string]any{"incomplete": true}
+				found = true
+			}
+		}
+		if !found {
+			continue
+		}
+		if b, err = json.Marshal(layers); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return
 	}
-	if b, err = json.Marshal(layers); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	t.Fatalf("layer %s is in no layers.json under %v", id, s.roots())
 }
 
 // BenchmarkRepair measures Open's check of a sound graph root holding four images (the
