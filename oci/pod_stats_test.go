@@ -65,3 +65,21 @@ func cgroupRootOf() string {
 	}
 	return "/sys/fs/cgroup/memory"
 }
+
+// TestConmonStats: a container's conmon is read from its own cgroup beside the
+// container's (one process, some memory); a container this runtime never recorded has
+// none.
+func TestConmonStats(t *testing.T) {
+	r := newRuntime(t)
+	c := startContainer(t, r, []string{"sleep", "30"}, nil)
+	st, err := r.ConmonStats(c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Processes != 1 || st.MemoryUsage == 0 {
+		t.Errorf("ConmonStats = %d processes, %d bytes; want conmon, 1 process using some memory", st.Processes, st.MemoryUsage)
+	}
+	if _, err := r.ConmonStats("unknown"); !errors.Is(err, ErrNoCgroup) {
+		t.Errorf("ConmonStats of an unknown container: %v, want ErrNoCgroup", err)
+	}
+}

@@ -415,6 +415,7 @@ func (s *Server) podStats(ctx context.Context, sb sandbox, parents map[string]in
 	}
 	procs := uint64(0)
 	linux := &runtimeapi.LinuxPodSandboxStats{Cpu: cpu, Memory: mem}
+	var read []container // the containers whose stats were read
 	if s.runtimes != nil {
 		for _, c := range s.statsContainers("", sb.rec.ID, nil) {
 			if ctx.Err() != nil {
@@ -426,6 +427,7 @@ func (s *Server) podStats(ctx context.Context, sb sandbox, parents map[string]in
 				continue
 			}
 			procs += n
+			read = append(read, c)
 			linux.Containers = append(linux.Containers, st)
 			cpu.UsageCoreNanoSeconds.Value += st.GetCpu().GetUsageCoreNanoSeconds().GetValue()
 			cpu.UsageNanoCores.Value += st.GetCpu().GetUsageNanoCores().GetValue()
@@ -440,17 +442,23 @@ func (s *Server) podStats(ctx context.Context, sb sandbox, parents map[string]in
 	// pod's CPU, memory and process count are that cgroup's, as containerd reports them:
 	// they count the pause process and the containers' conmons beside the containers, and
 	// the pod's memory limit gives available_bytes. Without one (no cgroup_parent, or one
-	// that other pods share) they stay its containers' sums.
+	// that other pods share) they are the sums of its containers', its pause process's and
+	// its conmons' cgroups (addPodProcesses), with no available_bytes.
+	own := false
 	if parent := sb.config.GetLinux().GetCgroupParent(); ownPodCgroup(parent, parents) {
 		if pod, err := oci.PodStats(parent, s.cfg.SystemdCgroup()); err != nil {
-			s.log.Warn("pod cgroup stats not readable: the pod's figures are its containers' sums", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
+			s.log.Warn("pod cgroup stats not readable: the pod's figures are sums", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
 		} else {
 			ts := pod.Timestamp.UnixNano()
 			cpu.Timestamp, cpu.UsageCoreNanoSeconds.Value = ts, pod.CPUUsageNanos
 			cpu.UsageNanoCores.Value = s.stats.nanoCores(sb.rec.ID, pod.Timestamp, pod.CPUUsageNanos)
 			mem = memoryUsage(pod)
 			linux.Memory, procs = mem, pod.Processes
+			own = true
 		}
+	}
+	if !own && s.runtimes != nil {
+		procs += s.addPodProcesses(sb, read, cpu, mem)
 	}
 	linux.Process = &runtimeapi.ProcessUsage{Timestamp: now, ProcessCount: &runtimeapi.UInt64Value{Value: procs}}
 	// Pressure is the pod cgroup's own (cgroup v2): stalls of its containers do not add up.
@@ -477,6 +485,47 @@ func (s *Server) podStats(ctx context.Context, sb sandbox, parents map[string]in
 		},
 		Linux: linux,
 	}
+}
+
+// addPodProcesses adds to a pod's summed figures those of what it runs beside its
+// containers, each in a cgroup of its own: its pause process (when it has one) and each
+// container's conmon; it returns their process count. The CPU rate stays its
+// containers'. A cgroup that cannot be read is logged and left out.
+func (s *Server) addPodProcesses(sb sandbox, containers []container, cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage) uint64 {
+	var extra []oci.CgroupStats
+	if sb.obj.Namespaces[string(netns.PID)] != "" {
+		if cg, err := oci.SandboxCgroupStats(sb.rec.ID, sb.config, s.cfg.SystemdCgroup()); err != nil {
+			s.log.Warn("pause process stats not readable", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
+		} else {
+			extra = append(extra, cg)
+		}
+	}
+	for _, c := range containers {
+		rt, err := s.runtimes.Runtime(c.obj.Handler)
+		if err != nil {
+			continue
+		}
+		cg, err := rt.ConmonStats(c.rec.ID)
+		if errors.Is(err, oci.ErrNoCgroup) {
+			continue
+		}
+		if err != nil {
+			s.log.Warn("conmon stats not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
+			continue
+		}
+		extra = append(extra, cg)
+	}
+	var procs uint64
+	for _, cg := range extra {
+		cpu.UsageCoreNanoSeconds.Value += cg.CPUUsageNanos
+		mem.WorkingSetBytes.Value += cg.MemoryWorkingSet
+		mem.UsageBytes.Value += cg.MemoryUsage
+		mem.RssBytes.Value += cg.RSS
+		mem.PageFaults.Value += cg.PageFaults
+		mem.MajorPageFaults.Value += cg.MajorPageFaults
+		procs += cg.Processes
+	}
+	return procs
 }
 
 // networkUsage turns interface counters into the CRI's; the default interface is the

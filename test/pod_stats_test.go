@@ -90,6 +90,45 @@ func TestPodStatsOwnCgroup(t *testing.T) {
 	d.stopClean(t)
 }
 
+// TestPodStatsSharedCgroup is TestPodStatsOwnCgroup's counterpart for pods that share
+// their cgroup_parent (the harness's, as a kubelet without QoS cgroups sends none): a pod's
+// figures are then sums, of its containers' cgroups and of the cgroups of what runs beside
+// them: its pause process and each container's conmon; no available_bytes (no pod limit).
+func TestPodStatsSharedCgroup(t *testing.T) {
+	t.Parallel()
+	reaper := newPauseReaper(t)
+	d, _ := startContainerDaemon(t, daemonOptions{})
+	shared := func(cfg map[string]any) { namespaceOptions(cfg)["pid"] = int(runtimeapi.NamespaceMode_POD) }
+	pod := d.editedPod(t, "stats-shared", shared)
+	podID := d.mustRunp(t, pod)
+	reaper.add(podID)
+	other := d.containerPod(t, "stats-other", false)
+	otherID := d.mustRunp(t, other)
+	id := d.run(t, podID, containerConfig(t, "c", 0, sleeper, shared), pod)
+	d.waitLog(t, id, "hello-from-container", 30*time.Second)
+	ctrProcs := cgroupProcs(t, d.memoryCgroup(t, id))
+
+	stats := d.podStats(t, "--id", podID)
+	if len(stats) != 1 || len(stats[0].GetLinux().GetContainers()) != 1 {
+		t.Fatalf("crictl statsp --id %s: %v, want the pod with its container", podID, stats)
+	}
+	linux := stats[0].GetLinux()
+	ctr := linux.GetContainers()[0]
+	if got, want := linux.GetProcess().GetProcessCount().GetValue(), uint64(ctrProcs+2); got != want {
+		t.Errorf("statsp process count %d, want %d: the container's %d, the pause process and conmon", got, want, ctrProcs)
+	}
+	if ws := linux.GetMemory().GetWorkingSetBytes().GetValue(); ws <= ctr.GetMemory().GetWorkingSetBytes().GetValue() {
+		t.Errorf("statsp working set %d, want above the container's %d", ws, ctr.GetMemory().GetWorkingSetBytes().GetValue())
+	}
+	if avail := linux.GetMemory().GetAvailableBytes(); avail != nil {
+		t.Errorf("statsp available_bytes %v, want none for a pod without a cgroup of its own", avail)
+	}
+	d.removeCtr(t, id)
+	d.removePod(t, podID)
+	d.removePod(t, otherID)
+	d.stopClean(t)
+}
+
 // cgroupProcs counts the processes of a cgroup of the memory hierarchy (the unified one
 // on cgroup v2).
 func cgroupProcs(t *testing.T, cgroup string) int {

@@ -92,7 +92,9 @@ func TestStats(t *testing.T) {
 		}
 	}
 
-	// The pods: their containers, summed, and the network of their namespace.
+	// The pods, which share their cgroup_parent: their containers and their conmons
+	// (no pause process: no shared pid namespace), summed, and the network of their
+	// namespace.
 	pods := d.podStats(t)
 	if len(pods) != 2 {
 		t.Fatalf("crictl statsp lists %d pods, want 2", len(pods))
@@ -103,14 +105,17 @@ func TestStats(t *testing.T) {
 		t.Errorf("statsp of the busy pod lists containers %v, want %s", linux.GetContainers(), busy)
 	} else {
 		c := linux.GetContainers()[0]
-		if linux.GetCpu().GetUsageCoreNanoSeconds().GetValue() != c.GetCpu().GetUsageCoreNanoSeconds().GetValue() ||
-			linux.GetMemory().GetWorkingSetBytes().GetValue() != c.GetMemory().GetWorkingSetBytes().GetValue() {
-			t.Errorf("statsp of the busy pod: cpu %v memory %v, want the sum of its one container's (%v, %v)",
+		if linux.GetCpu().GetUsageCoreNanoSeconds().GetValue() < c.GetCpu().GetUsageCoreNanoSeconds().GetValue() ||
+			linux.GetMemory().GetWorkingSetBytes().GetValue() <= c.GetMemory().GetWorkingSetBytes().GetValue() {
+			t.Errorf("statsp of the busy pod: cpu %v memory %v, want the sum of its one container's (%v, %v) and its conmon's",
 				linux.GetCpu(), linux.GetMemory(), c.GetCpu(), c.GetMemory())
 		}
+		if linux.GetMemory().GetAvailableBytes() != nil {
+			t.Errorf("statsp of the busy pod: available_bytes %v, want none (no cgroup of its own)", linux.GetMemory().GetAvailableBytes())
+		}
 	}
-	if linux.GetProcess().GetProcessCount().GetValue() == 0 {
-		t.Errorf("statsp of the busy pod: process count %v, want its container's processes", linux.GetProcess())
+	if got, want := linux.GetProcess().GetProcessCount().GetValue(), uint64(cgroupProcs(t, d.memoryCgroup(t, busy))+1); got != want {
+		t.Errorf("statsp of the busy pod: process count %d, want %d: its container's and its conmon", got, want)
 	}
 	eth := linux.GetNetwork().GetDefaultInterface()
 	if eth.GetName() != "eth0" || eth.GetRxBytes().GetValue() == 0 || eth.GetTxBytes().GetValue() == 0 {
