@@ -301,6 +301,7 @@ func (pl *powerLoss) verify(t *testing.T) {
 		pl.checkLeaks(t)
 	}
 	pl.verifyImages(t)
+	pl.ensurePodImage(t)
 	if !pl.containerd {
 		pl.verifyTimedOut(t)
 	}
@@ -392,6 +393,20 @@ func (pl *powerLoss) verifyImages(t *testing.T) {
 			pl.requireImageData(t, ref, ev.Sum)
 		}
 	}
+}
+
+// ensurePodImage pulls the image of the static pods and the workload's pods, at the first
+// boot (and after a cut that lost it, which verifyImages has reported).
+func (pl *powerLoss) ensurePodImage(t *testing.T) {
+	t.Helper()
+	if _, ok := pl.answeredImages()[plPodImage]; ok {
+		if _, _, err := pl.d.crictl(t, "inspecti", plPodImage); err == nil {
+			return
+		}
+	}
+	pl.d.pull(t, plPodImage)
+	out := pl.d.mustCrictl(t, "inspecti", "-o", "go-template", "--template", "{{.status.id}}", plPodImage)
+	pl.record(t, plEvent{Ev: evPulled, Name: plPodImage, ID: strings.TrimSpace(out)})
 }
 
 // answeredImages returns the last answered pull of each image not removed since.
@@ -572,40 +587,54 @@ func (pl *powerLoss) final(t *testing.T) {
 		}
 	}
 	d.checkJournal(t)
+	// conmon's state directory (its short /run form) outlives the daemon by design.
+	if err := os.RemoveAll(d.ociStateDir); err != nil {
+		t.Error(err)
+	}
 }
 
 // workload runs until the power cut: static pods added and removed, creations that time
 // out and are left cached, pulls and removals of images, pods made and removed. It writes
-// the host's marker first, so that the cut falls in it.
+// the host's marker once it has begun, so that the cut falls in it.
 func (pl *powerLoss) workload(t *testing.T) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(pl.logs, "workload-started"), []byte(time.Now().String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	actions := []struct {
+	// The kubelet removes the sandboxes it does not know, so the pods crictl makes here
+	// cannot live beside it: odd boots keep the kubelet running and add and remove its
+	// static pods; even boots stop it (its pods run on) and make crictl's pods, the
+	// timed-out creations among them. Both pull and remove images.
+	type action struct {
 		name   string
 		weight int
 		run    func(t *testing.T) error
-	}{
-		{"add static pod", 3, pl.addStaticPod},
-		{"remove static pod", 1, pl.removeStaticPod},
+	}
+	actions := []action{
 		{"pull", 3, pl.pullImage},
 		{"remove image", 1, pl.removeImage},
-		{"timed-out runp", 2, pl.timedOutRunp},
-		{"timed-out create", 2, pl.timedOutCreate},
-		{"pod lifecycle", 2, pl.podLifecycle},
+	}
+	if pl.boot%2 == 1 {
+		actions = append(actions,
+			action{"add static pod", 3, pl.addStaticPod},
+			action{"remove static pod", 1, pl.removeStaticPod})
+	} else {
+		pl.k.stop(t)
+		actions = append(actions,
+			action{"timed-out runp", 2, pl.timedOutRunp},
+			action{"pod lifecycle", 2, pl.podLifecycle})
+		if !pl.containerd { // conmon is crijournal's: containerd's creations are not slowed here
+			actions = append(actions, action{"timed-out create", 2, pl.timedOutCreate})
+		}
 	}
 	total := 0
 	for _, a := range actions {
 		total += a.weight
 	}
+	if err := os.WriteFile(filepath.Join(pl.logs, "workload-started"), []byte(time.Now().String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; ; i++ {
 		n := pl.rng.IntN(total)
 		for _, a := range actions {
 			if n -= a.weight; n < 0 {
-				if pl.containerd && a.name == "timed-out create" {
-					break // conmon is crijournal's: containerd's creations are not slowed here
-				}
 				t.Logf("workload %d: %s", i, a.name)
 				if err := a.run(t); err != nil {
 					pl.record(t, plEvent{Ev: evWorkloadError, Name: a.name, Err: err.Error()})

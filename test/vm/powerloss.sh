@@ -100,7 +100,7 @@ for ((boot = 1; boot <= cuts + 1; boot++)); do
 	elif grep -q -- '--- FAIL' "$logs/test.log" || [ "$fsck" = '?' ] || [ "$fsck" -ge 4 ] ||
 		! grep -q "\"boot\":$boot,\"ev\":\"verified\"" "$out/events.jsonl" 2>/dev/null ||
 		{ [ $mode = cut ] && [ -z "$verdict" ]; } || { [ $mode = final ] && [ $rc -ne 0 ]; }; then
-		why=$(grep -m1 -E 'did not answer|exited before it was ready|inspect --leaks finds|not listed after|not running in the kubelet|is gone|not the cached|after the cut|record left|--- FAIL|panic' "$logs/test.log" | cut -c1-200)
+		why=$(grep -m1 -E 'failed-start|leak:|lost-image|pod-not-back|half-present|manifest-lost|record left|--- FAIL|panic' "$logs/test.log" | cut -c1-200 || true)
 		failed+=("boot $boot: ${why:-the guest ended before the cut (rc $rc)}")
 		verdict="FAILED (${why:-rc $rc}); ${verdict:-no cut}"
 	fi
