@@ -77,8 +77,8 @@ func runServe(cmd *cobra.Command, args []string) error {
 		d.checkJournal,    // a journal a newer release wrote: refused before anything is made
 		d.checkNode,       // the pause program, systemd, becoming the subreaper
 		d.openRuntimes,    // before anything is opened: a runtime refused stops the daemon here
-		d.openStorage,     // images and root filesystems
-		d.openJournal,     // NRI, the undo registry, the journal, the CNI networks
+		d.openJournal,     // NRI, the undo registry, the journal (its lock: no other daemon runs), the CNI networks
+		d.openStorage,     // images and root filesystems: cleaned up at Open, which only the journal's holder may do
 		d.recover,         // the server, recovery, NRI plugins started
 		d.serveDiagnostic, // metrics and profiles
 		d.startBackground, // exit watches, stats, journal maintenance, the CNI watch
