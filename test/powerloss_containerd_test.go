@@ -81,6 +81,9 @@ func (pl *powerLoss) setUpContainerd(t *testing.T) {
 	}
 
 	hosts := fmt.Sprintf("server = \"http://%[1]s\"\n[host.\"http://%[1]s\"]\n  capabilities = [\"pull\", \"resolve\"]\n  skip_verify = true\n", pl.registry)
+	if err := os.MkdirAll(filepath.Join(c.hostsDir, testImagePrefix), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	writeFile(t, filepath.Join(c.hostsDir, testImagePrefix, "hosts.toml"), hosts, 0o644)
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	config := strings.Join([]string{

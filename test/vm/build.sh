@@ -42,7 +42,13 @@ fi
 kver=$(cat kver)
 
 # The initramfs: busybox, the modules that mount the host's root (virtio, 9p, overlay) and
-# our /init. Rebuilt every time: it is small, and the scripts may have changed.
+# our /init; and guest-init.sh. Made again only when a script changed, and put in place
+# by rename: another run's VM may be booting from them.
+if [ -s initrd.img ] && cmp -s "$here/initrd-init.sh" initrd.d/init && cmp -s "$here/guest-init.sh" guest-init.sh; then
+	echo "vm: ready in $VM_DIR (kernel $kver)"
+	exit 0
+fi
+install -m 0755 "$here/guest-init.sh" guest-init.sh.new && mv -f guest-init.sh.new guest-init.sh
 rm -rf initrd.d && mkdir -p initrd.d/{bin,dev,proc,sys,lower,upper,newroot}
 cp bb/bin/busybox initrd.d/bin/busybox
 for a in sh mount umount mkdir modprobe switch_root cat echo sleep poweroff; do ln -s busybox "initrd.d/bin/$a"; done
@@ -55,7 +61,6 @@ for m in virtio_pci 9pnet_virtio 9p overlay; do
 done
 cp "$mods"/modules.dep "$mods"/modules.alias "$mods"/modules.symbols "initrd.d/lib/modules/$kver/"
 install -m 0755 "$here/initrd-init.sh" initrd.d/init
-install -m 0755 "$here/guest-init.sh" "$VM_DIR/guest-init.sh"
 (cd initrd.d && find . | ../bb/bin/busybox cpio -o -H newc 2>/dev/null | gzip -1) >initrd.img.new
 mv initrd.img.new initrd.img
 echo "vm: ready in $VM_DIR (kernel $kver)"
