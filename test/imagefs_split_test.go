@@ -3,7 +3,9 @@ package test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -215,4 +217,101 @@ func TestImageFsNotSplit(t *testing.T) {
 	if images.UsedBytes != containers.UsedBytes || images.InodesUsed != containers.InodesUsed || images.used(t) < 1<<20 {
 		t.Errorf("crictl imagefsinfo: image filesystem %+v, container filesystem %+v; want one figure, with the image in it", images, containers)
 	}
+}
+
+// kubeletFsStats is one file system of the kubelet's /stats/summary.
+type kubeletFsStats struct {
+	CapacityBytes  *uint64 `json:"capacityBytes"`
+	AvailableBytes *uint64 `json:"availableBytes"`
+	UsedBytes      *uint64 `json:"usedBytes"`
+}
+
+// runtimeFs reads the read-only port's /stats/summary: the kubelet's image and container
+// file systems (node.runtime).
+func (k *kubelet) runtimeFs() (imageFs, containerFs kubeletFsStats, err error) {
+	client := http.Client{Timeout: 10 * time.Second}
+	resp, err := client.Get(fmt.Sprintf("http://127.0.0.1:%d/stats/summary", k.readOnlyPort))
+	if err != nil {
+		return imageFs, containerFs, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return imageFs, containerFs, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return imageFs, containerFs, fmt.Errorf("GET /stats/summary: %s: %s", resp.Status, body)
+	}
+	var summary struct {
+		Node struct {
+			Runtime struct {
+				ImageFs     kubeletFsStats `json:"imageFs"`
+				ContainerFs kubeletFsStats `json:"containerFs"`
+			} `json:"runtime"`
+		} `json:"node"`
+	}
+	if err := json.Unmarshal(body, &summary); err != nil {
+		return imageFs, containerFs, fmt.Errorf("GET /stats/summary: %v\n%s", err, body)
+	}
+	return summary.Node.Runtime.ImageFs, summary.Node.Runtime.ContainerFs, nil
+}
+
+// fsCapacity returns the size in bytes of the file system path is on.
+func fsCapacity(t *testing.T, path string) uint64 {
+	t.Helper()
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * uint64(st.Bsize)
+}
+
+// TestKubeletSplitImageFs: a real kubelet (v1.37.2) on a daemon whose image_store is on a
+// file system of its own measures that file system as its image file system, the one its
+// image garbage collection and imagefs eviction signals watch: /stats/summary's
+// node.runtime.imageFs has the image store's capacity (a 384 MiB tmpfs), not the storage
+// root's (the machine's disk under /tmp). The kubelet's CRI stats provider, which it uses with crijournal,
+// reads image_filesystems[0] and reports it as containerFs too ("For CRI Stats Provider we
+// don't support separate disks yet", pkg/kubelet/stats/cri_stats_provider.go): the
+// container file system the daemon reports apart is for its cadvisor stats provider and
+// crictl.
+func TestKubeletSplitImageFs(t *testing.T) {
+	t.Parallel()
+	requireKubelet(t)
+	imageStore := filepath.Join(mountTmpfs(t, 384<<20), "images")
+	reg := startImageRegistry(t)
+	d := startDaemon(t, daemonOptions{
+		registries: reg.mirror(),
+		extraTOML:  []string{"image_store = " + strconv.Quote(imageStore)},
+	})
+	d.pull(t, testImage)
+	imageCap, rootCap := fsCapacity(t, filepath.Dir(imageStore)), fsCapacity(t, d.storageRoot())
+	if imageCap == rootCap {
+		t.Fatalf("the image store's and the storage root's file systems are both %d bytes: the test cannot tell them apart", imageCap)
+	}
+	k := startKubelet(t, d, kubeletOptions{})
+	var imageFs, containerFs kubeletFsStats
+	// cadvisor has no file system figures for the first seconds.
+	testenv.Eventually(t, 90*time.Second, time.Second, testenv.Until("the kubelet's /stats/summary to give the image file system's capacity", func() bool {
+		var err error
+		imageFs, containerFs, err = k.runtimeFs()
+		return err == nil && imageFs.CapacityBytes != nil
+	}))
+	if *imageFs.CapacityBytes != imageCap {
+		t.Errorf("the kubelet's image file system is %d bytes; want the image store's %d (the storage root's is %d)", *imageFs.CapacityBytes, imageCap, rootCap)
+	}
+	if imageFs.UsedBytes == nil || *imageFs.UsedBytes < 1<<20 {
+		t.Errorf("the kubelet's image file system uses %v bytes; want the image's (over 1 MiB)", imageFs.UsedBytes)
+	}
+	var used, containerCap uint64
+	if imageFs.UsedBytes != nil {
+		used = *imageFs.UsedBytes
+	}
+	if containerFs.CapacityBytes != nil {
+		containerCap = *containerFs.CapacityBytes
+	}
+	t.Logf("kubelet: image file system %d bytes, %d used, container file system %d bytes (the image one, from its CRI stats provider); image store %d bytes, storage root %d bytes",
+		*imageFs.CapacityBytes, used, containerCap, imageCap, rootCap)
+	k.stop(t)
+	d.stopClean(t)
 }
