@@ -431,7 +431,8 @@ func (pl *powerLoss) requireImageData(t *testing.T, ref, sum string) {
 	pod := d.containerPod(t, "pl-check-"+randomHex(t, 4), false)
 	podID := d.mustRunp(t, pod)
 	defer d.removePod(t, podID)
-	ctr := containerConfig(t, "check", 0, []string{"sha256sum", "/data/pl"}, withImage(ref))
+	// busybox's applet by name: the test image links only some of them (storagetest).
+	ctr := containerConfig(t, "check", 0, []string{"busybox", "sha256sum", "/data/pl"}, withImage(ref))
 	id, stderr, err := d.create(t, nil, podID, ctr, pod)
 	if err == nil {
 		_, stderr, err = d.crictl(t, "start", id)

@@ -97,7 +97,7 @@ for ((boot = 1; boot <= cuts + 1; boot++)); do
 	findings=$(grep -c "\"boot\":$boot,\"ev\":\"finding\"" "$out/events.jsonl" 2>/dev/null || true)
 	if [ "$runtime" = containerd ] && [ "${findings:-0}" -gt 0 ]; then
 		verdict="${findings} finding(s); ${verdict:-no cut}"
-	elif grep -q -- '--- FAIL' "$logs/test.log" || [ "$fsck" = '?' ] || [ "$fsck" -ge 4 ] ||
+	elif [ "${findings:-0}" -gt 0 ] || grep -q -- '--- FAIL' "$logs/test.log" || [ "$fsck" = '?' ] || [ "$fsck" -ge 4 ] ||
 		! grep -q "\"boot\":$boot,\"ev\":\"verified\"" "$out/events.jsonl" 2>/dev/null ||
 		{ [ $mode = cut ] && [ -z "$verdict" ]; } || { [ $mode = final ] && [ $rc -ne 0 ]; }; then
 		why=$(grep -m1 -E 'failed-start|leak:|lost-image|pod-not-back|half-present|manifest-lost|record left|--- FAIL|panic' "$logs/test.log" | cut -c1-200 || true)
