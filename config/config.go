@@ -240,9 +240,11 @@ type Config struct {
 	// (through its CRI stats provider, which also counts the containers' writable layers
 	// against it: Kubernetes v1.37's "for CRI Stats Provider we don't support separate
 	// disks yet"). Images pulled before it was set stay in storage_root and are still
-	// used; images pulled into it are not seen by a daemon started without it, nor are
-	// the containers made from them: stop the node's pods before unsetting or moving it.
-	// It must be absolute and differ from the storage root. Default: "", meaning no split.
+	// used. Unsetting it or moving it to another directory while containers made with it
+	// exist stops the daemon at start, saying so: they would lose their images (remove
+	// the node's pods first); with none, the change is taken, and the images of the old
+	// directory are no longer seen (the kubelet pulls them again). It must be absolute
+	// and differ from the storage root. Default: "", meaning no split.
 	ImageStore string `toml:"image_store" help:"directory images are pulled into, apart from the containers' storage_root (empty: storage_root)"`
 
 	// ImagePullProgressTimeout cancels an image pull that has received no bytes from the

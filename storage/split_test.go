@@ -228,3 +228,70 @@ func requireDir(t *testing.T, what, dir string, want bool) {
 		t.Errorf("%s: %s is there (%v), want it elsewhere", what, dir, err)
 	}
 }
+
+// TestImageStoreChange: a store opened with another image store than last time (or none)
+// is refused while containers made with the old one are recorded, naming the old one, and
+// taken once they are gone; adding an image store to a store without one is taken over
+// containers (their images stay readable in the graph root).
+func TestImageStoreChange(t *testing.T) {
+	const id = "2123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	s := openTestStoreWith(t, DriverVFS, func(o *Options) { o.ImageStore = filepath.Join(filepath.Dir(o.Root), "images") })
+	ctx := context.Background()
+	img, _ := pullTestImage(t, s)
+	if _, err := s.CreateContainer(ctx, id, "change", img.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	first := s.opts.ImageStore
+	for _, other := range []string{"", filepath.Join(s.dir, "elsewhere")} {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		changed := s.opts
+		changed.ImageStore = other
+		st, err := Open(ctx, changed)
+		if err == nil {
+			st.Close()
+			t.Fatalf("Open with image store %q after %q, over a container: succeeded, want a refusal", other, first)
+		}
+		if !strings.Contains(err.Error(), first) || !strings.Contains(err.Error(), "1 containers") {
+			t.Errorf("Open with image store %q after %q, over a container: %v; want the old store and the container named", other, first, err)
+		}
+		s.reopen(t, nil) // with the first: taken
+		if _, err := s.Mount(ctx, id); err != nil {
+			t.Fatalf("the container after the refused change: %v", err)
+		}
+		if err := s.Unmount(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Without containers the change is taken, and recorded.
+	if err := s.DeleteContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	s.opts.ImageStore = ""
+	s.reopen(t, nil)
+	if imgs, err := s.ListImages(ctx); err != nil || len(imgs) != 0 {
+		t.Errorf("ListImages without the image store: %+v, %v; want none (the image is in the old store)", imgs, err)
+	}
+	if had, err := recordedImageStore(s.opts.Root); err != nil || had != "" {
+		t.Errorf("recorded image store %q, %v; want none", had, err)
+	}
+
+	// From none to one, over a container of the graph root's image: taken.
+	img, _ = pullTestImage(t, s)
+	if _, err := s.CreateContainer(ctx, id, "change", img.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	s.opts.ImageStore = first + "/" // the same directory, written otherwise
+	s.reopen(t, nil)
+	if _, err := s.Mount(ctx, id); err != nil {
+		t.Fatalf("the container of the graph root's image once the image store is set: %v", err)
+	}
+	if err := s.DeleteContainer(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if had, err := recordedImageStore(s.opts.Root); err != nil || had != first {
+		t.Errorf("recorded image store %q, %v; want %q", had, err, first)
+	}
+}

@@ -105,7 +105,9 @@ type Options struct {
 	// ImageStore, when set, is where pulled images go, layers and records (containers/
 	// storage's image store), apart from Root, which keeps the containers and their
 	// writable layers: a split image file system (see Usage). Images pulled into Root
-	// before are still used. Absolute, not Root. Default: "", no split.
+	// before are still used. Open refuses a change of it while containers made with the
+	// previous one are recorded (see imagestore.go). Absolute, not Root. Default: "", no
+	// split.
 	ImageStore string
 	// PinnedImages are the pinned_images patterns (package pinned): the images whose
 	// Image.Pinned is true. Default: none.
@@ -221,9 +223,15 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 				"turn transient store mode back on (storage_transient_store), or remove those containers before turning it off", file, n)
 		}
 	}
+	if err := checkImageStore(opts.Root, opts.RunRoot, opts.ImageStore); err != nil {
+		return nil, fmt.Errorf("open storage: %w", err)
+	}
 	st, err := cstorage.GetStore(sopts)
 	if err != nil {
 		return nil, fmt.Errorf("open storage at %s (driver %q): %w", opts.Root, opts.Driver, err)
+	}
+	if err := noteImageStore(opts.Root, opts.ImageStore, log); err != nil {
+		log.Warn("storage: the image store in use was not recorded: the next start cannot refuse a change of it over containers", "err", err)
 	}
 	// What no record names any more: the layers of containers whose records went with
 	// the run root in a reboot, or what an unclean stop left half made. Only in transient
