@@ -201,17 +201,28 @@ func PodPSI(parent string, systemd bool) (PSI, error) {
 	if parent == "" || !cgroups.IsCgroup2UnifiedMode() {
 		return PSI{}, nil
 	}
-	dir := parent
-	if systemd {
-		name, err := units.SliceName(parent)
-		if err != nil {
-			return PSI{}, invalid("cgroup parent %q is not a systemd slice: %v", parent, err)
-		}
-		if dir, err = sdcgroups.ExpandSlice(name); err != nil {
-			return PSI{}, invalid("cgroup parent %q: %v", parent, err)
-		}
+	dir, err := podCgroupDir(parent, systemd)
+	if err != nil {
+		return PSI{}, err
 	}
 	return podPSI(unifiedRoot, dir)
+}
+
+// podCgroupDir is the cgroup directory of a pod's cgroup_parent: the path itself with the
+// cgroupfs driver, the slice's expanded path with the systemd one.
+func podCgroupDir(parent string, systemd bool) (string, error) {
+	if !systemd {
+		return parent, nil
+	}
+	name, err := units.SliceName(parent)
+	if err != nil {
+		return "", invalid("cgroup parent %q is not a systemd slice: %v", parent, err)
+	}
+	dir, err := sdcgroups.ExpandSlice(name)
+	if err != nil {
+		return "", invalid("cgroup parent %q: %v", parent, err)
+	}
+	return dir, nil
 }
 
 // unifiedRoot is where the cgroup v2 hierarchy is mounted.

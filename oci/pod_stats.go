@@ -6,11 +6,9 @@ import (
 
 	"github.com/opencontainers/cgroups"
 	"github.com/opencontainers/cgroups/manager"
-	sdcgroups "github.com/opencontainers/cgroups/systemd"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/oci/spec"
-	"github.com/crijournal/crijournal/units"
 )
 
 // PodStats reads a pod's own cgroup, its cgroup_parent (a cgroupfs path, or with systemd
@@ -24,15 +22,9 @@ func PodStats(parent string, systemd bool) (CgroupStats, error) {
 	if parent == "" {
 		return CgroupStats{}, ErrNoPodCgroup
 	}
-	dir := parent
-	if systemd {
-		name, err := units.SliceName(parent)
-		if err != nil {
-			return CgroupStats{}, invalid("cgroup parent %q is not a systemd slice: %v", parent, err)
-		}
-		if dir, err = sdcgroups.ExpandSlice(name); err != nil {
-			return CgroupStats{}, invalid("cgroup parent %q: %v", parent, err)
-		}
+	dir, err := podCgroupDir(parent, systemd)
+	if err != nil {
+		return CgroupStats{}, err
 	}
 	st, err := cgroupStatsAt(dir)
 	if err != nil {
