@@ -224,9 +224,14 @@ func isNoSpace(err error) bool {
 }
 
 // diskFull returns the error of a pull of name that failed with err on a full disk: it
-// names the store's directories the pull writes to and their file systems' room.
+// names the store's directories the pull writes to (the image store, when there is one,
+// instead of the graph root) and their file systems' room.
 func (s *Store) diskFull(name string, err error) error {
-	dirs := []string{s.st.GraphRoot(), s.sys.BigFilesTemporaryDir}
+	images := s.st.GraphRoot()
+	if dir := s.ImageStore(); dir != "" {
+		images = dir
+	}
+	dirs := []string{images, s.sys.BigFilesTemporaryDir}
 	var where []string
 	seen := map[[2]int32]bool{}
 	for _, dir := range dirs {
