@@ -94,6 +94,11 @@ func TestRuntimeStats(t *testing.T) {
 		}
 		return nil
 	})
+	// The shell execs sleep after its echo: until the new program has run, the cgroup may
+	// hold no anonymous memory (RSS 0; seen under load), and its CPU figure moves.
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		return asleep(c.pid, "sleep")
+	})
 	st, err := r.Stats(c.id)
 	if err != nil {
 		t.Fatal(err)
@@ -112,11 +117,7 @@ func TestRuntimeStats(t *testing.T) {
 	if err != nil || cpu < again.CPUUsageNanos {
 		t.Errorf("CPUUsage = %d, %v; want at least Stats' %d", cpu, err, again.CPUUsageNanos)
 	}
-	// The shell execs sleep after its echo, which costs CPU: the figure stays put
-	// only once sleep runs and sleeps.
-	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
-		return asleep(c.pid, "sleep")
-	})
+	// sleep sleeps: the figure stays put.
 	cpu, err = r.CPUUsage(c.id)
 	if err != nil {
 		t.Fatal(err)
