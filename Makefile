@@ -256,7 +256,12 @@ test: deps build kubelet
 # daemon takes the node over. As root.
 test-upgrade: deps build
 	@set -euo pipefail; \
-	sha="$$(git rev-parse --verify -q '$(PREV_COMMIT)^{commit}')" || { echo "test-upgrade: commit $(PREV_COMMIT) is not in this clone" >&2; exit 1; }; \
+	sha="$$(git rev-parse --verify -q '$(PREV_COMMIT)^{commit}')" || { \
+		echo "test-upgrade: commit $(PREV_COMMIT) is not in this clone: fetching the history from origin" >&2; \
+		if [ "$$(git rev-parse --is-shallow-repository)" = true ]; then git fetch -q --unshallow origin || true; fi; \
+		git fetch -q origin '$(PREV_COMMIT)' 2>/dev/null || true; \
+		sha="$$(git rev-parse --verify -q '$(PREV_COMMIT)^{commit}')"; } || { \
+		echo "test-upgrade: commit $(PREV_COMMIT) of $(PREV_VERSION) is not in this clone, nor could it be fetched: clone the whole history (git clone without --depth)" >&2; exit 1; }; \
 	dir="$(CURDIR)/bin/prev/$$sha"; \
 	if [ ! -x "$$dir/crijournal" ] || [ ! -x "$$dir/crijournal-pause" ] || [ ! -x "$$dir/crijournal-pause-sleep" ]; then \
 		echo "test-upgrade: building $(PREV_VERSION) ($$sha) into $$dir"; \
