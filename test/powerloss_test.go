@@ -270,10 +270,12 @@ func (pl *powerLoss) readEvents(t *testing.T) []plEvent {
 	return evs
 }
 
-// record appends ev to the events file (on the host: the cut cannot lose it).
+// record appends ev to the events file (on the host: the cut cannot lose it) and to the
+// boot's own view of them, which the workload's choices read.
 func (pl *powerLoss) record(t *testing.T, ev plEvent) {
 	t.Helper()
 	ev.Boot = pl.boot
+	pl.past = append(pl.past, ev)
 	b, err := json.Marshal(ev)
 	if err != nil {
 		t.Fatal(err)
@@ -678,7 +680,7 @@ func (pl *powerLoss) removeStaticPod(t *testing.T) error {
 // pullImage pushes a new image (busybox and a data layer of 2-8 MiB of random bytes) to
 // this boot's registry and pulls it.
 func (pl *powerLoss) pullImage(t *testing.T) error {
-	if len(pl.answeredImages()) >= plMaxImages {
+	if len(pl.answeredImages()) > plMaxImages { // the pods' image and plMaxImages more
 		return pl.removeImage(t)
 	}
 	seed := pl.rng.Uint64()
@@ -711,7 +713,9 @@ func (pl *powerLoss) pullImage(t *testing.T) error {
 func (pl *powerLoss) removeImage(t *testing.T) error {
 	var refs []string
 	for ref := range pl.answeredImages() {
-		refs = append(refs, ref)
+		if ref != plPodImage { // the pods' image is in use: its removal is refused
+			refs = append(refs, ref)
+		}
 	}
 	if len(refs) == 0 {
 		return nil
