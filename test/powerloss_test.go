@@ -108,7 +108,7 @@ const (
 	evPulled        = "pulled"         // a pull was answered: Name, ID, Sum
 	evImageRemoved  = "image-removed"  // a RemoveImage was answered: Name
 	evManifestAdd   = "manifest-added" // a static pod's manifest is on the disk (fsynced): Name
-	evManifestDel   = "manifest-removed"
+	evManifestDel   = "manifest-removed" // recorded before the removal: the manifest may be there or not
 	evRunpTimeout   = "runp-timeout"   // crictl runp -T failed with DeadlineExceeded: Name, Pod, ID (from CNI's ADD)
 	evCreateTimeout = "create-timeout" // crictl create -T failed with DeadlineExceeded: Name, Pod, Ctr, PodID
 	evRetried       = "retried"        // a timed-out creation's retry got its object and removed it: Name
@@ -667,14 +667,13 @@ func (pl *powerLoss) removeStaticPod(t *testing.T) error {
 		return nil
 	}
 	name := names[pl.rng.IntN(len(names))]
+	// Recorded before the file goes: a cut between the two must not make the next check
+	// expect a manifest this boot was removing.
+	pl.record(t, plEvent{Ev: evManifestDel, Name: name})
 	if err := os.Remove(pl.k.manifestPath(name)); err != nil {
 		return err
 	}
-	if err := syncDir(pl.k.manifestDir); err != nil {
-		return err
-	}
-	pl.record(t, plEvent{Ev: evManifestDel, Name: name})
-	return nil
+	return syncDir(pl.k.manifestDir)
 }
 
 // pullImage pushes a new image (busybox and a data layer of 2-8 MiB of random bytes) to
