@@ -105,15 +105,15 @@ type plEvent struct {
 
 // Events of the workload, by name.
 const (
-	evPulled        = "pulled"         // a pull was answered: Name, ID, Sum
-	evImageRemoved  = "image-removed"  // a RemoveImage was answered: Name
-	evManifestAdd   = "manifest-added" // a static pod's manifest is on the disk (fsynced): Name
+	evPulled        = "pulled"           // a pull was answered: Name, ID, Sum
+	evImageRemoved  = "image-removed"    // a RemoveImage was answered: Name
+	evManifestAdd   = "manifest-added"   // a static pod's manifest is on the disk (fsynced): Name
 	evManifestDel   = "manifest-removed" // recorded before the removal: the manifest may be there or not
-	evRunpTimeout   = "runp-timeout"   // crictl runp -T failed with DeadlineExceeded: Name, Pod, ID (from CNI's ADD)
-	evCreateTimeout = "create-timeout" // crictl create -T failed with DeadlineExceeded: Name, Pod, Ctr, PodID
-	evRetried       = "retried"        // a timed-out creation's retry got its object and removed it: Name
-	evWorkloadError = "workload-error" // a call of the workload failed unexpectedly: Err
-	evFinding       = "finding"        // a check after a cut that did not hold: Name (its class), Err
+	evRunpTimeout   = "runp-timeout"     // crictl runp -T failed with DeadlineExceeded: Name, Pod, ID (from CNI's ADD)
+	evCreateTimeout = "create-timeout"   // crictl create -T failed with DeadlineExceeded: Name, Pod, Ctr, PodID
+	evRetried       = "retried"          // a timed-out creation's retry got its object and removed it: Name
+	evWorkloadError = "workload-error"   // a call of the workload failed unexpectedly: Err
+	evFinding       = "finding"          // a check after a cut that did not hold: Name (its class), Err
 )
 
 // Classes of findings.
