@@ -226,7 +226,25 @@ func (n *Network) Detach(ctx context.Context, sandboxID, netnsPath, ifName strin
 	if err := os.Remove(cacheFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("detach %s from network %s: remove cached result: %w", sandboxID, n.Name(), err)
 	}
+	// The removal is made durable before the caller's journal can record the undo done:
+	// libcni writes and removes its cache without fsync, and a power cut that kept the
+	// journal's later commit but lost this unlink left a cache entry no record owns
+	// (make test-powerloss found one).
+	if err := syncDir(filepath.Dir(cacheFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("detach %s from network %s: flush the removal of the cached result: %w", sandboxID, n.Name(), err)
+	}
 	return nil
+}
+
+// syncDir fsyncs a directory, so that the entries just made or removed in it survive a
+// power cut.
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // runtimeConf validates the arguments of Attach and Detach and builds the
