@@ -41,6 +41,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/crijournal/crijournal/failpoint"
+	"github.com/crijournal/crijournal/internal/durable"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
 )
@@ -212,7 +213,7 @@ func publish(partial, location string) error {
 	if err := os.Rename(partial, location); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(location))
+	return durable.SyncDir(filepath.Dir(location))
 }
 
 // writeMetadata writes config.dump, spec.dump, status.dump and bind.mounts.
@@ -376,16 +377,6 @@ func writeArchive(ctx context.Context, dir, path string) (err error) {
 		return err
 	}
 	return f.Sync()
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // Annotations returns spec's annotations with those that name the container for

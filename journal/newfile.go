@@ -5,6 +5,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/crijournal/crijournal/internal/durable"
 )
 
 // A new journal file must survive a power cut as soon as its first commit has: bbolt
@@ -32,13 +34,7 @@ func newPath(path string) []string {
 // syncNewPath fsyncs dirs (newPath's answer), deepest first.
 func syncNewPath(dirs []string) error {
 	for _, dir := range dirs {
-		d, err := os.Open(dir)
-		if err != nil {
-			return err
-		}
-		err = d.Sync()
-		d.Close()
-		if err != nil {
+		if err := durable.SyncDir(dir); err != nil {
 			return err
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/cni/pkg/utils"
+	"github.com/crijournal/crijournal/internal/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -230,21 +231,10 @@ func (n *Network) Detach(ctx context.Context, sandboxID, netnsPath, ifName strin
 	// libcni writes and removes its cache without fsync, and a power cut that kept the
 	// journal's later commit but lost this unlink left a cache entry no record owns
 	// (make test-powerloss found one).
-	if err := syncDir(filepath.Dir(cacheFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := durable.SyncDir(filepath.Dir(cacheFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("detach %s from network %s: flush the removal of the cached result: %w", sandboxID, n.Name(), err)
 	}
 	return nil
-}
-
-// syncDir fsyncs a directory, so that the entries just made or removed in it survive a
-// power cut.
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // runtimeConf validates the arguments of Attach and Detach and builds the

@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/crijournal/crijournal/internal/durable"
+	"github.com/google/renameio/v2"
+
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
@@ -96,7 +99,7 @@ func (pl *powerLoss) removeStaticPod(t *testing.T) error {
 	if err := os.Remove(pl.k.manifestPath(name)); err != nil {
 		return err
 	}
-	return syncDir(pl.k.manifestDir)
+	return durable.SyncDir(pl.k.manifestDir)
 }
 
 // pullImage pushes a new image (busybox and a data layer of 2-8 MiB of random bytes) to
@@ -237,36 +240,11 @@ func (pl *powerLoss) durableConfig(path string) (string, error) {
 	return dst, writeDurably(dst, string(b))
 }
 
-// writeDurably writes a file whole or not at all across a power cut: a temporary file,
-// fsynced, renamed over path, and the directory fsynced.
+// writeDurably writes a file whole or not at all across a power cut: renameio's temporary
+// file, fsynced and renamed over path, then the directory fsynced.
 func writeDurably(path, content string) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
+	if err := renameio.WriteFile(path, []byte(content), 0o644); err != nil {
 		return err
 	}
-	if _, err := f.WriteString(content); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return durable.SyncDir(filepath.Dir(path))
 }
