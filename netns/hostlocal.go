@@ -8,11 +8,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"golang.org/x/sys/unix"
 
+	"github.com/crijournal/crijournal/internal/durable"
 	"github.com/crijournal/crijournal/layout"
 )
 
@@ -93,4 +96,80 @@ func RemoveTornAllocations(dir string) ([]string, error) {
 		freed = append(freed, e.Name())
 	}
 	return freed, errors.Join(errs...)
+}
+
+// libcni keeps each ADD's result in its cache (<cache>/results/<network>-<ID>-<ifname>),
+// written without fsync, and reads it back for the DEL. A power cut can leave such a
+// file empty (its name made durable, its contents not). An empty result is of use to
+// nobody: libcni fails a DEL on it ("unexpected end of JSON input"), so the attachment's
+// own undo could never finish while it is there, and when the attachment is gone already
+// nothing would ever remove it. libcni writes a result in one call right after its ADD,
+// so an empty one last written before this boot is one a cut tore.
+
+// RemoveTornResults removes the files of resultsDir (libcni's results directory) that
+// are empty and were last written before bootTime, so a cut left them, and whose name
+// starts with one of networks' names followed by "-" (in libcni's default directory,
+// shared with the node's other runtimes, only this node's networks are the daemon's).
+// It returns the names removed. A directory that does not exist holds nothing.
+func RemoveTornResults(resultsDir string, networks []string, bootTime time.Time) ([]string, error) {
+	entries, err := os.ReadDir(resultsDir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("libcni results directory %s: %w", resultsDir, err)
+	}
+	ours := func(name string) bool {
+		return slices.ContainsFunc(networks, func(nw string) bool { return nw != "" && strings.HasPrefix(name, nw+"-") })
+	}
+	var removed []string
+	var errs []error
+	for _, e := range entries {
+		if !e.Type().IsRegular() || !ours(e.Name()) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil || info.Size() != 0 || !info.ModTime().Before(bootTime) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(resultsDir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, e.Name())
+	}
+	if len(removed) > 0 {
+		if err := durable.SyncDir(resultsDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return removed, errors.Join(errs...)
+}
+
+// NetworkNames returns the names of the networks configured in confDir (every one, as
+// HostLocalDirs). A file that does not parse is skipped.
+func NetworkNames(confDir string) ([]string, error) {
+	if confDir == "" {
+		return nil, nil
+	}
+	files, err := libcni.ConfFiles(confDir, confExtensions)
+	if err != nil {
+		return nil, fmt.Errorf("CNI configuration in %s: %w", confDir, err)
+	}
+	var names []string
+	for _, file := range files {
+		if list, err := loadConfFile(file); err == nil && list.Name != "" {
+			names = append(names, list.Name)
+		}
+	}
+	return names, nil
+}
+
+// BootTime is when the running kernel booted (now less its uptime), to the second.
+func BootTime() (time.Time, error) {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return time.Time{}, fmt.Errorf("sysinfo: %w", err)
+	}
+	return time.Now().Add(-time.Duration(si.Uptime) * time.Second).Truncate(time.Second), nil
 }

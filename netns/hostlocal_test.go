@@ -36,6 +36,14 @@ func TestHostLocalDirs(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("HostLocalDirs = %v, want %v", got, want)
 	}
+	names, err := NetworkNames(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(names)
+	if want := []string{"a", "b", "c"}; !slices.Equal(names, want) {
+		t.Errorf("NetworkNames = %v, want %v", names, want)
+	}
 	if got, err := HostLocalDirs(""); err != nil || got != nil {
 		t.Errorf("HostLocalDirs(\"\") = %v, %v", got, err)
 	}
@@ -100,5 +108,74 @@ func TestRemoveTornAllocations(t *testing.T) {
 	}
 	if freed, err := RemoveTornAllocations(filepath.Join(dir, "none")); err != nil || freed != nil {
 		t.Errorf("RemoveTornAllocations of a missing directory = %v, %v", freed, err)
+	}
+}
+
+// TestRemoveTornResults: the empty results of this node's networks written before the
+// boot go; a whole result, one written since the boot, another runtime's network's and
+// a directory stay.
+func TestRemoveTornResults(t *testing.T) {
+	dir := t.TempDir()
+	boot := time.Now().Add(-time.Hour)
+	before, after := boot.Add(-time.Minute), boot.Add(time.Minute)
+	files := []struct {
+		name    string
+		content string
+		mtime   time.Time
+		removed bool
+	}{
+		{"cj-0123-eth0", "", before, true},
+		{"cj-4567-eth0", `{"cniVersion":"1.0.0"}`, before, false},
+		{"cj-89ab-eth0", "", after, false},
+		{"other-cdef-eth0", "", before, false},
+		{"cjx-0000-eth0", "", before, false},
+		{"cj2-1111-eth0", "", before, true},
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, []byte(f.content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, f.mtime, f.mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "cj-dir"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	got, err := RemoveTornResults(dir, []string{"cj", "cj2", ""}, boot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, f := range files {
+		_, statErr := os.Stat(filepath.Join(dir, f.name))
+		if gone := os.IsNotExist(statErr); gone != f.removed {
+			t.Errorf("%s: removed %v, want %v", f.name, gone, f.removed)
+		}
+		if f.removed {
+			want = append(want, f.name)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("RemoveTornResults = %v, want %v", got, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cj-dir")); err != nil {
+		t.Errorf("a directory was removed: %v", err)
+	}
+	if got, err := RemoveTornResults(filepath.Join(dir, "missing"), []string{"cj"}, boot); err != nil || got != nil {
+		t.Errorf("RemoveTornResults(missing) = %v, %v", got, err)
+	}
+}
+
+// TestBootTime: the kernel booted before now, and after the epoch.
+func TestBootTime(t *testing.T) {
+	bt, err := BootTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bt.Before(time.Now()) || bt.Before(time.Unix(0, 0).Add(time.Hour)) {
+		t.Errorf("BootTime = %v", bt)
 	}
 }

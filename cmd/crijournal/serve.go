@@ -271,6 +271,7 @@ func (d *serving) recover() error {
 		Images: d.images, Runtimes: d.runtimes, Version: version, Log: log, NRI: d.plugins})
 	d.onClose(d.srv.Close)
 	freeTornAddresses(cfg.CNIConfDir, log)
+	removeTornResults(cfg.CNIConfDir, cfg.Layout().CNIResultsDir(), log)
 	start := time.Now()
 	sum := recovery.Run(d.ctx, j, log, d.srv.Reconcile)
 	log.Debug("recovery took", "duration", time.Since(start))
@@ -307,6 +308,29 @@ func freeTornAddresses(confDir string, log *slog.Logger) {
 		if err != nil {
 			log.Warn("host-local's files torn by a power cut were not all removed", "dir", dir, "err", err)
 		}
+	}
+}
+
+// removeTornResults removes libcni's cached results that a power cut left empty (see
+// netns.RemoveTornResults), before recovery: a DEL fails on one.
+func removeTornResults(confDir, resultsDir string, log *slog.Logger) {
+	names, err := netns.NetworkNames(confDir)
+	if err == nil && len(names) == 0 {
+		return
+	}
+	var boot time.Time
+	if err == nil {
+		boot, err = netns.BootTime()
+	}
+	var removed []string
+	if err == nil {
+		removed, err = netns.RemoveTornResults(resultsDir, names, boot)
+	}
+	if len(removed) > 0 {
+		log.Warn("removed libcni's cached results that a power cut left empty", "dir", resultsDir, "files", removed)
+	}
+	if err != nil {
+		log.Warn("libcni's cached results torn by a power cut were not all removed", "dir", resultsDir, "err", err)
 	}
 }
 
