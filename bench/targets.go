@@ -8,32 +8,35 @@ import (
 	"text/tabwriter"
 )
 
-// The targets crijournal is held to on a node (issue 24; docs/BENCHMARKS.md, "Targets"):
-// a run checks those it measured and prints each one's figure beside its limit. A run's
-// verdict is one sample: on a shared machine the figures move by a tenth or more from
-// run to run, and a target is judged by the median of several runs. They live here and
-// in the Go benchmarks' comments (List calls, recovery), never in a test's assertion.
+// The targets crijournal is held to on a node (issue 24, raised by issue 52;
+// docs/BENCHMARKS.md, "Targets"): a run checks those it measured and prints each one's
+// figure beside its limit, met or not. Each is meant to be met in one run beside
+// containerd (contrib/bench/containerd.sh). A run's verdict is one sample: on a shared
+// machine the figures move by a tenth or more from run to run, and a target is judged by
+// the median of several runs. They live here and in the Go benchmarks' comments (List
+// calls, recovery), never in a test's assertion.
 const (
 	// TargetDaemonRSSMiB bounds the daemon's peak resident memory with TargetRSSPods
-	// pods up.
-	TargetDaemonRSSMiB = 38.0
+	// pods up (issue 52: 32 MiB; it was 38).
+	TargetDaemonRSSMiB = 32.0
 	TargetRSSPods      = 20
 	// TargetConmonMiB bounds the helpers' (conmon's) resident memory per pod, and
 	// TargetPauseMiB a pause process's.
 	TargetConmonMiB = 4.0
 	TargetPauseMiB  = 1.0
-	// TargetPodUpFloorOne and TargetPodUpFloorFour bound pod up over its floor, one and
-	// four at a time; TargetPodDownFloor pod down over its floor, at either.
-	TargetPodUpFloorOne  = 1.3
-	TargetPodUpFloorFour = 1.6
+	// TargetPodUpFloorOne and TargetPodUpFloorFour bound pod up over its floor (runc and
+	// CNI alone), one and four at a time (issue 52: 1.10 at both; they were 1.3 and 1.6);
+	// TargetPodDownFloor pod down over its floor, at either.
+	TargetPodUpFloorOne  = 1.10
+	TargetPodUpFloorFour = 1.10
 	TargetPodDownFloor   = 1.5
 	// TargetPodUpContainerd bounds pod up over containerd's, one and four at a time:
 	// containerd 2.x's (issue 42), the anchor; against an older containerd the ratio is
 	// reported, not judged.
 	TargetPodUpContainerd = 0.45
 	// TargetIdlePercent is the daemon's CPU, in % of one core, that the idle workload
-	// with TargetIdlePods pods must stay under.
-	TargetIdlePercent = 1.0
+	// with TargetIdlePods pods must stay under (issue 52: 0.5 %; it was 1 %).
+	TargetIdlePercent = 0.5
 	TargetIdlePods    = 100
 )
 
