@@ -66,6 +66,7 @@ Without a subcommand, crijournal serves (see "crijournal serve --help").`,
 	flags.String("config", config.DefaultFile,
 		"configuration file (TOML); a missing file is an error unless it is the default ["+configEnv+"]")
 	config.BindFlags(flags)
+	addServeFlags(root)
 	for _, newCommand := range subcommands {
 		root.AddCommand(newCommand())
 	}

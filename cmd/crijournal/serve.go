@@ -9,9 +9,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/google/renameio/v2"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
@@ -37,13 +40,21 @@ import (
 
 func init() {
 	subcommands = append(subcommands, func() *cobra.Command {
-		return &cobra.Command{
+		c := &cobra.Command{
 			Use:   "serve",
 			Short: "Serve the CRI on the configured unix socket (the default command)",
 			Args:  cobra.NoArgs,
 			RunE:  runServe,
 		}
+		addServeFlags(c)
+		return c
 	})
+}
+
+// addServeFlags adds the flags of serving that are no configuration of the node: the
+// serve command's, and the root command's (which serves without a subcommand).
+func addServeFlags(c *cobra.Command) {
+	c.Flags().String("pid-file", "", "write the daemon's PID to this file once it serves (removed when it stops)")
 }
 
 // gracefulStopTimeout bounds how long a stopping daemon waits for requests in flight
@@ -72,6 +83,7 @@ func runServe(cmd *cobra.Command, args []string) error {
 	slog.SetDefault(log)
 
 	d := &serving{cfg: cfg, log: log}
+	d.pidFile, _ = cmd.Flags().GetString("pid-file") // absent in tests' commands: ""
 	defer d.close()
 	for _, stage := range []func() error{
 		d.checkJournal,    // a journal a newer release wrote: refused before anything is made
@@ -93,8 +105,9 @@ func runServe(cmd *cobra.Command, args []string) error {
 // serving is the daemon runServe assembles: what each stage made, for the stages after
 // it, and the cleanups of each.
 type serving struct {
-	cfg config.Config
-	log *slog.Logger
+	cfg     config.Config
+	log     *slog.Logger
+	pidFile string // --pid-file: written once serving, removed at the end; "" for none
 
 	ctx  context.Context // ends at SIGINT or SIGTERM, or when serving ends
 	stop context.CancelFunc
@@ -430,6 +443,13 @@ func (d *serving) serve() error {
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(lis) }()
 	log.Info("crijournal serving", "socket", cfg.Socket, "journal", cfg.Layout().JournalFile(), "version", version)
+	if d.pidFile != "" {
+		if err := writePidFile(d.pidFile); err != nil {
+			log.Warn("could not write the PID file", "path", d.pidFile, "err", err)
+		} else {
+			defer removePidFile(d.pidFile)
+		}
+	}
 	// Start-up touched code and data all over the binary that serving does not need.
 	if err := residency.Release(); err != nil {
 		log.Warn("could not release the executable's start-up pages", "err", err)
@@ -573,4 +593,19 @@ func checkPauseProgram(cfg config.Config, log *slog.Logger) error {
 			"sleeper", pause.SleeperPath(p), "err", err)
 	}
 	return nil
+}
+
+// writePidFile writes the daemon's PID to path (atomically: a reader sees the whole
+// number or no file), as decimal digits without a newline: the kubelet's node e2e suite
+// reads --container-runtime-pid-file with strconv.Atoi on the whole file.
+func writePidFile(path string) error {
+	return renameio.WriteFile(path, []byte(strconv.Itoa(os.Getpid())), 0o644)
+}
+
+// removePidFile removes path if it still holds this daemon's PID (a daemon started
+// after this one may have written its own).
+func removePidFile(path string) {
+	if b, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(b)) == strconv.Itoa(os.Getpid()) {
+		os.Remove(path)
+	}
 }
