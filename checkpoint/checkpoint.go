@@ -398,11 +398,14 @@ func Annotations(spec map[string]string, container, pod, namespace, podUID, sand
 	return out
 }
 
-// RegisterUndos registers the undo of StepExport. runtimes returns the runtime of a
-// handler (the one recorded in the step).
+// RegisterUndos registers the undos of StepExport and StepImport. runtimes returns the
+// runtime of a handler (the one recorded in the step).
 func RegisterUndos(reg *journal.Registry, runtimes func(handler string) (*oci.Runtime, error)) {
 	reg.Register(StepExport, func(ctx context.Context, _ journal.Record, step journal.Step) error {
 		return undo(ctx, runtimes, step.Args)
+	})
+	reg.Register(StepImport, func(_ context.Context, _ journal.Record, step journal.Step) error {
+		return undoImport(step.Args)
 	})
 }
 

@@ -54,6 +54,11 @@ type Pending struct {
 // its start pipe as a start too: one whose daemon died holding it runs the runtime,
 // which fails without the config.json that only Create writes.
 func (r *Runtime) Prepare(ctx context.Context, id, logPath string, terminal bool, stdin StdinMode) (p *Pending, err error) {
+	return r.prepare(ctx, id, logPath, terminal, stdin, nil)
+}
+
+// prepare is Prepare, with extra arguments of conmon's (a restore's: see Restore).
+func (r *Runtime) prepare(ctx context.Context, id, logPath string, terminal bool, stdin StdinMode, extra []string) (p *Pending, err error) {
 	if err := validID(id); err != nil {
 		return nil, err
 	}
@@ -110,7 +115,7 @@ func (r *Runtime) Prepare(ctx context.Context, id, logPath string, terminal bool
 	if errFile, err = os.OpenFile(filepath.Join(dir, "conmon.stderr"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600); err != nil {
 		return nil, fmt.Errorf("create %s: %w", id, err)
 	}
-	cmd := exec.Command(r.conmon, r.conmonArgs(id, logPath, terminal, stdin)...)
+	cmd := exec.Command(r.conmon, append(r.conmonArgs(id, logPath, terminal, stdin), extra...)...)
 	cmd.Dir = dir // conmon writes its "oom" file in its working directory
 	cmd.Env = []string{"PATH=" + envPath(), "_OCI_SYNCPIPE=3", "_OCI_STARTPIPE=4"}
 	cmd.ExtraFiles = []*os.File{syncW, startR}

@@ -75,6 +75,7 @@ func CreateStep(p *Pending, spec *specs.Spec) journal.Action[int] {
 func RegisterUndos(reg *journal.Registry, runtimes func(handler string) (*Runtime, error)) {
 	reg.Register(StepConmon, undoContainer(StepConmon, runtimes, (*Runtime).abandon))
 	reg.Register(StepRuntimeContainer, undoContainer(StepRuntimeContainer, runtimes, (*Runtime).Delete))
+	reg.Register(StepRestore, undoContainer(StepRestore, runtimes, (*Runtime).Delete))
 }
 
 // undoContainer is the undo of a step of kind that made container (or conmon)

@@ -10,6 +10,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crijournal/crijournal/checkpoint"
 	"github.com/crijournal/crijournal/creation"
 	"github.com/crijournal/crijournal/failpoint"
 	"github.com/crijournal/crijournal/journal"
@@ -66,6 +67,15 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		return nil, newError(errWrongState, "sandbox %s is not ready (stopped)", sb.rec.ID)
 	}
 	cfg := req.GetConfig()
+	// A checkpoint's archive or image as the image: a container to restore, made from
+	// the checkpointed one's image and process (container_restore.go).
+	restore, err := s.restoreOf(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if restore != nil {
+		cfg = restore.config
+	}
 	name, err := containerName(cfg, sb.config)
 	if err != nil {
 		return nil, err
@@ -140,12 +150,21 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 		fsReq.UIDMap, fsReq.GIDMap = idMaps(u.GetUids()), idMaps(u.GetGids())
 	}
 	first := c.Plan()
-	creation.AddStep(first, creation.Limit{Max: runtimeCreateTimeout}, oci.ConmonStep(rt, id, logFile, cfg.GetTty(), oci.StdinModeOf(cfg)),
-		func(p *oci.Pending) { conmon, obj.Bundle = p, p.Bundle() })
+	if restore == nil {
+		creation.AddStep(first, creation.Limit{Max: runtimeCreateTimeout}, oci.ConmonStep(rt, id, logFile, cfg.GetTty(), oci.StdinModeOf(cfg)),
+			func(p *oci.Pending) { conmon, obj.Bundle = p, p.Bundle() })
+	} else {
+		obj.Bundle = rt.BundleOf(id) // its conmon starts at StartContainer, which restores it
+	}
 	creation.AddStep(first, creation.Limit{Max: storageCreateTimeout}, storage.ContainerStep(s.images, fsReq),
 		func(rootfs string) { obj.Rootfs = rootfs })
 	if err := first.Run(); err != nil {
 		return nil, err
+	}
+	if restore != nil {
+		if err := s.importCheckpoint(c, restore, id, obj.Rootfs); err != nil {
+			return nil, err
+		}
 	}
 
 	// The image volumes: each image mounted read-only, a step each.
@@ -173,6 +192,9 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	if err == nil {
 		err = s.injectCDI(spec, cfg) // may add groups: before the user is recorded
 	}
+	if err == nil && restore != nil {
+		restoreSpec(spec, restore.archive)
+	}
 	if err != nil {
 		return nil, c.Fail(stageContainerSpec, err)
 	}
@@ -187,9 +209,14 @@ func (s *Server) CreateContainer(ctx context.Context, req *runtimeapi.CreateCont
 	}
 	obj.User = specUser(spec)
 
-	// The OCI container, created by the runtime under conmon.
-	if _, err := creation.Step(c, creation.Limit{Max: runtimeCreateTimeout}, oci.CreateStep(conmon, spec)); err != nil {
-		return nil, err
+	// The OCI container, created by the runtime under conmon; a restored one's spec is
+	// kept for StartContainer's restore, in the restore directory the import made.
+	if restore == nil {
+		if _, err := creation.Step(c, creation.Limit{Max: runtimeCreateTimeout}, oci.CreateStep(conmon, spec)); err != nil {
+			return nil, err
+		}
+	} else if err := checkpoint.WriteSpec(s.restoreDirOf(id), spec); err != nil {
+		return nil, c.Fail(checkpoint.StageImport, err)
 	}
 
 	if _, err := c.Finish(obj); err != nil {

@@ -17,6 +17,9 @@ func (s *Server) recordExit(ctx context.Context, c container) error {
 	if _, done := c.rec.Marker(markerFinishedAt); done {
 		return nil
 	}
+	if awaitsRestore(c.rec) {
+		return nil // no runtime container until StartContainer restores it
+	}
 	rt, err := s.runtimes.Runtime(c.obj.Handler)
 	if err != nil {
 		return err

@@ -33,7 +33,7 @@ func (s *Server) StartContainer(ctx context.Context, req *runtimeapi.StartContai
 			return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
 		}
 	}
-	if err := rt.Start(ctx, c.rec.ID); err != nil {
+	if err := s.startContainer(ctx, c, rt); err != nil { // a restore, for a container from a checkpoint
 		return nil, fmt.Errorf("start container %s: %w", c.rec.ID, err)
 	}
 	// The start is recorded without a commit of its own: it rides on the next one. A

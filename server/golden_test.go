@@ -76,7 +76,8 @@ func TestRecordObjectsGolden(t *testing.T) {
 		"step_kinds": []string{string(netns.StepPin), string(netns.StepAttach), string(netns.StepPause), string(netns.StepUserPin),
 			string(netns.StepResolvConf), string(netns.StepHostname), string(netns.StepShm),
 			string(storage.StepContainerStorage), string(storage.StepImageVolume), string(oci.StepConmon), string(oci.StepRuntimeContainer),
-			string(nri.StepPod), string(nri.StepContainer), string(units.StepSlice), string(checkpoint.StepExport)},
+			string(nri.StepPod), string(nri.StepContainer), string(units.StepSlice), string(checkpoint.StepExport),
+			string(checkpoint.StepImport), string(oci.StepRestore)},
 		"markers": []string{markerStopped, markerNetworkStopped, markerPauseExited, markerStartedAt, markerFinishedAt,
 			markerExitCode, markerReason, nri.MarkerStopped},
 	}

@@ -28,6 +28,9 @@ func (s *Server) Reconcile(ctx context.Context, rec journal.Record) (bool, error
 		if rec.State != journal.StateCreated {
 			return false, nil
 		}
+		if undone, err := s.reconcileRestore(ctx, rec); err != nil || undone {
+			return undone, err
+		}
 		if pendingCheckpoint(rec) {
 			// A checkpoint export a crash cut short: its work files and partial
 			// archive go, and the container is thawed if CRIU left it frozen.
