@@ -437,13 +437,17 @@ func (pl *powerLoss) requireImageData(t *testing.T, ref, sum string) {
 		pl.finding(t, findLostImage, "image %s does not run after the cut: %v: %s", ref, err, stderr)
 		return
 	}
-	if err := testenv.Poll(20*time.Second, 200*time.Millisecond, func() error {
-		out, _, _ := d.crictl(t, "logs", id)
-		if strings.Contains(out, sum) {
+	// Wait for sha256sum's line; once it is there, it is the answer, right or wrong.
+	var out string
+	_ = testenv.Poll(20*time.Second, 200*time.Millisecond, func() error {
+		out, _, _ = d.crictl(t, "logs", id)
+		if strings.Contains(out, " /data/pl") {
 			return nil
 		}
-		return fmt.Errorf("its data file's sha256 is not %s: %q", sum, out)
-	}); err != nil {
+		return errors.New("no output yet")
+	})
+	if !strings.Contains(out, sum) {
+		err := fmt.Errorf("its data file's sha256 is not %s: %q", sum, out)
 		pl.finding(t, findLostImage, "image %s after the cut: %v", ref, err)
 		return
 	}
