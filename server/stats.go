@@ -24,28 +24,41 @@ import (
 // walks a layer: the kubelet asks for every container every ~10 s.
 
 // statsState is what the stats calls keep between calls: the previous CPU sample of each
-// container (for usage_nano_cores). The writable layers' usage is kept apart, by the
-// layerCollector that measures it in the background (stats_layers.go).
+// cgroup they report a rate of (for usage_nano_cores). The writable layers' usage is kept
+// apart, by the layerCollector that measures it in the background (stats_layers.go).
 type statsState struct {
 	mu  sync.Mutex
-	cpu map[string]cpuSample
+	cpu map[cpuKey]cpuSample
 }
+
+// cpuKey names a cgroup whose CPU rate the stats calls follow: a container's or a pod's
+// own (part ""), or one beside a pod's containers that the pod's figures count: its
+// pause process's (partPause, of the pod's ID) or a container's conmon's (partConmon, of
+// the container's ID).
+type cpuKey struct {
+	id, part string
+}
+
+const (
+	partPause  = "pause"
+	partConmon = "conmon"
+)
 
 type cpuSample struct {
 	at    time.Time
 	usage uint64
 }
 
-// nanoCores returns the CPU rate of id since its previous sample, in nano cores, and
+// nanoCores returns the CPU rate of k since its previous sample, in nano cores, and
 // records this one; 0 when there is no earlier sample.
-func (st *statsState) nanoCores(id string, at time.Time, usage uint64) uint64 {
+func (st *statsState) nanoCores(k cpuKey, at time.Time, usage uint64) uint64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	prev, ok := st.cpu[id]
+	prev, ok := st.cpu[k]
 	if st.cpu == nil {
-		st.cpu = map[string]cpuSample{}
+		st.cpu = map[cpuKey]cpuSample{}
 	}
-	st.cpu[id] = cpuSample{at: at, usage: usage}
+	st.cpu[k] = cpuSample{at: at, usage: usage}
 	d := at.Sub(prev.at)
 	if !ok || d <= 0 || usage < prev.usage {
 		return 0
@@ -53,13 +66,13 @@ func (st *statsState) nanoCores(id string, at time.Time, usage uint64) uint64 {
 	return uint64(float64(usage-prev.usage) / d.Seconds())
 }
 
-// prune forgets every container that is not in live.
+// prune forgets the cgroups of every container and pod that is not in live.
 func (st *statsState) prune(live map[string]bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for id := range st.cpu {
-		if !live[id] {
-			delete(st.cpu, id)
+	for k := range st.cpu {
+		if !live[k.id] {
+			delete(st.cpu, k)
 		}
 	}
 }
@@ -239,7 +252,7 @@ func (s *Server) readContainerStats(c container) (*runtimeapi.ContainerStats, ui
 		Cpu: &runtimeapi.CpuUsage{
 			Timestamp:            ts,
 			UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: cg.CPUUsageNanos},
-			UsageNanoCores:       &runtimeapi.UInt64Value{Value: s.stats.nanoCores(c.rec.ID, cg.Timestamp, cg.CPUUsageNanos)},
+			UsageNanoCores:       &runtimeapi.UInt64Value{Value: s.stats.nanoCores(cpuKey{id: c.rec.ID}, cg.Timestamp, cg.CPUUsageNanos)},
 			Psi:                  psiStats(cg.PSI.CPU),
 		},
 		Memory: memoryUsage(cg),
@@ -451,7 +464,7 @@ func (s *Server) podStats(ctx context.Context, sb sandbox, parents map[string]in
 		} else {
 			ts := pod.Timestamp.UnixNano()
 			cpu.Timestamp, cpu.UsageCoreNanoSeconds.Value = ts, pod.CPUUsageNanos
-			cpu.UsageNanoCores.Value = s.stats.nanoCores(sb.rec.ID, pod.Timestamp, pod.CPUUsageNanos)
+			cpu.UsageNanoCores.Value = s.stats.nanoCores(cpuKey{id: sb.rec.ID}, pod.Timestamp, pod.CPUUsageNanos)
 			mem = memoryUsage(pod)
 			linux.Memory, procs = mem, pod.Processes
 			own = true
@@ -489,15 +502,15 @@ func (s *Server) podStats(ctx context.Context, sb sandbox, parents map[string]in
 
 // addPodProcesses adds to a pod's summed figures those of what it runs beside its
 // containers, each in a cgroup of its own: its pause process (when it has one) and each
-// container's conmon; it returns their process count. The CPU rate stays its
-// containers'. A cgroup that cannot be read is logged and left out.
+// container's conmon (addPodParts); it returns their process count. A cgroup that
+// cannot be read is logged and left out.
 func (s *Server) addPodProcesses(sb sandbox, containers []container, cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage) uint64 {
-	var extra []oci.CgroupStats
+	var parts []podPart
 	if sb.obj.Namespaces[string(netns.PID)] != "" {
 		if cg, err := oci.SandboxCgroupStats(sb.rec.ID, sb.config, s.cfg.SystemdCgroup()); err != nil {
 			s.log.Warn("pause process stats not readable", "id", sb.rec.ID, "name", sb.rec.Name, "err", err)
 		} else {
-			extra = append(extra, cg)
+			parts = append(parts, podPart{cpuKey{sb.rec.ID, partPause}, cg})
 		}
 	}
 	for _, c := range containers {
@@ -513,11 +526,28 @@ func (s *Server) addPodProcesses(sb sandbox, containers []container, cpu *runtim
 			s.log.Warn("conmon stats not readable", "id", c.rec.ID, "name", c.rec.Name, "err", err)
 			continue
 		}
-		extra = append(extra, cg)
+		parts = append(parts, podPart{cpuKey{c.rec.ID, partConmon}, cg})
 	}
+	return s.stats.addPodParts(parts, cpu, mem)
+}
+
+// podPart is a cgroup beside a pod's containers that its summed figures count.
+type podPart struct {
+	key cpuKey
+	cg  oci.CgroupStats
+}
+
+// addPodParts adds parts' figures to a pod's sums of its containers' and returns their
+// process count. The CPU rate adds each part's rate since its previous sample, as the
+// containers' do theirs: the pod's rate is then the rate of the CPU time it reports (as
+// the rate containerd and CRI-O take of a pod cgroup's usage counts everything in it),
+// not its containers' alone while its usage counts the pause process and conmons too.
+func (st *statsState) addPodParts(parts []podPart, cpu *runtimeapi.CpuUsage, mem *runtimeapi.MemoryUsage) uint64 {
 	var procs uint64
-	for _, cg := range extra {
+	for _, p := range parts {
+		cg := p.cg
 		cpu.UsageCoreNanoSeconds.Value += cg.CPUUsageNanos
+		cpu.UsageNanoCores.Value += st.nanoCores(p.key, cg.Timestamp, cg.CPUUsageNanos)
 		mem.WorkingSetBytes.Value += cg.MemoryWorkingSet
 		mem.UsageBytes.Value += cg.MemoryUsage
 		mem.RssBytes.Value += cg.RSS

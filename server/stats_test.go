@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crijournal/crijournal/journal"
+	"github.com/crijournal/crijournal/oci"
 )
 
 func TestNanoCores(t *testing.T) {
@@ -32,19 +33,81 @@ func TestNanoCores(t *testing.T) {
 		{t0.Add(6 * time.Second), 1e9 + 25e7, 25e7}, // and counts from there
 	}
 	for i, s := range steps {
-		if got := st.nanoCores("c", s.at, s.usage); got != s.want {
+		if got := st.nanoCores(cpuKey{id: "c"}, s.at, s.usage); got != s.want {
 			t.Errorf("step %d: nanoCores = %d, want %d", i, got, s.want)
 		}
 	}
-	if got := st.nanoCores("other", t0.Add(7*time.Second), 3e9); got != 0 {
+	if got := st.nanoCores(cpuKey{id: "other"}, t0.Add(7*time.Second), 3e9); got != 0 {
 		t.Errorf("first sample of another container = %d, want 0", got)
 	}
-	st.prune(map[string]bool{"other": true})
-	if _, ok := st.cpu["c"]; ok {
-		t.Error("prune kept a container that is gone")
+	if got := st.nanoCores(cpuKey{"c", partConmon}, t0.Add(7*time.Second), 3e9); got != 0 {
+		t.Errorf("first sample of c's conmon = %d, want 0 (apart from c's)", got)
 	}
-	if _, ok := st.cpu["other"]; !ok {
-		t.Error("prune dropped a live container")
+	st.nanoCores(cpuKey{"other", partConmon}, t0.Add(7*time.Second), 1e9)
+	st.prune(map[string]bool{"other": true})
+	for k, want := range map[cpuKey]bool{{id: "c"}: false, {"c", partConmon}: false, {id: "other"}: true, {"other", partConmon}: true} {
+		if _, ok := st.cpu[k]; ok != want {
+			t.Errorf("after prune, %v kept: %v, want %v", k, ok, want)
+		}
+	}
+}
+
+// TestPodRateIsItsUsagesRate is issue 51's item 7 (pod stats) for a pod without a cgroup
+// of its own: its usage_nano_cores is the rate of the usage_core_nano_seconds it reports,
+// which counts its pause process and conmons beside its containers, as a pod cgroup's
+// rate is (containerd and CRI-O take the rate of the pod cgroup's usage); it was its
+// containers' rate alone.
+func TestPodRateIsItsUsagesRate(t *testing.T) {
+	var st statsState
+	t0 := time.Unix(1000, 0)
+	type sample struct{ ctr, pause, conmon uint64 } // CPU time so far, ns
+	// sum sums a pod's figures at one time as podStats does: its container's, then its
+	// parts' (addPodParts); it returns the pod's CPU.
+	sum := func(at time.Time, s sample, withConmon bool) *runtimeapi.CpuUsage {
+		cpu := &runtimeapi.CpuUsage{
+			Timestamp:            at.UnixNano(),
+			UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: s.ctr},
+			UsageNanoCores:       &runtimeapi.UInt64Value{Value: st.nanoCores(cpuKey{id: "c"}, at, s.ctr)},
+		}
+		parts := []podPart{{cpuKey{"pod", partPause}, oci.CgroupStats{Timestamp: at, CPUUsageNanos: s.pause, Processes: 1}}}
+		if withConmon {
+			parts = append(parts, podPart{cpuKey{"c", partConmon}, oci.CgroupStats{Timestamp: at, CPUUsageNanos: s.conmon, Processes: 1}})
+		}
+		mem := &runtimeapi.MemoryUsage{WorkingSetBytes: &runtimeapi.UInt64Value{}, UsageBytes: &runtimeapi.UInt64Value{},
+			RssBytes: &runtimeapi.UInt64Value{}, PageFaults: &runtimeapi.UInt64Value{}, MajorPageFaults: &runtimeapi.UInt64Value{}}
+		if got, want := st.addPodParts(parts, cpu, mem), uint64(len(parts)); got != want {
+			t.Errorf("addPodParts counts %d processes, want %d", got, want)
+		}
+		return cpu
+	}
+	last := sum(t0, sample{ctr: 1e9, pause: 1e7, conmon: 2e8}, true)
+	if last.GetUsageNanoCores().GetValue() != 0 {
+		t.Errorf("first sample's rate %d, want 0", last.GetUsageNanoCores().GetValue())
+	}
+	for _, tc := range []struct {
+		name   string
+		at     time.Duration // after the previous sample
+		s      sample
+		conmon bool
+		want   uint64 // the pod's rate
+	}{
+		// In 2 s: 1 s of the container's, 0.02 of the pause process's, 0.6 of conmon's.
+		{"all busy", 2 * time.Second, sample{ctr: 2e9, pause: 3e7, conmon: 8e8}, true, 81e7},
+		{"only conmon", time.Second, sample{ctr: 2e9, pause: 3e7, conmon: 9e8}, true, 1e8},
+		// Its conmon gone: the rest's rate, not a negative one.
+		{"conmon gone", time.Second, sample{ctr: 25e8, pause: 3e7}, false, 5e8},
+	} {
+		prev := last
+		last = sum(time.Unix(0, prev.GetTimestamp()).Add(tc.at), tc.s, tc.conmon)
+		if got := last.GetUsageNanoCores().GetValue(); got != tc.want {
+			t.Errorf("%s: the pod's rate %d, want %d", tc.name, got, tc.want)
+		}
+		if tc.conmon { // the same cgroups as the sample before: the rate of the usage reported
+			du := last.GetUsageCoreNanoSeconds().GetValue() - prev.GetUsageCoreNanoSeconds().GetValue()
+			if got, want := last.GetUsageNanoCores().GetValue(), uint64(float64(du)/tc.at.Seconds()); got != want {
+				t.Errorf("%s: the pod's rate %d, its usage's %d", tc.name, got, want)
+			}
+		}
 	}
 }
 

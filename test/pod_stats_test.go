@@ -76,7 +76,13 @@ func TestPodStatsOwnCgroup(t *testing.T) {
 	if linux.GetCpu().GetUsageCoreNanoSeconds().GetValue() < ctr.GetCpu().GetUsageCoreNanoSeconds().GetValue() {
 		t.Errorf("statsp CPU %v below its container's %v", linux.GetCpu(), ctr.GetCpu())
 	}
+	logger := d.run(t, podID, containerConfig(t, "logger", 0, chatty, func(cfg map[string]any) {
+		namespaceOptions(cfg)["pid"] = int(runtimeapi.NamespaceMode_POD)
+	}), pod)
+	d.waitLog(t, logger, "hello-from-container", 30*time.Second)
+	checkPodRate(t, d, podID)
 
+	d.removeCtr(t, logger)
 	d.removeCtr(t, id)
 	d.removePod(t, podID)
 	// The pod's cgroup is the kubelet's to remove: here the test's.
@@ -123,10 +129,69 @@ func TestPodStatsSharedCgroup(t *testing.T) {
 	if avail := linux.GetMemory().GetAvailableBytes(); avail != nil {
 		t.Errorf("statsp available_bytes %v, want none for a pod without a cgroup of its own", avail)
 	}
+	// Its CPU rate is the rate of the CPU time it reports, which counts its pause process
+	// and conmons, as a pod cgroup's rate does: a container that logs keeps its conmon busy.
+	logger := d.run(t, podID, containerConfig(t, "logger", 0, chatty, shared), pod)
+	d.waitLog(t, logger, "hello-from-container", 30*time.Second)
+	checkPodRate(t, d, podID)
+	d.removeCtr(t, logger)
 	d.removeCtr(t, id)
 	d.removePod(t, podID)
 	d.removePod(t, otherID)
 	d.stopClean(t)
+}
+
+// chatty logs 10,000 lines a second, in bursts, which keeps its conmon busy.
+var chatty = []string{"sh", "-c", "echo hello-from-container; while :; do i=0; while [ $i -lt 10000 ]; do echo chatty-chatty-chatty-chatty; i=$((i+1)); done; sleep 1; done"}
+
+// checkPodRate is issue 51's item 7 (pod stats) for a pod's CPU rate: over two
+// PodSandboxStats 3 s apart (the first gives every cgroup counted a sample to rate from),
+// the pod's usage_nano_cores is the rate of its usage_core_nano_seconds, which counts
+// more than its containers (the kubelet reads the rate as the pod's: its summary API's
+// pod cpu.usageNanoCores). What the pod ran beside its containers (its pause process,
+// their conmons) must have used CPU meanwhile, or the check could not tell their rate
+// left out.
+func checkPodRate(t *testing.T, d *daemon, podID string) {
+	t.Helper()
+	rt := d.cri(t)
+	sample := func() *runtimeapi.PodSandboxStats {
+		t.Helper()
+		resp, err := rt.PodSandboxStats(t.Context(), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: podID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetStats()
+	}
+	ctrUsage := func(st *runtimeapi.PodSandboxStats) map[string]uint64 {
+		m := map[string]uint64{}
+		for _, c := range st.GetLinux().GetContainers() {
+			m[c.GetAttributes().GetId()] = c.GetCpu().GetUsageCoreNanoSeconds().GetValue()
+		}
+		return m
+	}
+	a := sample()
+	time.Sleep(3 * time.Second)
+	b := sample()
+	ca, cb := a.GetLinux().GetCpu(), b.GetLinux().GetCpu()
+	secs := float64(cb.GetTimestamp()-ca.GetTimestamp()) / 1e9
+	used := float64(cb.GetUsageCoreNanoSeconds().GetValue() - ca.GetUsageCoreNanoSeconds().GetValue())
+	beside := used
+	for id, u := range ctrUsage(b) {
+		before, ok := ctrUsage(a)[id]
+		if !ok {
+			t.Fatalf("container %s in the second sample only", id)
+		}
+		beside -= float64(u - before)
+	}
+	rate, want := float64(cb.GetUsageNanoCores().GetValue()), used/secs
+	tolerance := 0.02*want + 2e6 // the samples of its cgroups are read a little apart
+	t.Logf("pod CPU over %.2f s: rate %.0f nano cores, its usage's %.0f, beside its containers %.0f", secs, rate, want, beside/secs)
+	if beside/secs < 2*tolerance {
+		t.Fatalf("the pause process and conmons used %.0f nano cores; the check needs %.0f or more", beside/secs, 2*tolerance)
+	}
+	if rate < want-tolerance || rate > want+tolerance {
+		t.Errorf("the pod's usage_nano_cores %.0f, the rate of its usage_core_nano_seconds %.0f (of which %.0f beside its containers)", rate, want, beside/secs)
+	}
 }
 
 // cgroupProcs counts the processes of a cgroup of the memory hierarchy (the unified one
