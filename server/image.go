@@ -93,23 +93,12 @@ func (i *imageService) ListImages(ctx context.Context, req *runtimeapi.ListImage
 		return nil, err
 	}
 	resp := &runtimeapi.ListImagesResponse{}
-	if ref := req.GetFilter().GetImage().GetImage(); ref != "" {
-		img, err := st.ImageStatus(ctx, ref)
-		if errors.Is(err, storage.ErrImageNotFound) {
-			return resp, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		resp.Images = append(resp.Images, toCRIImage(img))
-		return resp, nil
-	}
-	imgs, err := st.ListImages(ctx)
+	err = eachImage(ctx, st, req.GetFilter(), func(img *runtimeapi.Image) error {
+		resp.Images = append(resp.Images, img)
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	for _, img := range imgs {
-		resp.Images = append(resp.Images, toCRIImage(img))
 	}
 	return resp, nil
 }

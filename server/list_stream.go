@@ -2,22 +2,28 @@ package server
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/storage"
 )
 
 // The Stream* calls of CRI v1.37 (feature gate CRIListStreaming, KEP 5825): each answers
 // with what its List* counterpart answers, the same items for the same filter, cut into
 // chunks so that a node with many pods, containers or images stays under gRPC's message
-// size limit. Each chunk is sent as soon as it is full, while the next items are read
-// (the List* calls' each* walks), so neither the list nor the time to read it all is
-// held before the first chunk goes. Each item is in exactly one chunk, a chunk holds at least one item (no
-// items: no chunk), and the stream ends with EOF once every item was sent; the kubelet
-// collects the whole stream before it uses any of it.
+// size limit. Each chunk is sent as soon as it is full, before the next item is read
+// (the List* calls' each* walks, and the store's image walk for StreamImages), so
+// neither the list nor the time to read it all is held before the first chunk goes: what
+// is held is the chunk being filled, and the index the walk goes through (the journal's
+// records, which it keeps in memory anyway; the store's image records). Each item is in
+// exactly one chunk, a chunk holds at least one item (no items: no chunk), and the
+// stream ends with EOF once every item was sent; the kubelet collects the whole stream
+// before it uses any of it. A client that goes stops the walk at its next item.
 
 // Chunk bounds: a chunk is closed at streamChunkItems items or once its items' encoded
 // size reaches streamChunkBytes, well under the 4 MiB a default gRPC client accepts (the
@@ -27,10 +33,11 @@ var (
 	streamChunkBytes = 1 << 20
 )
 
-// chunker sends items in chunks as they are added: a chunk goes out once it holds
-// maxItems items, or before an item that would take it past maxBytes encoded bytes (an
-// item larger than that goes alone), and flush sends the rest. Only the chunk being
-// filled is held, never the whole list.
+// chunker sends items in chunks as they are added: a chunk goes out as soon as it holds
+// maxItems items or maxBytes encoded bytes, before the next item is read, or before an
+// item that would take it past maxBytes (an item larger than that goes alone); flush
+// sends the rest. Only the chunk being filled is held, never the whole list. A client
+// that went (its context ended) stops it at the next item.
 type chunker[T proto.Message, R any] struct {
 	ctx                context.Context
 	maxItems, maxBytes int
@@ -41,16 +48,23 @@ type chunker[T proto.Message, R any] struct {
 	size  int
 }
 
-// add adds one item, sending the chunk before it when that chunk is full.
+// add adds one item, sending the chunk before it when the item does not fit, and the
+// chunk with it when that fills it.
 func (c *chunker[T, R]) add(it T) error {
+	if err := c.ctx.Err(); err != nil {
+		return err
+	}
 	n := proto.Size(it)
-	if len(c.items) > 0 && (len(c.items) >= c.maxItems || c.size+n > c.maxBytes) {
+	if len(c.items) > 0 && c.size+n > c.maxBytes {
 		if err := c.flush(); err != nil {
 			return err
 		}
 	}
 	c.items = append(c.items, it)
 	c.size += n
+	if len(c.items) >= c.maxItems || c.size >= c.maxBytes {
+		return c.flush()
+	}
 	return nil
 }
 
@@ -149,21 +163,41 @@ func (s *Server) StreamPodSandboxMetrics(req *runtimeapi.StreamPodSandboxMetrics
 		}, ss.Send)
 }
 
-// StreamImages streams what ListImages lists.
+// StreamImages streams what ListImages lists, each image looked up in the store as it
+// goes (eachImage).
 func (i *imageService) StreamImages(req *runtimeapi.StreamImagesRequest, ss grpc.ServerStreamingServer[runtimeapi.StreamImagesResponse]) error {
 	return streamList(i.s, runtimeapi.ImageService_StreamImages_FullMethodName, ss,
-		// The images are listed whole first (ListImages, which looks each up in the
-		// store), then sent in chunks.
 		func(ctx context.Context, emit func(*runtimeapi.Image) error) error {
-			resp, err := i.ListImages(ctx, &runtimeapi.ListImagesRequest{Filter: req.GetFilter()})
-			for _, img := range resp.GetImages() {
-				if err == nil {
-					err = emit(img)
-				}
+			st, err := i.store()
+			if err != nil {
+				return err
 			}
-			return err
+			return eachImage(ctx, st, req.GetFilter(), emit)
 		},
 		func(c []*runtimeapi.Image) *runtimeapi.StreamImagesResponse {
 			return &runtimeapi.StreamImagesResponse{Images: c}
 		}, ss.Send)
+}
+
+// imageWalker is what eachImage reads images through: the store (*storage.Store).
+type imageWalker interface {
+	ImageStatus(ctx context.Context, ref string) (storage.Image, error)
+	EachImage(ctx context.Context, fn func(storage.Image) error) error
+}
+
+// eachImage hands emit, in turn, the images that pass the filter (the one its reference
+// names, or every image), each as the store looks it up (EachImage); an error from emit
+// stops it.
+func eachImage(ctx context.Context, st imageWalker, f *runtimeapi.ImageFilter, emit func(*runtimeapi.Image) error) error {
+	if ref := f.GetImage().GetImage(); ref != "" {
+		img, err := st.ImageStatus(ctx, ref)
+		if errors.Is(err, storage.ErrImageNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return emit(toCRIImage(img))
+	}
+	return st.EachImage(ctx, func(img storage.Image) error { return emit(toCRIImage(img)) })
 }

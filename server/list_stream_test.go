@@ -10,17 +10,27 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crijournal/crijournal/storage"
 )
 
-// sentStream is a Stream* call's server stream that keeps what is sent.
+// sentStream is a Stream* call's server stream that keeps what is sent, calling onSend
+// (if set) as each chunk goes.
 type sentStream[T any] struct {
 	grpc.ServerStream
-	ctx  context.Context
-	sent []*T
+	ctx    context.Context
+	onSend func()
+	sent   []*T
 }
 
 func (s *sentStream[T]) Context() context.Context { return s.ctx }
-func (s *sentStream[T]) Send(m *T) error          { s.sent = append(s.sent, m); return nil }
+func (s *sentStream[T]) Send(m *T) error {
+	s.sent = append(s.sent, m)
+	if s.onSend != nil {
+		s.onSend()
+	}
+	return nil
+}
 
 // chunks cuts items as a chunker sends them, for TestChunks.
 func chunks[T proto.Message](items []T, maxItems, maxBytes int) [][]T {
@@ -39,15 +49,15 @@ func chunks[T proto.Message](items []T, maxItems, maxBytes int) [][]T {
 	return out
 }
 
-// TestStreamSendsAsItReads is issue 51's item 7: a Stream* call sends each chunk once it
-// is full, while the items after it are still being read, not once the whole list is
-// built.
+// TestStreamSendsAsItReads is issue 51's item 7: a Stream* call sends each chunk as soon
+// as it is full, before the item after it is read, not once the whole list is built.
 func TestStreamSendsAsItReads(t *testing.T) {
 	s := scaleServer(t)
 	ss := &sentStream[runtimeapi.StreamPodSandboxesResponse]{ctx: context.Background()}
 	var sentAfter []int // chunks sent once each item was handed over
+	const items = 2*100 + 1
 	err := streamList(s, "test", ss, func(ctx context.Context, emit func(*runtimeapi.PodSandbox) error) error {
-		for i := range 2*streamChunkItems + 1 {
+		for i := range items {
 			if err := emit(&runtimeapi.PodSandbox{Id: fmt.Sprint(i)}); err != nil {
 				return err
 			}
@@ -63,17 +73,156 @@ func TestStreamSendsAsItReads(t *testing.T) {
 	if len(ss.sent) != 3 {
 		t.Fatalf("%d chunks sent, want 3", len(ss.sent))
 	}
-	// The first chunk went out as item streamChunkItems (the first of the second chunk)
-	// was read, the second as the last item was, before the walk ended.
-	if got := sentAfter[streamChunkItems-1]; got != 0 {
-		t.Errorf("chunks sent once item %d was read: %d, want 0 (the chunk is not full)", streamChunkItems-1, got)
+	// Item i (from 0) is in chunk i/100, which went as its 100th item was handed over.
+	for i, got := range sentAfter {
+		if want := (i + 1) / streamChunkItems; got != want {
+			t.Fatalf("chunks sent once item %d was handed over: %d, want %d", i, got, want)
+		}
 	}
-	if got := sentAfter[streamChunkItems]; got != 1 {
-		t.Errorf("chunks sent once item %d was read: %d, want 1", streamChunkItems, got)
+}
+
+// countingImages is a store of n images (eachImage's imageWalker) that counts the images
+// it has looked up.
+type countingImages struct {
+	n, read int
+}
+
+func (c *countingImages) ImageStatus(context.Context, string) (storage.Image, error) {
+	return storage.Image{}, storage.ErrImageNotFound
+}
+
+func (c *countingImages) EachImage(ctx context.Context, fn func(storage.Image) error) error {
+	for i := range c.n {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c.read++
+		if err := fn(storage.Image{ID: fmt.Sprintf("%064x", i)}); err != nil {
+			return err
+		}
 	}
-	if got := sentAfter[2*streamChunkItems]; got != 2 {
-		t.Errorf("chunks sent once the last item was read: %d, want 2", got)
+	return nil
+}
+
+// streamCall runs a Stream* call to its end on a sentStream and returns the items of
+// each chunk sent.
+func streamCall[R any](ctx context.Context, onSend func(), call func(*sentStream[R]) error, items func(*R) int) ([]int, error) {
+	ss := &sentStream[R]{ctx: ctx, onSend: onSend}
+	err := call(ss)
+	var n []int
+	for _, r := range ss.sent {
+		n = append(n, items(r))
 	}
+	return n, err
+}
+
+// TestEachStreamReadsAsItSends is issue 51's item 7 for each Stream* call: over 10 pods
+// (each with a container) or images, in chunks of 4, each call has read, when it sends a chunk, the
+// items of the chunks sent so far and no more (each call's own trace of what it read:
+// the List calls' decode caches, the CPU samples the stats keep, the images looked up);
+// and a client that goes after the first chunk stops the reading at the next item.
+func TestEachStreamReadsAsItSends(t *testing.T) {
+	defer func(items int) { streamChunkItems = items }(streamChunkItems)
+	streamChunkItems = 4 // 10 pods: 3 chunks
+	const n = 10
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// stream runs the call on a server of n pods; read counts what it has read.
+		stream func(e streamEnv, ctx context.Context, onSend func()) ([]int, error)
+		read   func(e streamEnv) int
+	}{
+		{"StreamPodSandboxes", func(e streamEnv, ctx context.Context, onSend func()) ([]int, error) {
+			return streamCall(ctx, onSend, func(ss *sentStream[runtimeapi.StreamPodSandboxesResponse]) error {
+				return e.s.StreamPodSandboxes(&runtimeapi.StreamPodSandboxesRequest{}, ss)
+			}, func(r *runtimeapi.StreamPodSandboxesResponse) int { return len(r.GetPodSandboxes()) })
+		}, func(e streamEnv) int { return len(e.s.sandboxCache.entries) }},
+		{"StreamContainers", func(e streamEnv, ctx context.Context, onSend func()) ([]int, error) {
+			return streamCall(ctx, onSend, func(ss *sentStream[runtimeapi.StreamContainersResponse]) error {
+				return e.s.StreamContainers(&runtimeapi.StreamContainersRequest{}, ss)
+			}, func(r *runtimeapi.StreamContainersResponse) int { return len(r.GetContainers()) })
+		}, func(e streamEnv) int { return len(e.s.containerCache.entries) }},
+		{"StreamContainerStats", func(e streamEnv, ctx context.Context, onSend func()) ([]int, error) {
+			return streamCall(ctx, onSend, func(ss *sentStream[runtimeapi.StreamContainerStatsResponse]) error {
+				return e.s.StreamContainerStats(&runtimeapi.StreamContainerStatsRequest{}, ss)
+			}, func(r *runtimeapi.StreamContainerStatsResponse) int { return len(r.GetContainerStats()) })
+		}, streamEnv.containersSampled},
+		{"StreamPodSandboxStats", func(e streamEnv, ctx context.Context, onSend func()) ([]int, error) {
+			return streamCall(ctx, onSend, func(ss *sentStream[runtimeapi.StreamPodSandboxStatsResponse]) error {
+				return e.s.StreamPodSandboxStats(&runtimeapi.StreamPodSandboxStatsRequest{}, ss)
+			}, func(r *runtimeapi.StreamPodSandboxStatsResponse) int { return len(r.GetPodSandboxStats()) })
+		}, streamEnv.containersSampled}, // one container a pod
+		{"StreamPodSandboxMetrics", func(e streamEnv, ctx context.Context, onSend func()) ([]int, error) {
+			return streamCall(ctx, onSend, func(ss *sentStream[runtimeapi.StreamPodSandboxMetricsResponse]) error {
+				return e.s.StreamPodSandboxMetrics(&runtimeapi.StreamPodSandboxMetricsRequest{}, ss)
+			}, func(r *runtimeapi.StreamPodSandboxMetricsResponse) int { return len(r.GetPodSandboxMetrics()) })
+		}, func(e streamEnv) int { return len(e.s.sandboxCache.entries) }},
+		// StreamImages is streamList over eachImage, here over a store that counts its
+		// lookups (storage's TestEachImageLooksUpAsItGoes has the real store's).
+		{"StreamImages", func(e streamEnv, ctx context.Context, onSend func()) ([]int, error) {
+			return streamCall(ctx, onSend, func(ss *sentStream[runtimeapi.StreamImagesResponse]) error {
+				return streamList(e.s, runtimeapi.ImageService_StreamImages_FullMethodName, ss,
+					func(ctx context.Context, emit func(*runtimeapi.Image) error) error {
+						return eachImage(ctx, e.imgs, nil, emit)
+					},
+					func(c []*runtimeapi.Image) *runtimeapi.StreamImagesResponse {
+						return &runtimeapi.StreamImagesResponse{Images: c}
+					}, ss.Send)
+			}, func(r *runtimeapi.StreamImagesResponse) int { return len(r.GetImages()) })
+		}, func(e streamEnv) int { return e.imgs.read }},
+	} {
+		env := func(t *testing.T) streamEnv {
+			s := scaleServer(t)
+			_, ctrs := populate(t, s, n)
+			s.runtimes = fakeRuntimes{"runc": featuresRuntime(t, "runc", "{}")} // no cgroup known: zero stats
+			return streamEnv{s: s, imgs: &countingImages{n: n}, ctrs: ctrs}
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			e := env(t)
+			var readAtSend []int
+			chunks, err := tc.stream(e, ctx, func() { readAtSend = append(readAtSend, tc.read(e)) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(chunks) != "[4 4 2]" {
+				t.Fatalf("chunks of %v items, want [4 4 2]", chunks)
+			}
+			if fmt.Sprint(readAtSend) != "[4 8 10]" {
+				t.Fatalf("items read as each chunk was sent: %v, want [4 8 10]", readAtSend)
+			}
+		})
+		t.Run(tc.name+" client goes", func(t *testing.T) {
+			e := env(t)
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			chunks, err := tc.stream(e, ctx, cancel)
+			if status.Code(err) != codes.Canceled || fmt.Sprint(chunks) != "[4]" {
+				t.Fatalf("a client gone after the first chunk: %v, chunks of %v items; want Canceled after [4]", err, chunks)
+			}
+			if read := tc.read(e); read > streamChunkItems+1 {
+				t.Fatalf("%d items read; want the walk stopped at the item after the first chunk", read)
+			}
+		})
+	}
+}
+
+// streamEnv is TestEachStreamReadsAsItSends's server, with n pods of one container each
+// (ctrs), and its store of n images.
+type streamEnv struct {
+	s    *Server
+	imgs *countingImages
+	ctrs []string
+}
+
+// containersSampled counts the containers whose CPU the stats calls have sampled.
+func (e streamEnv) containersSampled() int {
+	n := 0
+	for _, id := range e.ctrs {
+		if _, ok := e.s.stats.cpu[cpuKey{id: id}]; ok {
+			n++
+		}
+	}
+	return n
 }
 
 func TestChunks(t *testing.T) {

@@ -237,14 +237,31 @@ func isManifestUnknown(err error) bool {
 
 // ListImages returns every image in the store.
 func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
+	var out []Image
+	err := s.EachImage(ctx, func(img Image) error {
+		out = append(out, img)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// EachImage hands fn, in turn, every image in the store, each looked up (its
+// configuration, names and size) just before fn gets it, so that a caller can send each
+// on before the next is read (StreamImages). Only the store's image records are read
+// whole first. An image removed meanwhile, or still being pulled, is left out; an error
+// from fn, or the context's end, stops it.
+func (s *Store) EachImage(ctx context.Context, fn func(Image) error) error {
 	imgs, err := s.st.Images()
 	if err != nil {
-		return nil, fmt.Errorf("list images: %w", err)
+		return fmt.Errorf("list images: %w", err)
 	}
-	out := make([]Image, 0, len(imgs))
+	s.pruneConfigs(imgs)
 	for i := range imgs {
 		if err := ctx.Err(); err != nil {
-			return nil, fmt.Errorf("list images: %w", err)
+			return fmt.Errorf("list images: %w", err)
 		}
 		img, err := s.image(ctx, &imgs[i])
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, cstorage.ErrImageUnknown) {
@@ -253,12 +270,13 @@ func (s *Store) ListImages(ctx context.Context) ([]Image, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("list images: %w", err)
+			return fmt.Errorf("list images: %w", err)
 		}
-		out = append(out, img)
+		if err := fn(img); err != nil {
+			return err
+		}
 	}
-	s.pruneConfigs(imgs)
-	return out, nil
+	return nil
 }
 
 // ImageStatus returns the image ref names: a full ID (with or without "sha256:"), an ID
