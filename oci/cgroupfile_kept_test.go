@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -158,4 +159,52 @@ func TestKeptFilesClose(t *testing.T) {
 	}
 	var nilKept *keptFiles
 	nilKept.close() // no panic
+}
+
+// existsCounter is a cgroup manager that counts the calls of Exists.
+type existsCounter struct {
+	cgroups.Manager
+	calls int
+}
+
+func (e *existsCounter) Exists() bool { e.calls++; return e.Manager.Exists() }
+
+// TestStatsOfARemovedCgroup: Stats and Metrics look at a cgroup's directory only when a
+// read failed (cgroupEntry.gone): none while it is there. A cgroup removed under them,
+// its files kept open (ENODEV) or not (ENOENT), still gives zero figures, not an error.
+func TestStatsOfARemovedCgroup(t *testing.T) {
+	for _, keptOpen := range []bool{true, false} {
+		t.Run(fmt.Sprintf("files kept open %v", keptOpen), func(t *testing.T) {
+			cg, d := newTestCgroup(t)
+			m := &existsCounter{Manager: cg}
+			r := &Runtime{}
+			r.cgroups.m = map[string]cgroupEntry{"c1": {m: m, dir: d, kept: &keptFiles{budget: budgetOf(64)}}}
+			const all = ^MetricParts(0)
+			if keptOpen {
+				if _, err := r.Stats("c1"); err != nil {
+					t.Fatalf("Stats of the cgroup: %v", err)
+				}
+				if _, err := r.Metrics("c1", all); err != nil {
+					t.Fatalf("Metrics of the cgroup: %v", err)
+				}
+				if len(r.cgroups.m["c1"].kept.fds) == 0 {
+					t.Fatal("no file kept open after the reads")
+				}
+				if m.calls != 0 {
+					t.Errorf("Stats and Metrics of a cgroup that is there looked at its directory %d times, want 0", m.calls)
+				}
+			}
+			if err := m.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+			st, err := r.Stats("c1")
+			if err != nil || st.Timestamp.IsZero() || st != (CgroupStats{Timestamp: st.Timestamp}) {
+				t.Errorf("Stats of a removed cgroup = %+v, %v; want zero figures with a time, no error", st, err)
+			}
+			mt, err := r.Metrics("c1", all)
+			if err != nil || mt.Timestamp.IsZero() || mt.CPUUsageNanos != 0 || mt.ProcessCount != 0 {
+				t.Errorf("Metrics of a removed cgroup = %+v, %v; want zero figures with a time, no error", mt, err)
+			}
+		})
+	}
 }

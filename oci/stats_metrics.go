@@ -80,10 +80,10 @@ func (r *Runtime) Metrics(id string, parts MetricParts) (CgroupMetrics, error) {
 		return CgroupMetrics{}, err
 	}
 	at := time.Now()
-	if !e.m.Exists() {
+	m, err := readMetrics(e.dir, e.kept, parts, at)
+	if e.gone(err) {
 		return CgroupMetrics{CgroupStats: CgroupStats{Timestamp: at}}, nil
 	}
-	m, err := readMetrics(e.dir, e.kept, parts, at)
 	if err != nil {
 		return CgroupMetrics{}, fmt.Errorf("metrics of %s: %w", id, err)
 	}
