@@ -34,8 +34,8 @@ const checkpointWorkDir = "checkpoints"
 // timeout in the request shortens the request's own deadline. Refused: an unknown
 // container (NotFound), one that does not run (FailedPrecondition), a location that is
 // not an absolute path of a file in an existing directory (InvalidArgument), a second
-// export of a container while one runs (FailedPrecondition). Restoring from an archive
-// is not implemented.
+// export of a container while one runs (FailedPrecondition). CreateContainer restores
+// from an archive (container_restore.go).
 func (s *Server) CheckpointContainer(ctx context.Context, req *runtimeapi.CheckpointContainerRequest) (*runtimeapi.CheckpointContainerResponse, error) {
 	c, err := s.findContainer(req.GetContainerId())
 	if err != nil {

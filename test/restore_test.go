@@ -22,6 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/crijournal/crijournal/checkpoint"
+	"github.com/crijournal/crijournal/internal/testenv"
 	"github.com/crijournal/crijournal/journal"
 	"github.com/crijournal/crijournal/oci"
 	"github.com/crijournal/crijournal/storage/storagetest"
@@ -446,9 +447,15 @@ func TestRestoreContainer(t *testing.T) {
 		if _, ones := d.lastCount(t, id); ones != 0 {
 			t.Errorf("the restored counter counted 1: it started again instead of going on")
 		}
-		if state, err := strconv.Atoi(d.execSync(t, id, "cat", "/state")); err != nil || state < first {
-			t.Errorf("the restored container's /state is %d (%v), want the count it went on from, %d, or more", state, err, first)
-		}
+		// The counter truncates /state before it writes the count: a read may find it
+		// empty.
+		testenv.Eventually(t, 30*time.Second, 100*time.Millisecond, func() error {
+			raw := d.execSync(t, id, "cat", "/state")
+			if state, err := strconv.Atoi(raw); err != nil || state < first {
+				return fmt.Errorf("the restored container's /state is %q, want the count it went on from, %d, or more", raw, first)
+			}
+			return nil
+		})
 	}
 
 	for _, tc := range []struct{ name, from string }{{"archive", archive}, {"image", image}} {
