@@ -67,6 +67,9 @@ func ReapOrphans(ctx context.Context, interval time.Duration, reaped func(pid, n
 			continue
 		}
 		look = false
+		if len(seen) == 0 && !anyZombie() {
+			continue // the children that exited were waited for by their owners
+		}
 		now := time.Now()
 		found := map[int]bool{}
 		for pid, nsPid := range containerOrphans() {
@@ -92,6 +95,32 @@ func ReapOrphans(ctx context.Context, interval time.Duration, reaped func(pid, n
 			if !found[pid] {
 				delete(seen, pid) // reaped by its owner
 			}
+		}
+	}
+}
+
+// anyZombie reports whether a child of this process has exited and not been waited for,
+// with one waitid that leaves it so (WNOWAIT). Most SIGCHLDs are of the daemon's own
+// commands (runc, CNI plugins), which their owners wait for at once: when no zombie is
+// left, containerOrphans' reads of every child's state (three files a child, with a
+// hundred conmons as children) are skipped. In a CPU profile of 100 pods coming up four
+// at a time those reads were 0.12 s of the daemon's 1.55 s in 60 s (issue 52). A
+// failure other than ECHILD (no child at all) says yes, so that the children are looked
+// at as before.
+func anyZombie() bool {
+	var info unix.Siginfo
+	for {
+		err := unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.ECHILD:
+			return false
+		case nil:
+			// With WNOHANG and no child waitable, Linux returns 0 and a si_signo of 0.
+			return info.Signo == int32(unix.SIGCHLD)
+		default:
+			return true
 		}
 	}
 }

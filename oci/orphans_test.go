@@ -155,3 +155,34 @@ func TestReapOrphansOfTheNodesPidNamespace(t *testing.T) {
 		}
 	}
 }
+
+// TestAnyZombie: anyZombie says yes while a child has exited and not been waited for,
+// leaves it waitable (its owner's Wait still gets its status), and agrees with /proc
+// before and after.
+func TestAnyZombie(t *testing.T) {
+	if got, want := anyZombie(), len(zombieChildren()) > 0; got != want {
+		t.Fatalf("before: anyZombie = %v, /proc shows zombie children %v", got, zombieChildren())
+	}
+	cmd := exec.Command("sh", "-c", "exit 3")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if fields := statFields(cmd.Process.Pid); len(fields) == 0 || fields[0] != "Z" {
+			return fmt.Errorf("child %d not a zombie yet: %v", cmd.Process.Pid, fields)
+		}
+		return nil
+	})
+	for range 2 { // a look takes nothing away
+		if !anyZombie() {
+			t.Fatalf("anyZombie = false with child %d a zombie", cmd.Process.Pid)
+		}
+	}
+	var exit *exec.ExitError
+	if err := cmd.Wait(); !errors.As(err, &exit) || exit.ExitCode() != 3 {
+		t.Fatalf("Wait after the looks = %v, want exit status 3", err)
+	}
+	if got, want := anyZombie(), len(zombieChildren()) > 0; got != want {
+		t.Errorf("after Wait: anyZombie = %v, /proc shows zombie children %v", got, zombieChildren())
+	}
+}
