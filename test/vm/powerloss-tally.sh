@@ -23,7 +23,9 @@ secs=$(logs | grep -oE 'verify: (daemon|containerd) ready [0-9.ms]+' | awk '{d =
 echo "starts: $ready ready, $(echo "$secs" | sed -n '1p') to $(echo "$secs" | sed -n '$p') s after the daemon's start"
 echo "e2fsck -p exit statuses: $(cat "$out"/boot-*/vm/fsck.status 2>/dev/null | sort | uniq -c | awk '{printf "%s x%s ", $2, $1}')"
 for class in failed-start leak lost-image pod-not-back half-present manifest-lost; do
-	echo "findings $class: $(count "\"ev\":\"finding\",\"name\":\"$class\"")"
+	# A leak stays until something removes it: each later boot finds it again.
+	distinct=$(grep -- "\"ev\":\"finding\",\"name\":\"$class\"" "$ev" | sed 's/^{"boot":[0-9]*,//' | sort -u | wc -l)
+	echo "findings $class: $(count "\"ev\":\"finding\",\"name\":\"$class\""), distinct $distinct"
 done
 echo "pulls answered: $(count '"ev":"pulled"'), images removed: $(count '"ev":"image-removed"')"
 echo "data layers read back whole: $(logs | grep -c 'reads back whole' || true)"
