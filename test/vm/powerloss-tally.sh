@@ -24,7 +24,7 @@ echo "starts: $ready ready, $(echo "$secs" | sed -n '1p') to $(echo "$secs" | se
 echo "e2fsck -p exit statuses: $(cat "$out"/boot-*/vm/fsck.status 2>/dev/null | sort | uniq -c | awk '{printf "%s x%s ", $2, $1}')"
 for class in failed-start leak lost-image pod-not-back half-present manifest-lost; do
 	# A leak stays until something removes it: each later boot finds it again.
-	distinct=$(grep -- "\"ev\":\"finding\",\"name\":\"$class\"" "$ev" | sed 's/^{"boot":[0-9]*,//' | sort -u | wc -l)
+	distinct=$(grep -- "\"ev\":\"finding\",\"name\":\"$class\"" "$ev" | sed 's/^{"boot":[0-9]*,//' | sort -u | wc -l || true)
 	echo "findings $class: $(count "\"ev\":\"finding\",\"name\":\"$class\""), distinct $distinct"
 done
 echo "pulls answered: $(count '"ev":"pulled"'), images removed: $(count '"ev":"image-removed"')"
