@@ -83,14 +83,14 @@ type Archive struct {
 const metadataLimit = 4 << 20
 
 // ReadArchive reads the tar stream r of a checkpoint archive (or an image layer holding
-// its files) up to its end and returns its metadata; name names it in errors. A stream
+// its files) until it has found its metadata, which it returns; name names it in errors. A stream
 // that is not a tar, or lacks CRIU's images, config.dump or spec.dump, gives an error
 // wrapping ErrNotCheckpoint.
 func ReadArchive(r io.Reader, name string) (Archive, error) {
 	var a Archive
 	var config, spec, images bool
 	tr := tar.NewReader(r)
-	for {
+	for !config || !spec || !images { // what follows is CRIU's images: not read here
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
