@@ -512,13 +512,23 @@ func (j *Journal) SnapshotChildren(parent string, keep func(*Record) bool) []Rec
 }
 
 // snapshot is Snapshot of the published entries that entries yields; it is called, and
-// what it yields read, under the journal's lock.
+// what it yields read, under the journal's lock. The entries kept are gathered first and
+// their records copied into a slice of their number: a Record is 288 bytes, and
+// appending them to a growing slice allocated about two and a half times the answer,
+// at the two snapshots a second of the kubelet's relist (issue 52).
 func (j *Journal) snapshot(entries func() iter.Seq[*entry], keep func(*Record) bool) []Record {
-	var out []Record // not sized for every record: a filter may keep one
+	var kept []*entry // not sized for every record: a filter may keep one
 	j.mu.Lock()
 	for e := range entries() {
 		if keep == nil || keep(&e.shown) {
-			out = append(out, e.shown)
+			kept = append(kept, e)
+		}
+	}
+	var out []Record
+	if len(kept) > 0 {
+		out = make([]Record, len(kept))
+		for i, e := range kept {
+			out[i] = e.shown
 		}
 	}
 	j.mu.Unlock()
