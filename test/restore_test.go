@@ -443,6 +443,7 @@ func TestRestoreContainer(t *testing.T) {
 		if first < 2 || first > atCheckpoint+1 {
 			t.Errorf("the restored counter began at %d, want the count after the checkpoint's (the original had logged %d by then)", first, atCheckpoint)
 		}
+		t.Logf("the restored counter began at %d (the checkpoint was taken at count %d or before)", first, atCheckpoint)
 		d.waitLog(t, id, fmt.Sprintf("count %d", first+5), 30*time.Second)
 		if _, ones := d.lastCount(t, id); ones != 0 {
 			t.Errorf("the restored counter counted 1: it started again instead of going on")
