@@ -26,7 +26,8 @@ func TestRestoredConfig(t *testing.T) {
 	request := &runtimeapi.ContainerConfig{
 		Metadata: &runtimeapi.ContainerMetadata{Name: "counter", Attempt: 2},
 		Image:    &runtimeapi.ImageSpec{Image: "/var/lib/kubelet/checkpoints/x.tar"},
-		Command:  []string{"ignored"}, Args: []string{"ignored"},
+		Command:  []string{"ignored"},
+		Args:     []string{"ignored"},
 		Labels:   map[string]string{"io.kubernetes.pod.name": "new"},
 		Mounts:   []*runtimeapi.Mount{{ContainerPath: "/data", HostPath: "/srv/new"}},
 	}

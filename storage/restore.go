@@ -69,7 +69,18 @@ func (s *Store) ImageFiles(ctx context.Context, id string) (io.ReadCloser, error
 	if err != nil {
 		return nil, fmt.Errorf("image %s: layer %s: %w", id, layer.ID, err)
 	}
-	return rc, nil
+	return drainCloser{rc}, nil
+}
+
+// drainCloser reads its stream to the end before it closes it: containers/storage's
+// Diff assembles the layer's tar in a goroutine of its own, which races with a Close
+// that comes before the end (the race detector's finding; a reader of a checkpoint image
+// stops once it has the metadata).
+type drainCloser struct{ io.ReadCloser }
+
+func (d drainCloser) Close() error {
+	_, _ = io.Copy(io.Discard, d.ReadCloser)
+	return d.ReadCloser.Close()
 }
 
 // ErrLayered is ImageFiles's error for an image that has not exactly one layer.

@@ -38,7 +38,6 @@ import (
 // restoresDir is where the daemon keeps restored containers' checkpoint files.
 func (d *daemon) restoresDir() string { return filepath.Join(d.root, "restores") }
 
-
 // fakeArchive writes a checkpoint archive to dir/name as CheckpointContainer writes one,
 // of a container of image running counter, but with made-up CRIU images (CRIU refuses
 // them): the root filesystem's changes are a file /restored written and /etc/motd
