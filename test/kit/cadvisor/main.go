@@ -16,7 +16,8 @@
 //
 // It takes cAdvisor's flags (the library's: --housekeeping_interval,
 // --max_housekeeping_interval, --allow_dynamic_housekeeping, ...; klog's -logtostderr;
-// and the program's --port, --listen_ip, --profiling, --storage_duration). Only raw
+// and the program's --port, --listen_ip, --profiling, --storage_duration,
+// --raw_cgroup_prefix_whitelist). Only raw
 // cgroups are watched: no docker, containerd or CRI-O factory (the suite asks for the
 // kubelet's and the runtime's cgroups by name).
 package main
@@ -51,6 +52,7 @@ var (
 	listenIP        = flag.String("listen_ip", "", "IP to listen on, all when empty")
 	profiling       = flag.Bool("profiling", false, "serve Go's profiles at /debug/pprof/")
 	storageDuration = flag.Duration("storage_duration", 2*time.Minute, "how long samples are kept in memory")
+	rawPrefixes     = flag.String("raw_cgroup_prefix_whitelist", "", "comma-separated prefixes of the cgroups watched; empty for all")
 )
 
 // statsAPI is the path of cAdvisor's v2.1 stats; the cgroup's name follows it.
@@ -74,8 +76,10 @@ func run() error {
 		container.DiskIOMetrics:       struct{}{},
 		container.OOMMetrics:          struct{}{},
 	}
+	// As cAdvisor's program: the split of an empty list is [""], the prefix of every cgroup
+	// (with none, the raw factory watches none but the root).
 	m, err := manager.New(memory.New(*storageDuration, nil), sysfs.NewRealSysFs(),
-		manager.HousekeepingConfigFlags, metrics, nil, nil, "", 0)
+		manager.HousekeepingConfigFlags, metrics, strings.Split(*rawPrefixes, ","), nil, "", 0)
 	if err != nil {
 		return fmt.Errorf("the container manager: %w", err)
 	}
