@@ -51,6 +51,10 @@ NODE_E2E_BIN := bin/e2e_node.test
 AGNHOST_BIN := bin/agnhost
 NONEWPRIVS_BIN := bin/nonewprivs
 GINKGO_BIN := bin/ginkgo
+# The density suites' cAdvisor stand-in (issue 52): test/kit/cadvisor, a module of its own
+# (cAdvisor v0.61.0's container manager, which the kubelet's module must not be moved to).
+CADVISOR_BIN := bin/cadvisor
+CADVISOR_SRC := test/kit/cadvisor/go.mod test/kit/cadvisor/go.sum $(wildcard test/kit/cadvisor/*.go)
 # Extra arguments of test/node-e2e/run.sh: make node-e2e NODE_E2E_ARGS='--focus "Pods.*should get a host IP"'
 NODE_E2E_ARGS ?=
 
@@ -117,7 +121,8 @@ help:
 	@echo 'make build  build $(BIN), $(PAUSE_BIN), $(SLEEP_BIN) and $(BENCH_BIN)'
 	@echo 'make kubelet  build $(KUBELET_BIN), the kubelet of the end-to-end tests (only when test/kubelet changed)'
 	@echo 'make node-e2e  opt-in, as root, most of an hour: the kubelet node conformance suite against the daemon (test/node-e2e)'
-	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed)'
+	@echo 'make node-e2e-build  build $(NODE_E2E_BIN), $(AGNHOST_BIN), $(NONEWPRIVS_BIN), $(GINKGO_BIN) (only when test/kubelet changed), $(CADVISOR_BIN)'
+	@echo 'make node-e2e-density  opt-in, as root, hours: the Density and Resource-usage specs (ONLY=regex narrows them; RUNTIME=containerd)'
 	@echo 'make critest  opt-in, as root, ~4 min (the first run builds bin/critest): the CRI conformance suite (critest $(CRITEST_VERSION), NRI on) against $(BIN) with the stand-in images of test/kit; prints passed / failed / skipped'
 	@echo 'make test   deps, build, kubelet, go vet, then every test with -race, the fuzz targets and test-upgrade (as root)'
 	@echo 'make test-upgrade  as root, a few minutes: $(PREV_VERSION) ($(PREV_COMMIT)) builds state, this build takes it over (test/upgrade)'
@@ -203,7 +208,7 @@ $(KUBELET_BIN): $(KUBELET_SRC)
 
 # The node e2e suite's binaries: like the kubelet, rebuilt only when test/kubelet changed.
 # agnhost and nonewprivs go into the stand-in images: static, without cgo.
-node-e2e-build: $(KUBELET_BIN) $(NODE_E2E_BIN) $(AGNHOST_BIN) $(NONEWPRIVS_BIN) $(GINKGO_BIN)
+node-e2e-build: $(KUBELET_BIN) $(NODE_E2E_BIN) $(AGNHOST_BIN) $(NONEWPRIVS_BIN) $(GINKGO_BIN) $(CADVISOR_BIN)
 
 $(NODE_E2E_BIN): $(KUBELET_SRC)
 	@mkdir -p $(dir $@)
@@ -228,11 +233,25 @@ $(GINKGO_BIN): $(KUBELET_SRC)
 	cd test/kubelet && go build -o $(abspath $@) github.com/onsi/ginkgo/v2/ginkgo
 	@touch $@
 
+$(CADVISOR_BIN): $(CADVISOR_SRC)
+	@mkdir -p $(dir $@)
+	cd test/kit/cadvisor && CGO_ENABLED=0 go build -trimpath -o $(abspath $@) .
+	@touch $@
+
 # Opt-in, not part of test: it runs for most of an hour on 2 cores. As root.
 node-e2e: deps build node-e2e-build
 	@# the host tools mk-images.sh copies into the agnhost stand-in
 	@$(MAKE) --no-print-directory deps DEB_PACKAGES='curl netcat-openbsd'
 	test/node-e2e/run.sh $(NODE_E2E_ARGS)
+
+# The Density and Resource-usage specs (issue 52; `make node-e2e FOCUS=density` is the
+# same): hours for all of them; ONLY=regex narrows them, RUNTIME=containerd runs them
+# against containerd 2.x (make bench-deps). test/node-e2e/density-compare.sh runs both
+# runtimes and writes the figures side by side.
+.PHONY: node-e2e-density
+node-e2e-density: deps build node-e2e-build
+	@$(MAKE) --no-print-directory deps DEB_PACKAGES='curl netcat-openbsd'
+	FOCUS=density test/node-e2e/run.sh $(NODE_E2E_ARGS)
 
 # critest (cri-tools, the CRI conformance suite) against the daemon: test/kit builds its
 # stand-in images and serves them from a loopback registry (crane, tools/go.mod), builds

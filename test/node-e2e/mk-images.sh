@@ -6,8 +6,9 @@
 # as 127.0.0.1:PORT/<path>.
 #
 # Needs bin/agnhost and bin/nonewprivs (make node-e2e-build): the two Go programs of
-# k8s.io/kubernetes/test/images, built from test/kubelet. See IMAGES.md for what each
-# stand-in is, and which images cannot be made.
+# k8s.io/kubernetes/test/images, built from test/kubelet; and bin/cadvisor, the density
+# suites' cAdvisor stand-in (test/kit/cadvisor, cAdvisor v0.61.0). See IMAGES.md for what
+# each stand-in is, and which images cannot be made.
 set -euo pipefail
 OUT=${1:?usage: mk-images.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -15,7 +16,7 @@ ROOT=$(cd "$HERE/../.." && pwd)
 KIT=$ROOT/test/kit
 BIN=${BIN:-$ROOT/bin}
 MK="$KIT/mkimage.sh"
-for f in "$BIN/agnhost" "$BIN/nonewprivs"; do
+for f in "$BIN/agnhost" "$BIN/nonewprivs" "$BIN/cadvisor"; do
 	[ -e "$f" ] || { echo "mk-images.sh: $f missing (make node-e2e-build)" >&2; exit 1; }
 done
 mkdir -p "$OUT"
@@ -128,5 +129,17 @@ for b in ipcmk ipcs ipcrm; do
 done
 "$KIT/mkimage.sh" "$work/ipc" "$OUT/ipc-utils.tar" $E/ipc-utils:1.4 '{"Cmd":["sh"]}' >/dev/null
 add ipc-utils.tar $E/ipc-utils:1.4
+
+# cadvisor: the density and resource-usage specs run it as a pod (hard-coded
+# gcr.io/cadvisor/cadvisor:v0.47.2, reached through the runtime's gcr.io mirror) and read the
+# kubelet's and the runtime's cgroups through its REST API. The stand-in is cAdvisor
+# v0.61.0's container manager behind the part of the API the suite reads
+# (test/kit/cadvisor), static, laid out as upstream's image: /usr/bin/cadvisor, ENTRYPOINT
+# /usr/bin/cadvisor -logtostderr (the pod gives the rest).
+mkdir -p "$work/cadvisor/usr/bin" "$work/cadvisor/tmp"
+install -m 0755 "$BIN/cadvisor" "$work/cadvisor/usr/bin/cadvisor"
+"$KIT/mkimage.sh" "$work/cadvisor" "$OUT/cadvisor.tar" gcr.io/cadvisor/cadvisor:v0.47.2 \
+	'{"Entrypoint":["/usr/bin/cadvisor","-logtostderr"],"ExposedPorts":{"8080/tcp":{}}}' >/dev/null
+add cadvisor.tar gcr.io/cadvisor/cadvisor:v0.47.2
 
 echo "wrote $(wc -l <"$OUT/images.list") references to $OUT/images.list"

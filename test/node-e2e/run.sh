@@ -13,7 +13,11 @@
 #   ONLY    a regex: only the focused specs it matches (FOCUS='(ONLY).*\[NodeConformance\]')
 #   FOCUS   ginkgo focus   (default '\[NodeConformance\]'; replaces it, so a FOCUS of your own
 #           runs specs outside the conformance set too: prefer ONLY)
-#   SKIP    ginkgo skip    (default '\[Flaky\]|\[Slow\]|\[Serial\]')
+#           FOCUS=density: the Density and Resource-usage specs (issue 52; [Serial], [Slow],
+#           the asserting ones [Flaky], and the [Benchmark] ones), one process, nothing
+#           skipped; ONLY narrows them (FOCUS='\[sig-node\] (Density|Resource-usage).*(ONLY)')
+#   SKIP    ginkgo skip    (default '\[Flaky\]|\[Slow\]|\[Serial\]'; none with FOCUS=density)
+#   RUNTIME crijournal (default) or containerd (2.x, make bench-deps): see runtimes.sh
 #   RESULTS report dir     (default _output/node-e2e/<time>)
 #   IMAGES  stand-in image cache (default /var/tmp/crij-node-e2e-images)
 #   REG_ADDR loopback registry (default 127.0.0.1:5055)
@@ -28,7 +32,17 @@ ROOT=$(cd "$HERE/../.." && pwd)
 BIN=$ROOT/bin
 KIT=$ROOT/test/kit
 FOCUS=${FOCUS:-'\[NodeConformance\]'}
-[ -z "${ONLY:-}" ] || FOCUS="($ONLY).*\[NodeConformance\]"
+if [ "$FOCUS" = density ]; then
+	# The density suites (test/e2e_node density_test.go, resource_usage_test.go) are all
+	# [Serial]: one process, nothing skipped.
+	FOCUS="\[sig-node\] (Density|Resource-usage).*(${ONLY:-})"
+	SKIP=${SKIP:-'^$'}
+	NODES=${NODES:-1}
+	DENSITY=1
+else
+	[ -z "${ONLY:-}" ] || FOCUS="($ONLY).*\[NodeConformance\]"
+	DENSITY=0
+fi
 SKIP=${SKIP:-'\[Flaky\]|\[Slow\]|\[Serial\]'}
 NODES=${NODES:-8}
 RESULTS=${RESULTS:-$ROOT/_output/node-e2e/$(date +%Y%m%dT%H%M%S)}
@@ -36,7 +50,7 @@ IMAGES=${IMAGES:-/var/tmp/crij-node-e2e-images}
 export REG_ADDR=${REG_ADDR:-127.0.0.1:5055}
 
 [ "$(id -u)" -eq 0 ] || { echo "run.sh: must run as root" >&2; exit 1; }
-for b in crijournal crijournal-pause crijournal-pause-sleep kubelet e2e_node.test agnhost nonewprivs ginkgo; do
+for b in crijournal crijournal-pause crijournal-pause-sleep kubelet e2e_node.test agnhost nonewprivs ginkgo cadvisor; do
 	[ -x "$BIN/$b" ] || { echo "run.sh: $BIN/$b missing: make build node-e2e-build" >&2; exit 1; }
 done
 mkdir -p "$RESULTS"
@@ -46,25 +60,14 @@ WORK=$(mktemp -d /var/tmp/crij-node-e2e.XXXXXX)
 # filesystems under it through an idmapped mount (mktemp makes it 0700)
 chmod 0711 "$WORK"
 export REG_RUN=$WORK/registry
-DAEMON_PID=
 NAT_RULES=()
-SOCK=$WORK/run/crijournal.sock
+# shellcheck source=runtimes.sh
+source "$HERE/runtimes.sh"
 
 cleanup() {
 	local rc=$?
 	set +e
-	if [ -n "$DAEMON_PID" ]; then
-		# pods the suite left: their conmons and containers would outlive the daemon
-		crictl --config "$WORK/crictl.yaml" rmp -fa >/dev/null 2>&1
-		kill -TERM "$DAEMON_PID" 2>/dev/null
-		for _ in $(seq 100); do kill -0 "$DAEMON_PID" 2>/dev/null || break; sleep 0.2; done
-		kill -KILL "$DAEMON_PID" 2>/dev/null
-		# what the suite's pods left on the node, as the daemon's own leak check sees it
-		# (non-zero: something leaked; the list is in leaks.txt)
-		if ! "$BIN/crijournal" inspect --config "$WORK/crijournal.toml" --leaks >"$RESULTS/leaks.txt" 2>&1; then
-			echo "run.sh: the node holds what no journal record owns: see $RESULTS/leaks.txt" >&2
-		fi
-	fi
+	stop_runtime
 	# the daemon's runtime state directories, which are under /run when $WORK/run/oci-<handler>
 	# is too long for conmon's socket paths: the daemon says where (layout.StateDirFor)
 	local state_dirs=()
@@ -74,6 +77,8 @@ cleanup() {
 	for r in "${NAT_RULES[@]}"; do iptables -t nat -D OUTPUT $r 2>/dev/null; done
 	# the network the daemon's pods used: nothing should be left, the bridge is ours
 	ip link del cnie2e0 2>/dev/null
+	# the cAdvisor pod's hostPath /var/lib/docker, which the runtime made (empty) if missing
+	[ "${DOCKER_DIR_MADE:-0}" = 1 ] && rmdir /var/lib/docker 2>/dev/null
 	if [ "${KEEP:-0}" = 1 ]; then echo "run.sh: kept $WORK"; else
 		if grep -q " $WORK/" /proc/self/mountinfo; then
 			echo "run.sh: mounts left under $WORK (kept)" >&2
@@ -88,50 +93,25 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+if [ "$DENSITY" = 1 ]; then
+	[ -e /var/lib/docker ] || DOCKER_DIR_MADE=1
+	# The suite finds the kubelet it measures by its process name (pidof kubelet, the
+	# lowest PID): another kubelet on this machine may be taken for it.
+	others=$(pgrep -x kubelet || true)
+	[ -z "$others" ] || echo "run.sh: warning: kubelets already run here (PIDs $others): the density suites may measure one of them" >&2
+fi
+
 # 1. images ------------------------------------------------------------------------------
-if [ ! -s "$IMAGES/images.list" ] || [ "$BIN/agnhost" -nt "$IMAGES/images.list" ] ||
+if [ ! -s "$IMAGES/images.list" ] || [ "$BIN/agnhost" -nt "$IMAGES/images.list" ] || [ "$BIN/cadvisor" -nt "$IMAGES/images.list" ] ||
 	[ -n "$(find "$HERE/mk-images.sh" "$KIT"/{images.sh,mkimage.sh,pause.c,nnp.c} -newer "$IMAGES/images.list")" ]; then
 	"$HERE/mk-images.sh" "$IMAGES"
 fi
 "$KIT/registry.sh" start "$IMAGES" >"$RESULTS/registry-push.log"
 
-# 2. the daemon, on private paths --------------------------------------------------------
-mkdir -p "$WORK/cni" "$WORK/registries.conf.d" "$WORK/run"
-jq --arg d "$WORK/cni-ipam" '.name = "crij-node-e2e" | .plugins[0].bridge = "cnie2e0" |
-	.plugins[0].ipam.ranges = [[{subnet: "10.100.0.0/24"}]] | .plugins[0].ipam.dataDir = $d' \
-	"$ROOT/contrib/cni/10-crijournal-bridge.conflist" >"$WORK/cni/10-node-e2e.conflist"
-cat >"$WORK/registries.conf" <<REG
-[[registry]]
-location = "$REG_ADDR"
-insecure = true
-REG
-{
-	cat <<CFG
-root = "$WORK/root"
-run_root = "$WORK/run"
-socket = "$SOCK"
-namespace_dir = "$WORK/run/ns"
-cni_conf_dir = "$WORK/cni"
-cni_cache_dir = "$WORK/cni-cache"
-registries_conf = "$WORK/registries.conf"
-registries_conf_dir = "$WORK/registries.conf.d"
-signature_policy = "$ROOT/contrib/containers/policy.json"
-cgroup_manager = "cgroupfs"
-enable_nri = false
-
-# the RuntimeClass handler the suite's RuntimeClass and PodOverhead specs name (upstream's
-# node e2e jobs configure their runtime with it, as runc)
-[runtimes.test-handler]
-CFG
-	# names the suite does not map through KUBE_TEST_REPO_LIST (hard-coded references)
-	for h in registry.k8s.io gcr.io k8s.gcr.io docker.io; do
-		printf '\n[[registries]]\nprefix = "%s"\nlocation = "%s"\ninsecure = true\n' "$h" "$REG_ADDR"
-	done
-} >"$WORK/crijournal.toml"
-"$BIN/crijournal" serve --config "$WORK/crijournal.toml" >"$RESULTS/crijournal.log" 2>&1 &
-DAEMON_PID=$!
-for _ in $(seq 100); do [ -S "$SOCK" ] && break; sleep 0.1; done
-[ -S "$SOCK" ] || { echo "run.sh: the daemon did not start, see $RESULTS/crijournal.log" >&2; exit 1; }
+# 2. the runtime, on private paths, in a cgroup of its own (runtimes.sh) ---------------------
+start_runtime
+printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n' "$SOCK" "$SOCK" >"$WORK/crictl.yaml"
+echo "run.sh: $RUNTIME_LABEL, pid $RUNTIME_PID (pid file $RUNTIME_PIDFILE), cgroup $CG/runtime" | tee "$RESULTS/runtime.txt"
 
 # 3. the suite's image names, mapped to the loopback registry ------------------------------
 cat >"$WORK/repo-list.yaml" <<YAML
@@ -146,10 +126,12 @@ YAML
 export KUBE_TEST_REPO_LIST=$WORK/repo-list.yaml
 # The suite's own pre-pull wants images that cannot be made here (a digest-pinned busybox,
 # cadvisor, node-perf, the node problem detector: IMAGES.md); pull the stand-ins instead.
-printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n' "$SOCK" "$SOCK" >"$WORK/crictl.yaml"
 while read -r _ ref; do
 	crictl --config "$WORK/crictl.yaml" pull "$REG_ADDR/${ref#*/}" >/dev/null
 done <"$IMAGES/images.list"
+# the density suites' cAdvisor pod names its image by a hard-coded reference (through the
+# runtime's mirrors), pulled before the specs so that no spec's figures include its pull
+[ "$DENSITY" = 0 ] || crictl --config "$WORK/crictl.yaml" pull gcr.io/cadvisor/cadvisor:v0.47.2 >/dev/null
 
 # 4. the kubelet, on loopback only. The suite's apiserver reaches it at the node's InternalIP
 # (the kubelet refuses a loopback node IP): this host's own connections to NODE_IP:10250 and
@@ -189,21 +171,42 @@ serializeImagePulls: false
 KC
 
 # 5. the suite --------------------------------------------------------------------------
-# bin/kubelet is found beside bin/e2e_node.test. Without systemd-run in PATH the suite starts the kubelet as its own child rather than as a
+# bin/kubelet is found beside the suite's binary ($WORK/k8s-bin, below). Without systemd-run in PATH the suite starts the kubelet as its own child rather than as a
 # transient systemd unit (PID 1 is not systemd here); journalctl hidden too, so that it copies
 # log files instead of asking journald. The rest of PATH is the usual one, link by link.
+# (One ln a directory: one a program took minutes on a busy machine.)
 mkdir -p "$WORK/path"
+declare -A linked=([systemd-run]=1 [systemctl]=1 [journalctl]=1)
 for d in /usr/local/go/bin /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin; do
 	[ -d "$d" ] || continue
+	batch=()
 	for f in "$d"/*; do
 		n=${f##*/}
-		case $n in systemd-run | systemctl | journalctl) continue ;; esac
-		[ -x "$f" ] && [ ! -e "$WORK/path/$n" ] && ln -s "$f" "$WORK/path/$n"
+		[ -x "$f" ] && [ -z "${linked[$n]:-}" ] || continue
+		linked[$n]=1
+		batch+=("$f")
 	done
+	[ ${#batch[@]} -eq 0 ] || ln -s -t "$WORK/path" "${batch[@]}"
 done
 # The suite's non-systemd defaults move every host process into /system and name a
 # /docker-daemon runtime cgroup: not on a shared machine, and there is no such daemon.
-KUBELET_FLAGS="--system-cgroups= --runtime-cgroups= --kubelet-cgroups= --node-ip=$NODE_IP"
+# The kubelet runs in a cgroup of its own beside the runtime's (runtimes.sh), where the
+# density suites measure it: the suite starts (and restarts) $WORK/k8s-bin/kubelet, which
+# enters it and execs bin/kubelet. (The kubelet's --kubelet-cgroups would move it there
+# itself, but not here: it moves nothing unless it can read PID 1's pid namespace.) The
+# kubelet is told both cgroups, for its own figures (the Summary API's system containers).
+# The suite looks for bin/kubelet beside its own binary (os.Args[0]): it runs as
+# $WORK/k8s-bin/e2e_node.test, a link, beside the wrapper.
+mkdir -p "$WORK/k8s-bin"
+ln -s "$BIN/e2e_node.test" "$WORK/k8s-bin/e2e_node.test"
+{
+	echo '#!/bin/sh'
+	echo '# bin/kubelet in the kubelet'"'"'s cgroup (run.sh)'
+	for f in $(cg_procs kubelet); do echo "echo \$\$ >$f"; done
+	echo "exec $BIN/kubelet \"\$@\""
+} >"$WORK/k8s-bin/kubelet"
+chmod 0755 "$WORK/k8s-bin/kubelet"
+KUBELET_FLAGS="--system-cgroups= --runtime-cgroups=$CG/runtime --kubelet-cgroups=$CG/kubelet --node-ip=$NODE_IP"
 cd "$WORK"
 set +e
 SUITE_FLAGS=(
@@ -211,14 +214,16 @@ SUITE_FLAGS=(
 	--kubelet-config-file="$WORK/kubelet-base.yaml" --kubelet-flags="$KUBELET_FLAGS"
 	--prepull-images=false
 	--report-dir="$RESULTS"
+	# whose CPU and memory the density suites measure: the runtime's cgroup, found by its PID
+	--container-runtime-process-name="$RUNTIME_PROC" --container-runtime-pid-file="$RUNTIME_PIDFILE"
 )
 if [ "$NODES" -gt 1 ]; then
 	PATH=$WORK/path "$BIN/ginkgo" --procs="$NODES" \
 		--focus="$FOCUS" --skip="$SKIP" \
 		--junit-report="$RESULTS/junit.xml" --timeout=3h --no-color \
-		"$BIN/e2e_node.test" -- "${SUITE_FLAGS[@]}" "$@" 2>&1 | tee "$RESULTS/e2e_node.log"
+		"$WORK/k8s-bin/e2e_node.test" -- "${SUITE_FLAGS[@]}" "$@" 2>&1 | tee "$RESULTS/e2e_node.log"
 else
-	PATH=$WORK/path "$BIN/e2e_node.test" "${SUITE_FLAGS[@]}" \
+	PATH=$WORK/path "$WORK/k8s-bin/e2e_node.test" "${SUITE_FLAGS[@]}" \
 		--ginkgo.focus="$FOCUS" --ginkgo.skip="$SKIP" \
 		--ginkgo.junit-report="$RESULTS/junit.xml" --ginkgo.timeout=3h --ginkgo.no-color \
 		"$@" 2>&1 | tee "$RESULTS/e2e_node.log"
