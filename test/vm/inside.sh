@@ -26,14 +26,15 @@ TESTS_OCI=${TESTS_OCI:-'TestCreateStartStateAndLog|TestDeleteIsIdempotentAndLeav
 # profiles; a user-namespace pod; the container lifecycle; a sample of the crash
 # matrix (the steps that make cgroups) leaving nothing behind, cgroups included.
 # A real kubelet (failCgroupV1 at its default) runs a static pod. CheckpointContainer with
-# Debian's CRIU 3.17, which cannot dump on the host's kernel (6.13 or later).
+# Debian's CRIU 3.17, which cannot dump on the host's kernel (6.13 or later), and the
+# restore of its archive and of a checkpoint image (also through a real kubelet's checkpoint API).
 # UpdatePodSandboxResources on a pod's v2 cgroup, and swap in stats from memory.swap.*.
 # With the systemd driver: the limits and the lifecycle in units, the crash matrix rows of
 # the steps that make units, a kubelet with cgroupDriver systemd and a pod's slice resized
 # (as TestSystemdDriver runs them on the host, in a systemd of its own).
 case $driver in
 cgroupfs)
-	tests='^(TestCgroupV2Limits|TestCgroupV2OOMKilled|TestAppArmorConfines|TestUsernsPod|TestContainerLifecycle|TestCrashMatrix|TestKubeletRunsStaticPod|TestCheckpointContainer|TestCheckpointCrash|TestUpdatePodSandboxResources|TestSwapStats)$'
+	tests='^(TestCgroupV2Limits|TestCgroupV2OOMKilled|TestAppArmorConfines|TestUsernsPod|TestContainerLifecycle|TestCrashMatrix|TestKubeletRunsStaticPod|TestCheckpointContainer|TestCheckpointCrash|TestRestoreContainer|TestKubeletCheckpointRestore|TestUpdatePodSandboxResources|TestSwapStats)$'
 	rows='^(container-create/oci-container/after-action|container-create/oci-conmon/after-intent|sandbox-create/pause-process/after-action)$' ;;
 systemd)
 	export CRIJOURNAL_E2E_CGROUP_MANAGER=systemd
