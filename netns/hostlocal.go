@@ -31,19 +31,9 @@ import (
 // confDir (every network, not only the first: sandboxes may be attached to one
 // configured before). A file that does not parse is skipped.
 func HostLocalDirs(confDir string) ([]string, error) {
-	if confDir == "" {
-		return nil, nil
-	}
-	files, err := libcni.ConfFiles(confDir, confExtensions)
-	if err != nil {
-		return nil, fmt.Errorf("CNI configuration in %s: %w", confDir, err)
-	}
+	lists, err := configuredLists(confDir)
 	var dirs []string
-	for _, file := range files {
-		list, err := loadConfFile(file)
-		if err != nil {
-			continue // the network's own load says why
-		}
+	for _, list := range lists {
 		for _, p := range list.Plugins {
 			var conf struct {
 				IPAM struct {
@@ -56,7 +46,27 @@ func HostLocalDirs(confDir string) ([]string, error) {
 			}
 		}
 	}
-	return dirs, nil
+	return dirs, err
+}
+
+// configuredLists loads the network lists configured in confDir, every one (not only
+// the first: sandboxes may be attached to one configured before). A file that does not
+// parse is skipped: the network's own load says why.
+func configuredLists(confDir string) ([]*libcni.NetworkConfigList, error) {
+	if confDir == "" {
+		return nil, nil
+	}
+	files, err := libcni.ConfFiles(confDir, confExtensions)
+	if err != nil {
+		return nil, fmt.Errorf("CNI configuration in %s: %w", confDir, err)
+	}
+	var lists []*libcni.NetworkConfigList
+	for _, file := range files {
+		if list, err := loadConfFile(file); err == nil {
+			lists = append(lists, list)
+		}
+	}
+	return lists, nil
 }
 
 // RemoveTornAllocations removes, under host-local's lock, the address files of dir (a
@@ -147,22 +157,16 @@ func RemoveTornResults(resultsDir string, networks []string, bootTime time.Time)
 }
 
 // NetworkNames returns the names of the networks configured in confDir (every one, as
-// HostLocalDirs). A file that does not parse is skipped.
+// HostLocalDirs).
 func NetworkNames(confDir string) ([]string, error) {
-	if confDir == "" {
-		return nil, nil
-	}
-	files, err := libcni.ConfFiles(confDir, confExtensions)
-	if err != nil {
-		return nil, fmt.Errorf("CNI configuration in %s: %w", confDir, err)
-	}
+	lists, err := configuredLists(confDir)
 	var names []string
-	for _, file := range files {
-		if list, err := loadConfFile(file); err == nil && list.Name != "" {
+	for _, list := range lists {
+		if list.Name != "" {
 			names = append(names, list.Name)
 		}
 	}
-	return names, nil
+	return names, err
 }
 
 // BootTime is when the running kernel booted (now less its uptime), to the second.

@@ -327,24 +327,25 @@ func freeTornAddresses(confDir string, log *slog.Logger) {
 // removeTornResults removes libcni's cached results that a power cut left empty (see
 // netns.RemoveTornResults), before recovery: a DEL fails on one.
 func removeTornResults(confDir, resultsDir string, log *slog.Logger) {
-	names, err := netns.NetworkNames(confDir)
-	if err == nil && len(names) == 0 {
-		return
-	}
-	var boot time.Time
-	if err == nil {
-		boot, err = netns.BootTime()
-	}
-	var removed []string
-	if err == nil {
-		removed, err = netns.RemoveTornResults(resultsDir, names, boot)
-	}
+	removed, err := tornResults(confDir, resultsDir)
 	if len(removed) > 0 {
 		log.Warn("removed libcni's cached results that a power cut left empty", "dir", resultsDir, "files", removed)
 	}
 	if err != nil {
 		log.Warn("libcni's cached results torn by a power cut were not all removed", "dir", resultsDir, "err", err)
 	}
+}
+
+func tornResults(confDir, resultsDir string) ([]string, error) {
+	names, err := netns.NetworkNames(confDir)
+	if err != nil || len(names) == 0 {
+		return nil, err
+	}
+	boot, err := netns.BootTime()
+	if err != nil {
+		return nil, err
+	}
+	return netns.RemoveTornResults(resultsDir, names, boot)
 }
 
 // serveDiagnostic serves the metrics and Go's profiles, when configured.
