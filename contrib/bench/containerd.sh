@@ -35,6 +35,7 @@
 # PATH first, so it is started with its own directory first in PATH.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/containerd-config.sh"
 which=2
 args=()
 while [ $# -gt 0 ]; do
@@ -153,54 +154,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 EOF
 		return
 	fi
-	# Version 3 (containerd 2.x): the CRI plugin is split into its images, runtime and
-	# server plugins. NRI is on by default in 2.x, as in crijournal: it stays on, on a
-	# socket and plugin directories of its own.
-	cat >"$file" <<EOF
-version = 3
-root = "$ctd/root"
-state = "$ctdrun/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs"]
-[grpc]
-  address = "$ctdsock"
-[ttrpc]
-  address = "$ctdsock.ttrpc"
-[debug]
-  address = "$ctdrun/debug.sock"
-  level = "warn"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$ctd/opt"
-[plugins."io.containerd.nri.v1.nri"]
-  socket_path = "$ctdrun/nri.sock"
-  plugin_path = "$ctd/nri/plugins"
-  plugin_config_path = "$ctd/nri/conf.d"
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "registry.k8s.io/pause:3.10"
-[plugins."io.containerd.cri.v1.runtime"]
-  netns_mounts_under_state_dir = true
-  # no CAP_SYS_RESOURCE here: the sandbox's oom_score_adj -998 would fail in runc
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      snapshotter = "overlayfs"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        BinaryName = "$CONTAINERD_RUNC"
-        Root = "$ctdrun/runc"
-        SystemdCgroup = false
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["$cnibin"]
-    conf_dir = "$ctd/net.d"
-    max_conf_num = 1
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-EOF
+	containerd_v3_config "$file" "$ctd" "$ctdrun" "$ctdsock" "$cnibin" "$CONTAINERD_RUNC" registry.k8s.io/pause:3.10
 }
 
 # start_containerd <version 1.6|2> <side> <subnet>: a containerd on paths of its own, root

@@ -210,59 +210,9 @@ start_containerd() {
 		printf 'server = "http://%s"\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n  skip_verify = true\n' \
 			"$REG_ADDR" "$REG_ADDR" >"$ctd/certs.d/$h/hosts.toml"
 	done
-	local opts="BinaryName = \"$runc\"
-        Root = \"$CTD_RUN/runc\"
-        SystemdCgroup = false"
-	cat >"$ctd/config.toml" <<EOF
-version = 3
-root = "$ctd/root"
-state = "$CTD_RUN/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs"]
-[grpc]
-  address = "$SOCK"
-[ttrpc]
-  address = "$SOCK.ttrpc"
-[debug]
-  address = "$CTD_RUN/debug.sock"
-  level = "warn"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$ctd/opt"
-[plugins."io.containerd.nri.v1.nri"]
-  socket_path = "$CTD_RUN/nri.sock"
-  plugin_path = "$ctd/nri/plugins"
-  plugin_config_path = "$ctd/nri/conf.d"
-[plugins."io.containerd.cri.v1.images"]
-  snapshotter = "overlayfs"
-  [plugins."io.containerd.cri.v1.images".pinned_images]
-    sandbox = "$REG_ADDR/pause:3.10.2"
-  [plugins."io.containerd.cri.v1.images".registry]
-    config_path = "$ctd/certs.d"
-[plugins."io.containerd.cri.v1.runtime"]
-  netns_mounts_under_state_dir = true
-  # no CAP_SYS_RESOURCE here: the sandbox's oom_score_adj -998 would fail in runc
-  restrict_oom_score_adj = true
-  [plugins."io.containerd.cri.v1.runtime".containerd]
-    default_runtime_name = "runc"
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      snapshotter = "overlayfs"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-        $opts
-    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler]
-      runtime_type = "io.containerd.runc.v2"
-      snapshotter = "overlayfs"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.test-handler.options]
-        $opts
-  [plugins."io.containerd.cri.v1.runtime".cni]
-    bin_dirs = ["$cnibin"]
-    conf_dir = "$ctd/net.d"
-    max_conf_num = 1
-[plugins."io.containerd.grpc.v1.cri"]
-  stream_server_address = "127.0.0.1"
-  stream_server_port = "0"
-EOF
+	# shellcheck source=../../contrib/bench/containerd-config.sh
+	. "$ROOT/contrib/bench/containerd-config.sh"
+	containerd_v3_config "$ctd/config.toml" "$ctd" "$CTD_RUN" "$SOCK" "$cnibin" "$runc" "$REG_ADDR/pause:3.10.2" "$ctd/certs.d" test-handler
 	RUNTIME_PIDFILE=$CTD_RUN/containerd.pid
 	RUNTIME_PROC=containerd
 	# containerd looks its shim up in PATH first: its own release's
