@@ -38,7 +38,7 @@ OUT=$(cd "$OUT" && pwd)
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 {
-	echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup | sed 's/cgroup2fs/v2/; s/tmpfs/v1/'); crijournal $(git -C "$ROOT" rev-parse --short HEAD)$(git -C "$ROOT" diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)'); specs: ${ONLY:-all}."
+	echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC') on $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup | sed 's/cgroup2fs/v2/; s/tmpfs/v1/'); crijournal $("$ROOT/bin/crijournal" --version | sed -n 's/^git revision \([0-9a-f]\{7\}\)[0-9a-f]*/\1/p') (bin/crijournal's revision); specs: ${ONLY:-all}."
 	[ -z "${NOTE:-}" ] || echo "$NOTE"
 } >"$OUT/conditions.txt"
 
