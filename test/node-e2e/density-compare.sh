@@ -46,7 +46,7 @@ rc=0
 args=()
 for rt in $RUNTIMES; do
 	for pass in asserting benchmark; do
-		if [ $pass = asserting ]; then only=$ONLY skip="\\[Benchmark\\]|$excluded"; else only="$ONLY.*\[Benchmark\]" skip=$excluded; fi
+		if [ $pass = asserting ]; then only=$ONLY skip="\\[Benchmark\\]|$excluded"; else only="($ONLY).*\[Benchmark\]" skip=$excluded; fi
 		# a pass none of whose specs ONLY names is not run (the suite's dry run counts them)
 		n=$("$ROOT/bin/e2e_node.test" --ginkgo.dry-run --ginkgo.no-color \
 			--ginkgo.focus="\[sig-node\] (Density|Resource-usage).*($only)" --ginkgo.skip="$skip" 2>/dev/null |
