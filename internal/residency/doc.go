@@ -20,15 +20,6 @@
 //     it writes the executable's dirty pages back first (sync_file_range), since a
 //     binary just built or copied may not be written back yet, and dirty pages are not
 //     dropped.
-//   - The daemon also cuts, in the same constructor, its read-only segments into mappings
-//     of 8 KiB (SPLIT_RUN), setting on every other one a flag that changes nothing else
-//     (VM_NOHUGEPAGE; the kernel merges neighbouring mappings only when their flags
-//     agree). A fault maps nothing outside the mapping it hit, so fault-around maps at
-//     most 8 KiB of the file rather than the cached pages of the 64 KiB around the page
-//     touched: a code path keeps resident about two pages for each page it runs rather
-//     than sixteen. The page cache holds the same pages either way. The price: some 4,600
-//     mappings, about 1 MiB of kernel memory, and a fault for each 8 KiB of code the
-//     first time it runs rather than for each 64.
 //   - Release unmaps the executable's read-only segments, once serving and after each
 //     image pull: pages come back, from the page cache, as they are used.
 //   - Trim does that and returns the heap's free memory to the system

@@ -148,15 +148,6 @@ func TestConstructorAdvisesRandom(t *testing.T) {
 const largeFoliosEnv = "CRIJOURNAL_RESIDENCY_REPORT_FOLIOS"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(faultAroundEnv) != "" {
-		pages, err := pagesPerFault()
-		if err != nil {
-			fmt.Println("error:", err)
-			os.Exit(1)
-		}
-		fmt.Println(pages)
-		os.Exit(0)
-	}
 	if os.Getenv(largeFoliosEnv) != "" {
 		n, total, err := largeFolioPages()
 		if err != nil {
