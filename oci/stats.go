@@ -57,11 +57,13 @@ type cgroupManagers struct {
 }
 
 // cgroupEntry is a container's cgroup manager, the directories of its cgroup that
-// Stats reads, and the files of those that Stats, CPUUsage and Metrics keep open.
+// Stats reads, the files of those that Stats, CPUUsage and Metrics keep open, and Stats'
+// last reading, which Metrics may take (recentStats).
 type cgroupEntry struct {
-	m    cgroups.Manager
-	dir  statDirs
-	kept *keptFiles
+	m      cgroups.Manager
+	dir    statDirs
+	kept   *keptFiles
+	recent *recentStats
 }
 
 // statDirs are the directories of one cgroup that readStats and readMetrics read: on
@@ -117,7 +119,7 @@ func (c *cgroupManagers) get(id string, path func() string) (cgroupEntry, error)
 	if c.m == nil {
 		c.m = map[string]cgroupEntry{}
 	}
-	e := cgroupEntry{m: m, dir: statDirsOf(m, cgroups.IsCgroup2UnifiedMode()), kept: &keptFiles{budget: &c.budget}}
+	e := cgroupEntry{m: m, dir: statDirsOf(m, cgroups.IsCgroup2UnifiedMode()), kept: &keptFiles{budget: &c.budget}, recent: &recentStats{}}
 	c.m[id] = e
 	return e, nil
 }
@@ -161,6 +163,7 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 	defer f.use(e.kept)()
 	cs, err := f.readStats(e.dir)
 	if e.gone(err) {
+		e.recent.clear()
 		return st, nil
 	}
 	if err != nil {
@@ -169,6 +172,7 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 	st = convertStats(cs, st.Timestamp, e.dir.v2)
 	swap, ok, err := f.readSwap(e.dir, cs.MemoryStats.Usage)
 	if e.gone(err) {
+		e.recent.clear()
 		return CgroupStats{Timestamp: st.Timestamp}, nil
 	}
 	if err != nil {
@@ -177,6 +181,7 @@ func (r *Runtime) Stats(id string) (CgroupStats, error) {
 	if ok {
 		st.Swap = &swap
 	}
+	e.recent.store(st.Timestamp, cs)
 	return st, nil
 }
 

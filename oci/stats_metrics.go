@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opencontainers/cgroups"
 	"golang.org/x/sys/unix"
 )
 
@@ -57,6 +58,11 @@ type CgroupMetrics struct {
 	ProcessCount, ThreadsMax, FileDescriptors, Sockets uint64
 	// IO (MetricIO) is the block I/O of the cgroup, per device.
 	IO []DeviceIO
+	// Shared says that the figures of CgroupStats (and those of MetricMemory that come
+	// from memory.stat: the cache, the mapped files, v1's swap and v2's kernel memory)
+	// are those Stats read less than a second before, at their Timestamp, rather than
+	// read again (recentStats); the other figures were read by this call.
+	Shared bool
 }
 
 // DeviceIO is a cgroup's I/O on one block device.
@@ -70,7 +76,9 @@ type DeviceIO struct {
 const userHZ = 100
 
 // Metrics reads a container's cgroup as Stats does, and the parts asked for. It forks no
-// process; the files are read through the directories Stats resolved once.
+// process; the files are read through the directories Stats resolved once. The figures
+// of Stats are those Stats read less than a second before, when it did (Shared), and
+// are read afresh otherwise.
 func (r *Runtime) Metrics(id string, parts MetricParts) (CgroupMetrics, error) {
 	if err := validID(id); err != nil {
 		return CgroupMetrics{}, err
@@ -80,8 +88,9 @@ func (r *Runtime) Metrics(id string, parts MetricParts) (CgroupMetrics, error) {
 		return CgroupMetrics{}, err
 	}
 	at := time.Now()
-	m, err := readMetrics(e.dir, e.kept, parts, at)
+	m, err := readMetrics(e.dir, e.kept, parts, at, e.recent.take(at))
 	if e.gone(err) {
+		e.recent.clear()
 		return CgroupMetrics{CgroupStats: CgroupStats{Timestamp: at}}, nil
 	}
 	if err != nil {
@@ -91,16 +100,24 @@ func (r *Runtime) Metrics(id string, parts MetricParts) (CgroupMetrics, error) {
 }
 
 // readMetrics reads the figures of readStats and the parts asked for from the cgroup
-// directories d, through the files kept open in kept (nil: none).
-func readMetrics(d statDirs, kept *keptFiles, parts MetricParts, at time.Time) (CgroupMetrics, error) {
+// directories d, through the files kept open in kept (nil: none), at at. The figures of
+// readStats are prior's, when given, instead of read again.
+func readMetrics(d statDirs, kept *keptFiles, parts MetricParts, at time.Time, prior *statsReading) (CgroupMetrics, error) {
 	f := cgroupFilesPool.Get().(*cgroupFiles)
 	defer cgroupFilesPool.Put(f)
 	defer f.use(kept)()
-	cs, err := f.readStats(d)
-	if err != nil {
-		return CgroupMetrics{}, err
+	var m CgroupMetrics
+	var cs *cgroups.Stats
+	if prior != nil {
+		cs, m.Shared = prior.cs, true
+		m.CgroupStats = convertStats(cs, prior.at, d.v2)
+	} else {
+		var err error
+		if cs, err = f.readStats(d); err != nil {
+			return CgroupMetrics{}, err
+		}
+		m.CgroupStats = convertStats(cs, at, d.v2)
 	}
-	m := CgroupMetrics{CgroupStats: convertStats(cs, at, d.v2)}
 	if parts&MetricMemory != 0 {
 		memoryStat(&m, cs.MemoryStats.Stats, d.v2)
 	}

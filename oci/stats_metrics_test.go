@@ -116,7 +116,7 @@ func TestReadMetricsFake(t *testing.T) {
 				}
 			}
 			d := statDirs{v2: tt.v2, cpu: dir, cpuCtl: dir, memory: dir, pids: dir, blkio: dir}
-			got, err := readMetrics(d, nil, tt.parts, at)
+			got, err := readMetrics(d, nil, tt.parts, at, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,7 +161,7 @@ func TestReadMetricsBadFile(t *testing.T) {
 				}
 			}
 			d := statDirs{v2: tt.v2, cpu: dir, cpuCtl: dir, memory: dir, pids: dir, blkio: dir}
-			if got, err := readMetrics(d, nil, MetricCPU|MetricMemory|MetricProcess|MetricIO, time.Now()); err == nil {
+			if got, err := readMetrics(d, nil, MetricCPU|MetricMemory|MetricProcess|MetricIO, time.Now(), nil); err == nil {
 				t.Errorf("readMetrics = %+v, want an error", got)
 			}
 		})

@@ -35,7 +35,10 @@ import (
 // resources. Values are unsigned integers, as the CRI carries them: the *_seconds_total
 // counters are whole seconds, as CRI-O reports them. A figure read by the call has no
 // timestamp (the kubelet's "collected on demand"); the writable layer's carries the time
-// it was measured. Only running containers of ready pods are reported.
+// it was measured, and so do the figures of a container's cgroup that the oci layer took
+// from ListContainerStats' reading of less than a second before instead of reading them
+// again (oci.CgroupMetrics.Shared: the metrics marked fromStats carry that reading's
+// time). Only running containers of ready pods are reported.
 
 // metricLabelKeys are the label keys every metric has (CRI-O's).
 var metricLabelKeys = []string{"id", "image", "namespace", "pod", "container"}
@@ -47,6 +50,14 @@ type metricDef struct {
 	labels     []string // label keys after metricLabelKeys
 	kind       runtimeapi.MetricType
 	values     func(in *metricInput) []metricValue
+	// fromStats marks the metrics whose figures are those of oci's Stats (CPU time,
+	// memory usage, working set, RSS, faults, threads) or of the memory.stat it reads
+	// (cache, mapped files, v1's swap, v2's kernel memory): when the oci layer took them
+	// from Stats' recent reading, their values carry its time (metricInput.statsAt).
+	// The kernel memory and the swap are marked as memory.stat gives them on one cgroup
+	// version; on the other, read from a file of their own by this call, they are then
+	// stamped up to that second early.
+	fromStats bool
 }
 
 // metricValue is one value of a metric: the values of its def's extra labels, and a
@@ -68,6 +79,9 @@ type metricInput struct {
 	fs      *unix.Statfs_t              // the image filesystem; nil when not read
 	ifs     []netns.InterfaceStats
 	device  func(major, minor uint64) string // the name of a block device
+	// statsAt is when the figures of Stats in cg were read, when that was before this
+	// call (cg.Shared), in Unix nanoseconds; 0 when this call read them.
+	statsAt int64
 }
 
 // metricGroup is one group of included_pod_metrics.
@@ -99,6 +113,12 @@ func counter(name, help string, value func(in *metricInput) uint64) metricDef {
 	return one(name, help, runtimeapi.MetricType_COUNTER, value)
 }
 
+// fromStats marks d as computed from the figures of oci's Stats (metricDef.fromStats).
+func fromStats(d metricDef) metricDef {
+	d.fromStats = true
+	return d
+}
+
 // seconds converts nanoseconds to the whole seconds the *_seconds_total counters carry.
 func seconds(ns uint64) uint64 { return ns / uint64(time.Second) }
 
@@ -110,7 +130,7 @@ var metricGroups = map[string]metricGroup{
 		counter("container_cpu_system_seconds_total", "Cumulative system CPU time consumed in seconds.",
 			func(in *metricInput) uint64 { return seconds(in.cg.CPUSystemNanos) }),
 		{name: "container_cpu_usage_seconds_total", help: "Cumulative CPU time consumed in seconds.", labels: []string{"cpu"},
-			kind: runtimeapi.MetricType_COUNTER, values: func(in *metricInput) []metricValue {
+			kind: runtimeapi.MetricType_COUNTER, fromStats: true, values: func(in *metricInput) []metricValue {
 				return []metricValue{{value: seconds(in.cg.CPUUsageNanos), labels: []string{"total"}}}
 			}},
 		counter("container_cpu_cfs_periods_total", "Number of elapsed enforcement period intervals.",
@@ -150,18 +170,18 @@ var metricGroups = map[string]metricGroup{
 			}},
 	}},
 	"memory": {name: "memory", parts: oci.MetricMemory, defs: []metricDef{
-		gauge("container_memory_cache", "Number of bytes of page cache memory.", func(in *metricInput) uint64 { return in.cg.MemoryCache }),
-		gauge("container_memory_rss", "Size of RSS in bytes.", func(in *metricInput) uint64 { return in.cg.RSS }),
-		gauge("container_memory_kernel_usage", "Size of kernel memory allocated in bytes.", func(in *metricInput) uint64 { return in.cg.MemoryKernel }),
-		gauge("container_memory_mapped_file", "Size of memory mapped files in bytes.", func(in *metricInput) uint64 { return in.cg.MemoryMappedFile }),
-		gauge("container_memory_swap", "Container swap usage in bytes.", func(in *metricInput) uint64 { return in.cg.MemorySwap }),
+		fromStats(gauge("container_memory_cache", "Number of bytes of page cache memory.", func(in *metricInput) uint64 { return in.cg.MemoryCache })),
+		fromStats(gauge("container_memory_rss", "Size of RSS in bytes.", func(in *metricInput) uint64 { return in.cg.RSS })),
+		fromStats(gauge("container_memory_kernel_usage", "Size of kernel memory allocated in bytes.", func(in *metricInput) uint64 { return in.cg.MemoryKernel })),
+		fromStats(gauge("container_memory_mapped_file", "Size of memory mapped files in bytes.", func(in *metricInput) uint64 { return in.cg.MemoryMappedFile })),
+		fromStats(gauge("container_memory_swap", "Container swap usage in bytes.", func(in *metricInput) uint64 { return in.cg.MemorySwap })),
 		counter("container_memory_failcnt", "Number of memory usage hits limits", func(in *metricInput) uint64 { return in.cg.MemoryFailcnt }),
-		gauge("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed",
-			func(in *metricInput) uint64 { return in.cg.MemoryUsage }),
+		fromStats(gauge("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed",
+			func(in *metricInput) uint64 { return in.cg.MemoryUsage })),
 		gauge("container_memory_max_usage_bytes", "Maximum memory usage recorded in bytes", func(in *metricInput) uint64 { return in.cg.MemoryMaxUsage }),
-		gauge("container_memory_working_set_bytes", "Current working set in bytes.", func(in *metricInput) uint64 { return in.cg.MemoryWorkingSet }),
+		fromStats(gauge("container_memory_working_set_bytes", "Current working set in bytes.", func(in *metricInput) uint64 { return in.cg.MemoryWorkingSet })),
 		{name: "container_memory_failures_total", help: "Cumulative count of memory allocation failures.", labels: []string{"failure_type", "scope"},
-			kind: runtimeapi.MetricType_COUNTER, values: func(in *metricInput) []metricValue {
+			kind: runtimeapi.MetricType_COUNTER, fromStats: true, values: func(in *metricInput) []metricValue {
 				// The cgroup's counts include its children's: the same for both scopes.
 				return []metricValue{
 					{value: in.cg.PageFaults, labels: []string{"pgfault", "container"}},
@@ -192,7 +212,7 @@ var metricGroups = map[string]metricGroup{
 		gauge("container_file_descriptors", "Number of open file descriptors for the container.", func(in *metricInput) uint64 { return in.cg.FileDescriptors }),
 		gauge("container_processes", "Number of processes running inside the container.", func(in *metricInput) uint64 { return in.cg.ProcessCount }),
 		gauge("container_sockets", "Number of open sockets for the container.", func(in *metricInput) uint64 { return in.cg.Sockets }),
-		gauge("container_threads", "Number of threads running inside the container", func(in *metricInput) uint64 { return in.cg.Processes }),
+		fromStats(gauge("container_threads", "Number of threads running inside the container", func(in *metricInput) uint64 { return in.cg.Processes })),
 		gauge("container_threads_max", "Maximum number of threads allowed inside the container, infinity if value is zero",
 			func(in *metricInput) uint64 { return in.cg.ThreadsMax }),
 	}},
@@ -395,6 +415,9 @@ func (s *Server) containerMetricInput(c container, parts oci.MetricParts, shared
 			return in, err
 		}
 		in.cg = cg
+		if cg.Shared {
+			in.statsAt = cg.Timestamp.UnixNano()
+		}
 	}
 	if shared.fs != nil { // the disk group
 		if layer, err := s.writableLayer(c.rec.ID); err == nil {
@@ -418,8 +441,12 @@ func computeMetrics(groups []metricGroup, pod bool, labels []string, in *metricI
 				if len(v.labels) > 0 {
 					lv = append(append(make([]string, 0, len(labels)+len(v.labels)), labels...), v.labels...)
 				}
+				at := v.at
+				if at == 0 && d.fromStats {
+					at = in.statsAt
+				}
 				out = append(out, &runtimeapi.Metric{
-					Name: d.name, Timestamp: v.at, MetricType: d.kind, LabelValues: lv, Value: &runtimeapi.UInt64Value{Value: v.value},
+					Name: d.name, Timestamp: at, MetricType: d.kind, LabelValues: lv, Value: &runtimeapi.UInt64Value{Value: v.value},
 				})
 			}
 		}

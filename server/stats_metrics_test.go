@@ -240,3 +240,46 @@ func TestMetricGroupsAreTheConfigs(t *testing.T) {
 		t.Errorf("%d groups implemented, config.PodMetricGroups has %d", len(metricGroups), len(config.PodMetricGroups))
 	}
 }
+
+// TestComputeMetricsStatsTime: when the oci layer took a container's Stats figures from
+// ListContainerStats' recent reading (metricInput.statsAt), exactly the metrics computed
+// from them carry its time; the others stay 0 (read by the call), the layer's its own.
+func TestComputeMetricsStatsTime(t *testing.T) {
+	groups, _ := metricsServer("all").includedMetrics()
+	fromStats := map[string]bool{
+		"container_cpu_usage_seconds_total": true, "container_memory_cache": true, "container_memory_rss": true,
+		"container_memory_kernel_usage": true, "container_memory_mapped_file": true, "container_memory_swap": true,
+		"container_memory_usage_bytes": true, "container_memory_working_set_bytes": true,
+		"container_memory_failures_total": true, "container_threads": true,
+	}
+	const layerAt = 1700000090e9
+	for _, tt := range []struct {
+		name    string
+		statsAt int64
+	}{
+		{name: "read by the call", statsAt: 0},
+		{name: "taken from a reading before", statsAt: 1700000099e9},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := fakeMetricInput()
+			in.statsAt = tt.statsAt
+			stamped := map[string]bool{}
+			for _, m := range computeMetrics(groups, false, []string{"a", "b", "c", "d", "e"}, in) {
+				want := int64(0)
+				switch {
+				case m.GetName() == "container_fs_usage_bytes":
+					want = layerAt
+				case fromStats[m.GetName()]:
+					want = tt.statsAt
+					stamped[m.GetName()] = true
+				}
+				if m.GetTimestamp() != want {
+					t.Errorf("%s stamped %d, want %d", m.GetName(), m.GetTimestamp(), want)
+				}
+			}
+			if len(stamped) != len(fromStats) {
+				t.Errorf("metrics computed from Stats' figures: %v, want all of %v", stamped, fromStats)
+			}
+		})
+	}
+}
