@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io/fs"
 	"os/exec"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,8 +68,73 @@ func TestInterfaces(t *testing.T) {
 	if ifs[0].TxPackets == 0 || ifs[0].TxBytes == 0 || ifs[1].RxBytes != ifs[0].TxBytes {
 		t.Errorf("counters %+v, want eth0's sent bytes received by its peer", ifs)
 	}
+	// Those were dumped by the namespace's ID, from the daemon's namespace.
+	byID.mu.Lock()
+	_, kept := byID.ids[ns]
+	off := byID.off
+	byID.mu.Unlock()
+	if !kept || off {
+		t.Errorf("the namespace's ID kept %v, dumps by ID off %v; want kept, on", kept, off)
+	}
+	// From inside the namespace, the same links (their counters may have moved since).
+	inside, err := interfacesInside(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(inside, func(a, b InterfaceStats) int { return strings.Compare(a.Name, b.Name) })
+	if len(inside) != 2 || inside[0].Name != "eth0" || inside[1].Name != "peer1" || inside[0].TxBytes < ifs[0].TxBytes {
+		t.Errorf("from inside the namespace: %+v; want eth0 and peer1 as by ID, %+v", inside, ifs)
+	}
 	if _, err := Interfaces(t.TempDir()); err == nil {
 		t.Error("Interfaces of a directory that is no namespace succeeded")
+	}
+}
+
+// TestInterfacesPinnedAnew: the ID kept for a pin is not taken for another namespace
+// pinned at the same path (the pod's namespace made again), even while the first one
+// lives on; a pin gone is an error, and its ID is forgotten.
+func TestInterfacesPinnedAnew(t *testing.T) {
+	requirePlugins(t) // for ip and nsenter
+	dir, id := t.TempDir(), newSandboxID(t)
+	paths, err := Pin(context.Background(), dir, id, []Kind{Net}, "")
+	if err != nil {
+		t.Fatalf("Pin: %v", err)
+	}
+	ns := paths[Net]
+	if out, err := exec.Command("nsenter", "--net="+ns, "ip", "link", "add", "eth0", "type", "veth", "peer", "name", "peer1").CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v\n%s", err, out)
+	}
+	if ifs, err := Interfaces(ns); err != nil || len(ifs) != 2 {
+		t.Fatalf("Interfaces of the first namespace = %+v, %v; want eth0 and peer1", ifs, err)
+	}
+	// The first namespace lives on, with its ID, while this descriptor is open.
+	old, err := unix.Open(ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(old)
+	if err := Unpin(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Interfaces(ns); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Interfaces of a pin gone: %v, want ErrNotExist", err)
+	}
+	byID.mu.Lock()
+	_, kept := byID.ids[ns]
+	byID.mu.Unlock()
+	if kept {
+		t.Error("the ID of a pin gone is still kept")
+	}
+	again, err := Pin(context.Background(), dir, id, []Kind{Net}, "")
+	if err != nil {
+		t.Fatalf("Pin again: %v", err)
+	}
+	unpinAll(t, again)
+	if again[Net] != ns {
+		t.Fatalf("pinned again at %s, want %s", again[Net], ns)
+	}
+	if ifs, err := Interfaces(ns); err != nil || len(ifs) != 0 {
+		t.Errorf("Interfaces of the namespace pinned anew = %+v, %v; want none (loopback only), not the first one's links", ifs, err)
 	}
 }
 
@@ -134,31 +202,52 @@ func TestParseLinks(t *testing.T) {
 		binary.NativeEndian.PutUint32(b, uint32(code))
 		return nlMsg(unix.NLMSG_ERROR, 1, 0, b)
 	}
+	doneErr := func(code int32) []byte {
+		return nlMsg(unix.NLMSG_DONE, 1, unix.NLM_F_MULTI, binary.NativeEndian.AppendUint32(nil, uint32(code)))
+	}
 	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	const id = 7
+	target := func(nsid int32) []byte {
+		return rtAttr(unix.IFLA_TARGET_NETNSID, binary.NativeEndian.AppendUint32(nil, uint32(nsid)))
+	}
 	for _, tt := range []struct {
 		name    string
 		b       []byte
 		want    []InterfaceStats
 		done    bool
 		wantErr bool
+		byID    bool // a dump by namespace ID (id)
 	}{
-		{"64-bit counters", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64), []InterfaceStats{eth0}, false, false},
-		{"64-bit over 32-bit", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c32, c64), []InterfaceStats{eth0}, false, false},
+		{"64-bit counters", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64), []InterfaceStats{eth0}, false, false, false},
+		{"64-bit over 32-bit", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c32, c64), []InterfaceStats{eth0}, false, false, false},
 		{"32-bit only", linkMsg(unix.RTM_NEWLINK, 1, 0, name("net1"), c32),
-			[]InterfaceStats{{Name: "net1", RxPackets: 10, TxPackets: 20, RxBytes: 30, TxBytes: 40, RxErrors: 50, TxErrors: 60, RxDropped: 70, TxDropped: 80}}, false, false},
-		{"loopback left out", linkMsg(unix.RTM_NEWLINK, 1, unix.IFF_LOOPBACK|unix.IFF_UP, name("lo"), c64), nil, false, false},
-		{"no counters left out", linkMsg(unix.RTM_NEWLINK, 1, 0, name("dummy0")), nil, false, false},
-		{"another request's message ignored", linkMsg(unix.RTM_NEWLINK, 2, 0, name("eth0"), c64), nil, false, false},
-		{"then done", cat(linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64), done), []InterfaceStats{eth0}, true, false},
-		{"ack ends", errMsg(0), nil, true, false},
-		{"error", errMsg(-int32(unix.EPERM)), nil, true, true},
-		{"interrupted", nlMsg(unix.RTM_NEWLINK, 1, unix.NLM_F_DUMP_INTR, make([]byte, unix.SizeofIfInfomsg)), nil, true, true},
-		{"short counters", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), rtAttr(unix.IFLA_STATS64, make([]byte, 16))), nil, true, true},
-		{"short ifinfomsg", nlMsg(unix.RTM_NEWLINK, 1, 0, make([]byte, 8)), nil, true, true},
+			[]InterfaceStats{{Name: "net1", RxPackets: 10, TxPackets: 20, RxBytes: 30, TxBytes: 40, RxErrors: 50, TxErrors: 60, RxDropped: 70, TxDropped: 80}}, false, false, false},
+		{"loopback left out", linkMsg(unix.RTM_NEWLINK, 1, unix.IFF_LOOPBACK|unix.IFF_UP, name("lo"), c64), nil, false, false, false},
+		{"no counters left out", linkMsg(unix.RTM_NEWLINK, 1, 0, name("dummy0")), nil, false, false, false},
+		{"another request's message ignored", linkMsg(unix.RTM_NEWLINK, 2, 0, name("eth0"), c64), nil, false, false, false},
+		{"then done", cat(linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64), done), []InterfaceStats{eth0}, true, false, false},
+		{"ack ends", errMsg(0), nil, true, false, false},
+		{"done with an error", cat(linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64),
+			doneErr(-int32(unix.EINVAL))),
+			[]InterfaceStats{eth0}, true, true, false},
+		{"error", errMsg(-int32(unix.EPERM)), nil, true, true, false},
+		{"interrupted", nlMsg(unix.RTM_NEWLINK, 1, unix.NLM_F_DUMP_INTR, make([]byte, unix.SizeofIfInfomsg)), nil, true, true, false},
+		{"short counters", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), rtAttr(unix.IFLA_STATS64, make([]byte, 16))), nil, true, true, false},
+		{"short ifinfomsg", nlMsg(unix.RTM_NEWLINK, 1, 0, make([]byte, 8)), nil, true, true, false},
+		{"by ID, the ID carried back", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64, target(id)), []InterfaceStats{eth0}, false, false, true},
+		{"by ID, loopback left out", linkMsg(unix.RTM_NEWLINK, 1, unix.IFF_LOOPBACK, name("lo"), c64, target(id)), nil, false, false, true},
+		{"by ID, no ID carried back", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64), nil, true, true, true},
+		{"by ID, loopback without the ID", linkMsg(unix.RTM_NEWLINK, 1, unix.IFF_LOOPBACK, name("lo"), c64), nil, true, true, true},
+		{"by ID, another ID", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64, target(id+1)), nil, true, true, true},
+		{"not by ID, an ID ignored", linkMsg(unix.RTM_NEWLINK, 1, 0, name("eth0"), c64, target(id)), []InterfaceStats{eth0}, false, false, false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []InterfaceStats
-			done, err := parseLinks(tt.b, 1, &got)
+			nsid := int32(-1)
+			if tt.byID {
+				nsid = id
+			}
+			done, err := parseLinks(tt.b, 1, nsid, &got)
 			if done != tt.done || (err != nil) != tt.wantErr || !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("parseLinks = %+v, done %v, err %v; want %+v, done %v, error %v", got, done, err, tt.want, tt.done, tt.wantErr)
 			}
