@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # contrib/bench/containerd-config.sh: containerd 2.x's configuration (version 3) as the
 # project runs it, for the bench (containerd.sh) and the kubelet's density suites
-# (test/node-e2e/runtimes.sh). Sourced; defines one function.
+# (test/node-e2e/runtimes.sh), and the sections containerd 1.6's version 2 shares with it.
+# Sourced; defines two functions.
 #
 # containerd_v3_config <file> <dir> <run root> <socket> <CNI plugins> <runc> <pause image>
 #   [<certs.d> [<handler>...]]: containerd's root and CNI configuration under <dir>, its
@@ -27,22 +28,15 @@ containerd_v3_config() {
         Root = \"$ctdrun/runc\"
         SystemdCgroup = false"
 	done
-	cat >"$file" <<CONFIG
+	{
+		cat <<CONFIG
 version = 3
 root = "$ctd/root"
 state = "$ctdrun/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.snapshotter.v1.erofs"]
-[grpc]
-  address = "$sock"
-[ttrpc]
-  address = "$sock.ttrpc"
-[debug]
-  address = "$ctdrun/debug.sock"
-  level = "warn"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$ctd/opt"
+CONFIG
+		containerd_listen_sections "$ctd" "$ctdrun" "$sock"
+		cat <<CONFIG
 [plugins."io.containerd.nri.v1.nri"]
   socket_path = "$ctdrun/nri.sock"
   plugin_path = "$ctd/nri/plugins"
@@ -65,4 +59,24 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 CONFIG
+	} >"$file"
+}
+
+# containerd_listen_sections CTD CTDRUN SOCK: the sections both configuration versions (2,
+# for containerd 1.6, and 3) write alike: the sockets, debug and metrics, the opt directory.
+containerd_listen_sections() {
+	local ctd="$1" ctdrun="$2" sock="$3"
+	cat <<SECTIONS
+[grpc]
+  address = "$sock"
+[ttrpc]
+  address = "$sock.ttrpc"
+[debug]
+  address = "$ctdrun/debug.sock"
+  level = "warn"
+[metrics]
+  address = ""
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$ctd/opt"
+SECTIONS
 }

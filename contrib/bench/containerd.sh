@@ -115,22 +115,15 @@ cleanups+=(stop_containerds)
 write_config() {
 	local version="$1" file="$2" ctd="$3" ctdrun="$4" ctdsock="$5" cnibin="$6"
 	if [ "$version" = 1.6 ]; then
-		cat >"$file" <<EOF
+		{
+		cat <<EOF
 version = 2
 root = "$ctd/root"
 state = "$ctdrun/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs"]
-[grpc]
-  address = "$ctdsock"
-[ttrpc]
-  address = "$ctdsock.ttrpc"
-[debug]
-  address = "$ctdrun/debug.sock"
-  level = "warn"
-[metrics]
-  address = ""
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$ctd/opt"
+EOF
+		containerd_listen_sections "$ctd" "$ctdrun" "$ctdsock"
+		cat <<EOF
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "registry.k8s.io/pause:3.10"
   stream_server_address = "127.0.0.1"
@@ -152,6 +145,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     conf_dir = "$ctd/net.d"
     max_conf_num = 1
 EOF
+		} >"$file"
 		return
 	fi
 	containerd_v3_config "$file" "$ctd" "$ctdrun" "$ctdsock" "$cnibin" "$CONTAINERD_RUNC" registry.k8s.io/pause:3.10
